@@ -1,0 +1,169 @@
+// The compute back-end interface. The model layers (kernels/model/) are written once against this
+// interface; the CPU back-end (kernels/cpu/, the reference, always built) and the CUDA back-end
+// (kernels/cuda/) implement it. Every float* here points into the back-end's own memory (host memory
+// for the CPU, device memory for CUDA); pointers named *_host are host memory on every back-end.
+//
+// Exactness rule (docs/ARCHITECTURE.md, ../shared/docs/DESIGN.md "Exactness"): an op's result for one
+// row (token) never depends on how many rows are in the call or where the row sits in it. Every op
+// below that takes a row count obeys this; a back-end must not pick a different reduction order,
+// tiling or split-K by row count.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace ferry {
+
+// Weight storage types a matmul reads. BF16/F16 checkpoint tensors are widened to F32 at load
+// (exactly); Q8_0 and MXFP4 use ggml's block layouts (io/ggml_blocks.hpp).
+enum class WType : uint8_t { f32, q8_0, mxfp4 };
+
+// y = x @ W^T with W[rows=out, cols=in] (PyTorch nn.Linear layout). Each row of W is stored
+// contiguously: cols floats (f32), or cols/32 blocks of 34 bytes (q8_0) or 17 bytes (mxfp4).
+struct Weight {
+  WType type = WType::f32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  const void* data = nullptr;  // back-end memory
+  bool empty() const { return data == nullptr; }
+  size_t row_bytes() const;
+  size_t nbytes() const { return row_bytes() * static_cast<size_t>(rows); }
+};
+
+// KDA decay gate forms (MODEL_SPEC.md §3).
+struct KdaGateParams {
+  bool safe_gate = false;     // K3: g = lower_bound * sigmoid(exp(A_log[h]) * f)
+  float lower_bound = 0.0f;   //     (only with safe_gate)
+                              // Kimi-Linear: g = -exp(A_log[h]) * softplus(f)
+};
+
+// Rotary embedding tables: inv_freq for dim/2 frequencies and the YaRN attention factor.
+struct RopeParams {
+  const float* inv_freq_host = nullptr;  // [dim/2]
+  int64_t dim = 0;                       // rotated dims
+  float attention_factor = 1.0f;         // multiplies cos and sin (YaRN mscale)
+  bool interleaved = false;              // pairs (x[2i], x[2i+1]); else (x[i], x[i+dim/2])
+};
+
+// One attention call: queries [T, Hq, Dk] against keys [L, Hk, Dk] and values [L, Hk, Dv];
+// query head h reads key/value head h / (Hq / Hk). Strides are in floats, so MQA over a shared
+// latent cache (MLA absorbed decode) and slices of wider rows need no copies.
+struct AttentionArgs {
+  const float* q = nullptr;
+  int64_t q_tok_stride = 0, q_head_stride = 0;
+  const float* k = nullptr;
+  int64_t k_tok_stride = 0, k_head_stride = 0;
+  const float* v = nullptr;
+  int64_t v_tok_stride = 0, v_head_stride = 0;
+  float* out = nullptr;  // [T, Hq, Dv] contiguous
+  int64_t T = 0, L = 0, Hq = 0, Hk = 0, Dk = 0, Dv = 0;
+  int64_t q_pos0 = 0;    // position of query 0; query i sees keys at positions <= q_pos0 + i
+  float scale = 1.0f;
+  // Optional DSA selection [T, sel_k] of key positions (int32, -1 = unused slot): when set, query i
+  // attends only the selected keys (which are causal by construction).
+  const int32_t* sel = nullptr;
+  int64_t sel_k = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // ---- memory -------------------------------------------------------------------------------
+  virtual void* alloc(size_t bytes) = 0;           // zero-filled
+  virtual void release(void* p) = 0;
+  virtual void upload(void* dst, const void* src_host, size_t bytes) = 0;
+  virtual void download(void* dst_host, const void* src, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // within back-end memory
+  virtual void synchronize() = 0;
+
+  // ---- dense algebra ------------------------------------------------------------------------
+  // y[n, w.rows] = x[n, w.cols] @ W^T. Row-invariant (see the exactness rule above).
+  virtual void matmul(const Weight& w, const float* x, int64_t n, float* y) = 0;
+  // y[n, w.cols] = rows ids_host[i] of the table (f32 or q8_0, dequantized).
+  virtual void embed(const Weight& table, const int32_t* ids_host, int64_t n, float* y) = 0;
+
+  // ---- element-wise and normalisation -------------------------------------------------------
+  // y = x * rsqrt(mean(x^2) + eps) * w  over rows of `dim` (w may be null: no weight).
+  virtual void rmsnorm(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y) = 0;
+  // y = (x - mean) * rsqrt(var + eps) * w + b
+  virtual void layernorm(const float* x, const float* w, const float* b, int64_t rows, int64_t dim, float eps,
+                         float* y) = 0;
+  // y = x / sqrt(sum(x^2) + eps) over rows of `dim`
+  virtual void l2norm(const float* x, int64_t rows, int64_t dim, float eps, float* y) = 0;
+  virtual void add(const float* a, const float* b, int64_t n, float* y) = 0;   // y = a + b
+  virtual void scale(float* x, float s, int64_t n) = 0;                        // x *= s
+  virtual void axpy(float a, const float* x, int64_t n, float* y) = 0;         // y += a * x
+  // 2-D strided copy of `rows` rows of `cols` floats.
+  virtual void copy2d(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows,
+                      int64_t cols) = 0;
+  virtual void swiglu(const float* g, const float* u, int64_t n, float* y) = 0;  // silu(g) * u
+  // SiTU (K3): beta*tanh(g/beta)*sigmoid(g) * (lbeta > 0 ? lbeta*tanh(u/lbeta) : u)
+  virtual void situ(const float* g, const float* u, int64_t n, float beta, float lbeta, float* y) = 0;
+  virtual void sigmoid(const float* x, int64_t n, float* y) = 0;
+  virtual void sigmoid_mul(const float* x, const float* gate, int64_t n, float* y) = 0;  // x * sigmoid(gate)
+
+  // ---- KDA ------------------------------------------------------------------------------------
+  // Causal depthwise convolution + SiLU over T tokens of C channels, weight w[C, W]. state[W-1, C]
+  // holds the previous W-1 inputs (oldest first) and is updated to the last W-1 inputs.
+  virtual void conv1d_silu(const float* x, int64_t T, int64_t C, const float* w, int64_t W, float* state,
+                           float* y) = 0;
+  // g[T, H, K] from f[T, H*K] (already including dt_bias), a_log[H].
+  virtual void kda_gate(const float* f, const float* a_log, int64_t T, int64_t H, int64_t K,
+                        const KdaGateParams& p, float* g) = 0;
+  // Gated delta rule, one token at a time. q,k: [T,H,K] (normalised, q pre-scaled), v: [T,H,V],
+  // g: [T,H,K] log-decay, beta: [T,H]. state: [H,K,V] fp32, updated. o: [T,H,V].
+  virtual void kda_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                             int64_t T, int64_t H, int64_t K, int64_t V, float* state, float* o) = 0;
+  // The same function computed in chunks (prefill); equal to kda_recurrent up to float rounding.
+  virtual void kda_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                           int64_t T, int64_t H, int64_t K, int64_t V, int64_t chunk, float* state, float* o) = 0;
+
+  // ---- attention ------------------------------------------------------------------------------
+  // Rotates `rope.dim` dims starting at `offset` of each of n_heads heads of T tokens.
+  virtual void rope(float* x, int64_t T, int64_t n_heads, int64_t tok_stride, int64_t head_stride, int64_t offset,
+                    const int32_t* pos_host, const RopeParams& rope) = 0;
+  virtual void attention(const AttentionArgs& a) = 0;
+  // DSA lightning indexer: score[t, s] = sum_h w[t,h] * relu(q[t,h,:] . k[s,:]) for s <= q_pos0 + t,
+  // then the top min(topk, q_pos0+t+1) positions per query into sel[T, topk] (-1 padded).
+  virtual void indexer_topk(const float* q, const float* k, const float* w, int64_t T, int64_t L, int64_t Hi,
+                            int64_t Di, int64_t q_pos0, int64_t topk, int32_t* sel) = 0;
+
+  // ---- attention residuals (K3) -----------------------------------------------------------------
+  // out[T,D] = sum_s softmax_s(score_s) * vs[s] with score_s = sum_d rmsnorm(vs[s])[d] * w[d],
+  // per row; vs are nv buffers of [T,D].
+  virtual void attn_res(const float* const* vs_host, int64_t nv, const float* w, int64_t T, int64_t D, float eps,
+                        float* out) = 0;
+};
+
+// The CPU back-end (always available). `threads` = 0 picks the hardware concurrency.
+std::unique_ptr<Backend> make_cpu_backend(int threads = 0);
+
+// RAII buffer of floats in a back-end's memory.
+class Buf {
+ public:
+  Buf() = default;
+  Buf(Backend& be, size_t n) : be_(&be), n_(n), p_(n ? static_cast<float*>(be.alloc(n * sizeof(float))) : nullptr) {}
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  Buf(Buf&& o) noexcept : be_(o.be_), n_(o.n_), p_(o.p_) { o.p_ = nullptr; o.n_ = 0; }
+  Buf& operator=(Buf&& o) noexcept {
+    if (this != &o) { reset(); be_ = o.be_; n_ = o.n_; p_ = o.p_; o.p_ = nullptr; o.n_ = 0; }
+    return *this;
+  }
+  ~Buf() { reset(); }
+  void reset() { if (p_) be_->release(p_); p_ = nullptr; n_ = 0; }
+  float* get() const { return p_; }
+  operator float*() const { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  Backend* be_ = nullptr;
+  size_t n_ = 0;
+  float* p_ = nullptr;
+};
+
+}  // namespace ferry

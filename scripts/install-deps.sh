@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs ferry's build and test dependencies from Debian's packages (and the npm packages the
+# cross-implementation tests use). Used by the README's first command and by .ci/run.
+set -euo pipefail
+pkgs=(build-essential cmake ninja-build pkg-config git
+      libcaf-dev liburing-dev libprotobuf-dev protobuf-compiler
+      librestinio-dev libfmt-dev libasio-dev libhttp-parser-dev
+      libgtest-dev libgmock-dev libcli11-dev libspdlog-dev nlohmann-json3-dev libxxhash-dev
+      libpcre2-dev)
+missing=()
+for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+# Node.js + npm (the machine image may already carry a newer Node.js than Debian's; keep it).
+if ! command -v npm >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nodejs npm
+fi
+# npm packages for tests written against other implementations (tokenizers, GGUF parser).
+here=$(cd "$(dirname "$0")/.." && pwd)
+if [ -f "$here/tests/js/package.json" ] && [ ! -d "$here/tests/js/node_modules" ]; then
+  (cd "$here/tests/js" && npm install --no-audit --no-fund --silent) || echo "warning: npm install failed; the cross-implementation tests will be skipped" >&2
+fi

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# The README's test command: build, then run the default test suite (everything not labelled slow or gpu).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/build.sh
+ctest --test-dir build --output-on-failure -j"$(nproc)" -LE 'slow|gpu' "$@"
