@@ -1,2 +1,24 @@
+// ferry: run trillion-parameter MoE models on one GPU. `ferry --help` lists the subcommands.
+#include <CLI/CLI.hpp>
 #include <cstdio>
-int main() { std::puts("ferry: not built yet"); return 0; }
+#include <exception>
+
+#include "apps/ferry/commands.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"ferry: run mixture-of-experts models with experts streamed from NVMe"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "Show the help of every subcommand");
+  ferry::cli::add_run_command(app);
+  ferry::cli::add_eval_command(app);
+  ferry::cli::add_demo_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ferry: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,38 @@
+// Opening a model directory for the apps: config, tensors, tokenizer, back-end and Model in one place,
+// so `ferry run`, `ferry-server` and `ferry bench` load models the same way.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "io/model_config.hpp"
+#include "io/tensor_source.hpp"
+#include "io/tokenizer.hpp"
+#include "kernels/backend.hpp"
+#include "kernels/model/model.hpp"
+
+namespace ferry {
+
+struct ModelOptions {
+  std::string dir;
+  std::string spine_type = "f32";  // for Hugging Face checkpoints; prepared models keep theirs
+  int threads = 0;
+};
+
+struct LoadedModel {
+  ModelConfig cfg;
+  std::unique_ptr<TensorSource> src;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Tokenizer> tokenizer;  // null when the directory has no tokenizer files
+  std::unique_ptr<Model> model;
+  double load_s = 0;
+};
+
+// Throws ferry::Error subclasses naming the file/tensor/field when the directory is unusable.
+LoadedModel load_model(const ModelOptions& o);
+
+// True when `dir` holds tokenizer files ferry can read.
+bool has_tokenizer(const std::filesystem::path& dir);
+
+}  // namespace ferry

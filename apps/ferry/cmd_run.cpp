@@ -1,0 +1,210 @@
+// `ferry run` (generate text) and `ferry eval` (teacher-forced logits and perplexity).
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "apps/ferry/commands.hpp"
+#include "actors/model_loader.hpp"
+#include "io/errors.hpp"
+#include "kernels/model/generate.hpp"
+
+namespace ferry::cli {
+namespace {
+
+struct RunOptions {
+  ModelOptions model;
+  std::string prompt, prompt_file, prompt_ids, trace_hash;
+  int64_t n_predict = 64;
+  int64_t ctx = 4096;
+  float temp = 0.0f, top_p = 1.0f;
+  uint64_t seed = 0;
+  bool json = false, ignore_eos = false, no_bos = false;
+};
+
+std::vector<int32_t> parse_ids(const std::string& s) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(s);
+  std::string tok;
+  while (std::getline(ss, tok, ',')) {
+    if (tok.empty()) continue;
+    try {
+      ids.push_back(static_cast<int32_t>(std::stol(tok)));
+    } catch (const std::exception&) {
+      throw Error("--prompt-ids: '" + tok + "' is not a token id");
+    }
+  }
+  if (ids.empty()) throw Error("--prompt-ids: no token ids given");
+  return ids;
+}
+
+std::vector<int32_t> prompt_tokens(const RunOptions& o, const LoadedModel& m) {
+  if (!o.prompt_ids.empty()) return parse_ids(o.prompt_ids);
+  std::string text = o.prompt;
+  if (!o.prompt_file.empty()) {
+    std::ifstream f(o.prompt_file);
+    if (!f) throw Error("cannot read prompt file " + o.prompt_file);
+    text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }
+  if (!m.tokenizer) throw Error("model directory " + o.model.dir + " has no tokenizer: use --prompt-ids");
+  std::vector<int32_t> ids;
+  if (!o.no_bos && m.tokenizer->bos_id() >= 0) ids.push_back(m.tokenizer->bos_id());
+  auto t = m.tokenizer->encode(text, true);
+  ids.insert(ids.end(), t.begin(), t.end());
+  if (ids.empty()) throw Error("the prompt is empty");
+  return ids;
+}
+
+void add_model_flags(CLI::App* c, ModelOptions& o) {
+  c->add_option("-m,--model", o.dir, "Model directory: a Hugging Face checkpoint or a `ferry prepare` output")
+      ->required();
+  c->add_option("--spine-type", o.spine_type, "Non-expert weights in memory: f32 (exact) or q8_0")
+      ->capture_default_str();
+  c->add_option("-t,--threads", o.threads, "CPU threads (0 = all cores)")->capture_default_str();
+}
+
+void print_metrics(const RunOptions& o, const LoadedModel& m, const GenerateMetrics& g, double wall,
+                   const std::vector<GeneratedToken>& toks) {
+  if (o.json) {
+    nlohmann::json j;
+    j["model"] = o.model.dir;
+    j["backend"] = m.backend->name();
+    j["n"] = o.n_predict;
+    j["prompt_tokens"] = g.prompt_tokens;
+    j["generated"] = g.generated;
+    j["steady"] = g.steady_tok_s();
+    j["steady_s"] = g.last_token_s - g.first_token_s;
+    j["prompt_s"] = g.prompt_s;
+    j["generation_tok_s"] = g.generation_tok_s();
+    j["load_s"] = m.load_s;
+    j["wall"] = wall;
+    std::vector<int32_t> ids;
+    for (auto& t : toks) ids.push_back(t.id);
+    j["ids"] = ids;
+    std::printf("%s\n", j.dump().c_str());
+    return;
+  }
+  std::fprintf(stderr,
+               "\n\nferry: backend %s | prompt %lld tokens in %.3f s (%.1f tok/s) | generated %lld tokens\n"
+               "ferry: steady decode %.2f tok/s | generation %.2f tok/s | load %.2f s | process wall %.2f s\n",
+               m.backend->name().c_str(), static_cast<long long>(g.prompt_tokens), g.prompt_s,
+               g.prompt_s > 0 ? g.prompt_tokens / g.prompt_s : 0.0, static_cast<long long>(g.generated),
+               g.steady_tok_s(), g.generation_tok_s(), m.load_s, wall);
+}
+
+void run_main(const RunOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  LoadedModel m = load_model(o.model);
+  const std::vector<int32_t> prompt = prompt_tokens(o, m);
+  if (static_cast<int64_t>(prompt.size()) + o.n_predict > o.ctx)
+    throw LimitError("prompt (" + std::to_string(prompt.size()) + " tokens) + -n " + std::to_string(o.n_predict) +
+                     " exceeds the context size -c " + std::to_string(o.ctx));
+  auto state = m.model->new_state(o.ctx);
+  GenerateParams gp;
+  gp.n_predict = o.n_predict;
+  gp.sampling = {o.temp, o.top_p, o.seed};
+  if (!o.ignore_eos && m.cfg.eos_id >= 0) gp.stop_ids.push_back(static_cast<int32_t>(m.cfg.eos_id));
+  std::unique_ptr<std::ofstream> hash_out;
+  if (!o.trace_hash.empty()) {
+    hash_out = std::make_unique<std::ofstream>(o.trace_hash);
+    if (!*hash_out) throw Error("cannot write --trace-hash file " + o.trace_hash);
+  }
+  if (!o.json) {
+    if (m.tokenizer) {
+      std::fputs(m.tokenizer->decode(prompt).c_str(), stdout);
+    } else {
+      for (int32_t id : prompt) std::printf("%d ", id);
+      std::printf("|");
+    }
+    std::fflush(stdout);
+  }
+  GenerateMetrics g;
+  auto toks = generate(*m.model, *state, prompt, gp, g, [&](const GeneratedToken& t) {
+    if (hash_out) *hash_out << t.pos << ' ' << t.id << ' ' << std::hex << t.logits_hash << std::dec << '\n';
+    if (!o.json) {
+      if (m.tokenizer)
+        std::fputs(m.tokenizer->token_bytes(t.id).c_str(), stdout);
+      else
+        std::printf(" %d", t.id);
+      std::fflush(stdout);
+    }
+    return true;
+  });
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!o.json && m.tokenizer) {
+    std::fprintf(stderr, "\nferry: ids:");
+    for (auto& t : toks) std::fprintf(stderr, " %d", t.id);
+  }
+  print_metrics(o, m, g, wall, toks);
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app) {
+  auto o = std::make_shared<RunOptions>();
+  CLI::App* c = app.add_subcommand("run", "Generate text from a prompt");
+  add_model_flags(c, o->model);
+  auto* p = c->add_option("-p,--prompt", o->prompt, "Prompt text");
+  auto* f = c->add_option("-f,--file", o->prompt_file, "Read the prompt text from a file");
+  auto* ids = c->add_option("--prompt-ids", o->prompt_ids, "Prompt as comma-separated token ids");
+  p->excludes(f)->excludes(ids);
+  f->excludes(ids);
+  c->add_option("-n,--n-predict", o->n_predict, "Tokens to generate")->capture_default_str();
+  c->add_option("-c,--ctx-size", o->ctx, "Context size in tokens (prompt + generated)")->capture_default_str();
+  c->add_option("--temp", o->temp, "Sampling temperature (0 = greedy)")->capture_default_str();
+  c->add_option("--top-p", o->top_p, "Nucleus sampling threshold")->capture_default_str();
+  c->add_option("-s,--seed", o->seed, "Sampling seed")->capture_default_str();
+  c->add_option("--trace-hash", o->trace_hash,
+                "Write 'position token FNV-1a-64(logits)' per generated position to FILE");
+  c->add_flag("--json", o->json, "Print the result and metrics as one JSON object");
+  c->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past the end-of-text token");
+  c->add_flag("--no-bos", o->no_bos, "Do not prepend the BOS token to a text prompt");
+  c->callback([o, c] {
+    if (o->prompt.empty() && o->prompt_file.empty() && o->prompt_ids.empty())
+      throw CLI::RequiredError("one of -p, -f or --prompt-ids");
+    (void)c;
+    run_main(*o);
+  });
+}
+
+void add_eval_command(CLI::App& app) {
+  auto o = std::make_shared<RunOptions>();
+  auto out = std::make_shared<std::string>();
+  CLI::App* c = app.add_subcommand("eval", "Teacher-forced logits, log-likelihood and perplexity of token ids");
+  add_model_flags(c, o->model);
+  c->add_option("--prompt-ids", o->prompt_ids, "Token ids, comma-separated")->required();
+  c->add_option("--logits-out", *out, "Write float32 LE logits [n_ids, vocab] here");
+  c->callback([o, out] {
+    LoadedModel m = load_model(o->model);
+    const auto ids = parse_ids(o->prompt_ids);
+    auto state = m.model->new_state(static_cast<int64_t>(ids.size()));
+    ForwardOptions fo;
+    fo.prefill = true;
+    fo.all_logits = true;
+    const auto logits = m.model->forward(*state, ids, fo);
+    const int64_t v = m.cfg.vocab;
+    if (!out->empty()) {
+      std::ofstream f(*out, std::ios::binary);
+      f.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * 4));
+      if (!f) throw Error("cannot write --logits-out file " + *out);
+    }
+    double nll = 0;
+    for (size_t i = 0; i + 1 < ids.size(); ++i) {
+      const float* row = logits.data() + static_cast<int64_t>(i) * v;
+      double mx = row[0], s = 0;
+      for (int64_t j = 1; j < v; ++j) mx = std::max(mx, static_cast<double>(row[j]));
+      for (int64_t j = 0; j < v; ++j) s += std::exp(row[j] - mx);
+      const double lp = row[ids[i + 1]] - mx - std::log(s);
+      nll -= lp;
+      std::printf("%zu\t%d\tlogp %.6f\n", i + 1, ids[i + 1], lp);
+    }
+    const double n = static_cast<double>(ids.size() - 1);
+    if (n > 0) std::printf("tokens %zu | mean log-likelihood %.6f | perplexity %.4f\n", ids.size(), -nll / n, std::exp(nll / n));
+  });
+}
+
+}  // namespace ferry::cli

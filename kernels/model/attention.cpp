@@ -1,0 +1,161 @@
+// MLA (with the K3 output gate and the DSA indexer) and GQA attention layers (MODEL_SPEC.md §4, §5).
+#include <cmath>
+
+#include "kernels/model/model_ctx.hpp"
+
+namespace ferry {
+namespace {
+// q_a_layernorm / kv_a_layernorm are built with the class default eps (DeepSeek and Kimi code alike).
+constexpr float kLatentNormEps = 1e-6f;
+// DSA indexer k_norm: LayerNorm(di, eps=1e-6).
+constexpr float kIndexerNormEps = 1e-6f;
+}  // namespace
+
+void Model::indexer(int il, Ctx& c, const float* x, const float* cq, std::vector<int32_t>& sel) {
+  const MlaWeights& w = w_.layers[static_cast<size_t>(il)].mla;
+  LayerState& st = c.s->layers[static_cast<size_t>(il)];
+  const int64_t n = c.n, hi = cfg_.index_n_heads, di = cfg_.index_head_dim, dr = cfg_.qk_rope_dim;
+  Buf q(be_, static_cast<size_t>(n * hi * di)), wts(be_, static_cast<size_t>(n * hi));
+  be_.matmul(w.idx_wq_b, cq, n, q);
+  float* kdst = st.index_k.get() + c.pos0 * di;
+  be_.matmul(w.idx_wk, x, n, kdst);
+  be_.layernorm(kdst, w.idx_k_norm_w, w.idx_k_norm_b, n, di, kIndexerNormEps, kdst);
+  if (!inv_freq_.empty()) {
+    // The indexer rotates its first dr dims with half-split (non-interleaved) RoPE.
+    RopeParams rp{inv_freq_.data(), dr, rope_attention_factor_, false};
+    be_.rope(q, n, hi, hi * di, di, 0, c.pos.data(), rp);
+    be_.rope(kdst, n, 1, di, di, 0, c.pos.data(), rp);
+  }
+  be_.matmul(w.idx_w, x, n, wts);
+  // HF: weights * Hi^-0.5, scores * di^-0.5 inside the ReLU (a positive scale commutes with it).
+  be_.scale(wts, static_cast<float>(1.0 / std::sqrt(static_cast<double>(hi * di))), n * hi);
+  const int64_t topk = cfg_.index_topk;
+  sel.assign(static_cast<size_t>(n * topk), -1);
+  be_.indexer_topk(q, st.index_k, wts, n, c.pos0 + n, hi, di, c.pos0, topk, sel.data());
+}
+
+void Model::mixer_mla(int il, Ctx& c, const float* x, float* out) {
+  const MlaWeights& w = w_.layers[static_cast<size_t>(il)].mla;
+  LayerState& st = c.s->layers[static_cast<size_t>(il)];
+  const int64_t n = c.n, h = cfg_.n_heads, dn = cfg_.qk_nope_dim, dr = cfg_.qk_rope_dim, dv = cfg_.v_head_dim;
+  const int64_t r = cfg_.kv_lora_rank, qk = dn + dr, lw = r + dr, len = c.pos0 + n;
+  // Queries [n, H, dn+dr].
+  Buf q(be_, static_cast<size_t>(n * h * qk)), cq;
+  if (!w.q_a.empty()) {
+    cq = Buf(be_, static_cast<size_t>(n * cfg_.q_lora_rank));
+    be_.matmul(w.q_a, x, n, cq);
+    be_.rmsnorm(cq, w.q_a_norm, n, cfg_.q_lora_rank, kLatentNormEps, cq);
+    be_.matmul(w.q_b, cq, n, q);
+  } else {
+    be_.matmul(w.q, x, n, q);
+  }
+  // Latent cache rows [c (normalised) | k_pe] for the new positions.
+  float* lat = st.latent.get() + c.pos0 * lw;
+  be_.matmul(w.kv_a, x, n, lat);
+  {
+    Buf ckv(be_, static_cast<size_t>(n * r));
+    be_.copy2d(lat, lw, ckv, r, n, r);
+    be_.rmsnorm(ckv, w.kv_a_norm, n, r, kLatentNormEps, ckv);
+    be_.copy2d(ckv, r, lat, lw, n, r);
+  }
+  if (!inv_freq_.empty()) {  // DeepSeek/K2: interleaved RoPE on q_pe and k_pe; Kimi is NoPE
+    RopeParams rp{inv_freq_.data(), dr, rope_attention_factor_, cfg_.rope.interleaved};
+    be_.rope(q, n, h, h * qk, qk, dn, c.pos.data(), rp);
+    be_.rope(lat, n, 1, lw, lw, r, c.pos.data(), rp);
+  }
+  std::vector<int32_t> sel;
+  if (cfg_.mixer[static_cast<size_t>(il)] == Mixer::dsa)
+    indexer(il, c, x, cq.get() ? cq.get() : x, sel);
+
+  AttentionArgs aa;
+  aa.T = n;
+  aa.L = len;
+  aa.Hq = h;
+  aa.q_pos0 = c.pos0;
+  aa.scale = attn_scale_;
+  if (!sel.empty()) {
+    aa.sel = sel.data();
+    aa.sel_k = cfg_.index_topk;
+  }
+  Buf att(be_, static_cast<size_t>(n * h * dv));
+  if (c.prefill) {
+    // Unabsorbed: expand every cached latent to per-head keys [L, H, dn+dr] and values.
+    Buf cl(be_, static_cast<size_t>(len * r)), kv(be_, static_cast<size_t>(len * h * (dn + dv)));
+    Buf kf(be_, static_cast<size_t>(len * h * qk));
+    be_.copy2d(st.latent, lw, cl, r, len, r);
+    be_.matmul(w.kv_b, cl, len, kv);
+    for (int64_t hh = 0; hh < h; ++hh) {
+      be_.copy2d(kv.get() + hh * (dn + dv), h * (dn + dv), kf.get() + hh * qk, h * qk, len, dn);
+      be_.copy2d(st.latent.get() + r, lw, kf.get() + hh * qk + dn, h * qk, len, dr);
+    }
+    aa.q = q; aa.q_tok_stride = h * qk; aa.q_head_stride = qk;
+    aa.k = kf; aa.k_tok_stride = h * qk; aa.k_head_stride = qk;
+    aa.v = kv.get() + dn; aa.v_tok_stride = h * (dn + dv); aa.v_head_stride = dn + dv;
+    aa.Hk = h; aa.Dk = qk; aa.Dv = dv;
+    aa.out = att;
+    be_.attention(aa);
+  } else {
+    // Absorbed: q_abs_h = [q_nope_h @ W_uk_h | q_pe_h] against the shared latent (MQA, one kv head).
+    Buf qa(be_, static_cast<size_t>(n * h * lw)), t1(be_, static_cast<size_t>(n * r)), t2(be_, static_cast<size_t>(n * r));
+    for (int64_t hh = 0; hh < h; ++hh) {
+      Weight uk{WType::f32, r, dn, w.w_uk_t.get() + hh * r * dn};
+      be_.copy2d(q.get() + hh * qk, h * qk, t1, dn, n, dn);
+      be_.matmul(uk, t1, n, t2);
+      be_.copy2d(t2, r, qa.get() + hh * lw, h * lw, n, r);
+      be_.copy2d(q.get() + hh * qk + dn, h * qk, qa.get() + hh * lw + r, h * lw, n, dr);
+    }
+    Buf ol(be_, static_cast<size_t>(n * h * r));
+    aa.q = qa; aa.q_tok_stride = h * lw; aa.q_head_stride = lw;
+    aa.k = st.latent; aa.k_tok_stride = lw; aa.k_head_stride = 0;
+    aa.v = st.latent; aa.v_tok_stride = lw; aa.v_head_stride = 0;
+    aa.Hk = 1; aa.Dk = lw; aa.Dv = r;
+    aa.out = ol;
+    be_.attention(aa);
+    Buf t3(be_, static_cast<size_t>(n * dv));
+    for (int64_t hh = 0; hh < h; ++hh) {
+      Weight uv = w.kv_b;
+      uv.rows = dv;
+      uv.data = static_cast<const char*>(w.kv_b.data) + (hh * (dn + dv) + dn) * static_cast<int64_t>(w.kv_b.row_bytes());
+      be_.copy2d(ol.get() + hh * r, h * r, t1, r, n, r);
+      be_.matmul(uv, t1, n, t3);
+      be_.copy2d(t3, dv, att.get() + hh * dv, h * dv, n, dv);
+    }
+  }
+  if (!w.gate.empty()) {  // K3 gated MLA: a *= sigmoid(x @ g_proj^T)
+    Buf g(be_, static_cast<size_t>(n * h * dv));
+    be_.matmul(w.gate, x, n, g);
+    be_.sigmoid_mul(att, g, n * h * dv, att);
+  }
+  be_.matmul(w.o, att, n, out);
+}
+
+void Model::mixer_gqa(int il, Ctx& c, const float* x, float* out) {
+  const GqaWeights& w = w_.layers[static_cast<size_t>(il)].gqa;
+  LayerState& st = c.s->layers[static_cast<size_t>(il)];
+  const int64_t n = c.n, h = cfg_.n_heads, hk = cfg_.n_kv_heads, hd = cfg_.head_dim;
+  const float eps = static_cast<float>(cfg_.rms_eps);
+  Buf q(be_, static_cast<size_t>(n * h * hd));
+  float* kd = st.k.get() + c.pos0 * hk * hd;
+  float* vd = st.v.get() + c.pos0 * hk * hd;
+  be_.matmul(w.q, x, n, q);
+  be_.matmul(w.k, x, n, kd);
+  be_.matmul(w.v, x, n, vd);
+  be_.rmsnorm(q, w.q_norm, n * h, hd, eps, q);
+  be_.rmsnorm(kd, w.k_norm, n * hk, hd, eps, kd);
+  RopeParams rp{inv_freq_.data(), hd, 1.0f, false};
+  be_.rope(q, n, h, h * hd, hd, 0, c.pos.data(), rp);
+  be_.rope(kd, n, hk, hk * hd, hd, 0, c.pos.data(), rp);
+  Buf att(be_, static_cast<size_t>(n * h * hd));
+  AttentionArgs aa;
+  aa.q = q; aa.q_tok_stride = h * hd; aa.q_head_stride = hd;
+  aa.k = st.k; aa.k_tok_stride = hk * hd; aa.k_head_stride = hd;
+  aa.v = st.v; aa.v_tok_stride = hk * hd; aa.v_head_stride = hd;
+  aa.out = att;
+  aa.T = n; aa.L = c.pos0 + n; aa.Hq = h; aa.Hk = hk; aa.Dk = hd; aa.Dv = hd;
+  aa.q_pos0 = c.pos0;
+  aa.scale = attn_scale_;
+  be_.attention(aa);
+  be_.matmul(w.o, att, n, out);
+}
+
+}  // namespace ferry

@@ -1,0 +1,61 @@
+// Kimi Delta Attention layer (MODEL_SPEC.md §3): projections, short convolutions, decay gate, the
+// gated delta rule (recurrent for decode rows, chunked for the prompt pass), gated output RMSNorm.
+#include <cmath>
+
+#include "kernels/model/model_ctx.hpp"
+
+namespace ferry {
+namespace {
+// L2 normalisation epsilon of q and k (fla / HF "use_qk_l2norm_in_kernel": rsqrt(sum + 1e-6)).
+constexpr float kL2Eps = 1e-6f;
+// Chunk length of the chunked (prefill) form: HF and fla use 64.
+constexpr int64_t kKdaChunk = 64;
+}  // namespace
+
+void Model::mixer_kda(int il, Ctx& c, const float* x, float* out) {
+  const KdaWeights& w = w_.layers[static_cast<size_t>(il)].kda;
+  LayerState& st = c.s->layers[static_cast<size_t>(il)];
+  const int64_t n = c.n, h = cfg_.kda.n_heads, k = cfg_.kda.head_dim, p = h * k, cw = cfg_.kda.conv_kernel;
+  const size_t np = static_cast<size_t>(n * p);
+  Buf q(be_, np), kk(be_, np), v(be_, np), t(be_, np);
+  // q, k, v: projection, causal depthwise conv (history carried in the state), SiLU.
+  be_.matmul(w.q, x, n, t);
+  be_.conv1d_silu(t, n, p, w.q_conv, cw, st.conv_q, q);
+  be_.matmul(w.k, x, n, t);
+  be_.conv1d_silu(t, n, p, w.k_conv, cw, st.conv_k, kk);
+  be_.matmul(w.v, x, n, t);
+  be_.conv1d_silu(t, n, p, w.v_conv, cw, st.conv_v, v);
+  be_.l2norm(q, n * h, k, kL2Eps, q);
+  be_.scale(q, static_cast<float>(1.0 / std::sqrt(static_cast<double>(k))), static_cast<int64_t>(np));
+  be_.l2norm(kk, n * h, k, kL2Eps, kk);
+  // Decay gate g [n, H, K] from f = f_b(f_a(x)) + dt_bias.
+  Buf fa(be_, static_cast<size_t>(n * k)), g(be_, np);
+  be_.matmul(w.f_a, x, n, fa);
+  be_.matmul(w.f_b, fa, n, t);
+  for (int64_t i = 0; i < n; ++i) be_.add(t.get() + i * p, w.dt_bias, p, t.get() + i * p);
+  KdaGateParams gp;
+  gp.safe_gate = cfg_.kda.has_lower_bound;
+  gp.lower_bound = static_cast<float>(cfg_.kda.gate_lower_bound);
+  be_.kda_gate(t, w.a_log, n, h, k, gp, g);
+  Buf beta(be_, static_cast<size_t>(n * h));
+  be_.matmul(w.b, x, n, beta);
+  be_.sigmoid(beta, n * h, beta);
+  // The delta rule. Decode rows always use the recurrent form (row-exact); the prompt pass the chunked one.
+  Buf o(be_, np);
+  if (c.prefill && n > 1)
+    be_.kda_chunked(q, kk, v, g, beta, n, h, k, k, kKdaChunk, st.kda_state, o);
+  else
+    be_.kda_recurrent(q, kk, v, g, beta, n, h, k, k, st.kda_state, o);
+  // Output gate and per-head RMSNorm: o = rmsnorm(o) * o_norm * sigmoid(gate).
+  if (cfg_.kda.full_rank_gate) {
+    be_.matmul(w.g, x, n, t);
+  } else {
+    be_.matmul(w.g_a, x, n, fa);
+    be_.matmul(w.g_b, fa, n, t);
+  }
+  be_.rmsnorm(o, w.o_norm, n * h, k, static_cast<float>(cfg_.rms_eps), o);
+  be_.sigmoid_mul(o, t, static_cast<int64_t>(np), o);
+  be_.matmul(w.o, o, n, out);
+}
+
+}  // namespace ferry

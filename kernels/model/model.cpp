@@ -1,0 +1,237 @@
+#include "kernels/model/model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "io/errors.hpp"
+#include "kernels/model/model_ctx.hpp"
+
+namespace ferry {
+
+uint64_t fnv1a64(const void* data, size_t bytes) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < bytes; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+namespace {
+
+// RoPE inverse frequencies (HF modeling_rope_utils: default and YaRN), computed in double and rounded
+// once; HF computes them in float32, the difference is below 1e-7 relative.
+std::vector<float> rope_inv_freq(const RopeConfig& r, int64_t dim) {
+  std::vector<float> f(static_cast<size_t>(dim / 2));
+  const double base = r.theta;
+  for (int64_t i = 0; i < dim / 2; ++i) {
+    double inv = 1.0 / std::pow(base, static_cast<double>(2 * i) / static_cast<double>(dim));
+    if (r.type == RopeType::yarn) {
+      auto corr = [&](double rot) {
+        return (static_cast<double>(dim) * std::log(static_cast<double>(r.original_max_position) / (rot * 2 * M_PI))) /
+               (2 * std::log(base));
+      };
+      double low = std::max(std::floor(corr(r.beta_fast)), 0.0);
+      double high = std::min(std::ceil(corr(r.beta_slow)), static_cast<double>(dim - 1));
+      if (low == high) high += 0.001;
+      double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+      double extrap = 1.0 - ramp;  // HF: inv_freq_extrapolation_factor = 1 - ramp
+      inv = (inv / r.factor) * (1.0 - extrap) + inv * extrap;
+    }
+    f[static_cast<size_t>(i)] = static_cast<float>(inv);
+  }
+  return f;
+}
+
+}  // namespace
+
+Model::Model(const ModelConfig& cfg, const TensorSource& src, Backend& be, const LoadOptions& opt,
+             ExpertSource* experts)
+    : cfg_(cfg), be_(be) {
+  w_ = load_spine(cfg_, src, be_, opt, storage_);
+  if (cfg_.count(Ffn::moe) > 0) {
+    if (experts) {
+      experts_ = experts;
+    } else {
+      resident_ = std::make_unique<ResidentExperts>(cfg_, src, be_);
+      experts_ = resident_.get();
+    }
+    score_bias_host_.resize(static_cast<size_t>(cfg_.n_layers));
+    for (int il = 0; il < cfg_.n_layers; ++il) {
+      const LayerWeights& L = w_.layers[static_cast<size_t>(il)];
+      if (cfg_.ffn[static_cast<size_t>(il)] != Ffn::moe) continue;
+      auto& b = score_bias_host_[static_cast<size_t>(il)];
+      b.resize(static_cast<size_t>(cfg_.moe.n_experts));
+      be_.download(b.data(), L.moe.score_bias.get(), b.size() * sizeof(float));
+    }
+  }
+  // Attention scale and RoPE tables.
+  if (cfg_.count(Mixer::gqa) > 0) {
+    attn_scale_ = 1.0f / std::sqrt(static_cast<float>(cfg_.head_dim));
+    if (cfg_.rope.type != RopeType::none) inv_freq_ = rope_inv_freq(cfg_.rope, cfg_.head_dim);
+  } else {
+    attn_scale_ = static_cast<float>(1.0 / std::sqrt(static_cast<double>(cfg_.qk_head_dim())));
+    if (cfg_.rope.type == RopeType::yarn) {
+      if (cfg_.rope.mscale_all_dim > 0) {
+        const float m = yarn_mscale(cfg_.rope.factor, cfg_.rope.mscale_all_dim);
+        attn_scale_ = static_cast<float>(static_cast<double>(attn_scale_) * m * m);
+        rope_attention_factor_ =
+            yarn_mscale(cfg_.rope.factor, cfg_.rope.mscale) / yarn_mscale(cfg_.rope.factor, cfg_.rope.mscale_all_dim);
+      } else {
+        rope_attention_factor_ = yarn_mscale(cfg_.rope.factor, 1.0);
+      }
+    }
+    if (cfg_.rope.type != RopeType::none && cfg_.qk_rope_dim > 0)
+      inv_freq_ = rope_inv_freq(cfg_.rope, cfg_.qk_rope_dim);
+  }
+}
+
+Model::~Model() = default;
+
+std::unique_ptr<SeqState> Model::new_state(int64_t max_ctx) const {
+  auto s = std::make_unique<SeqState>();
+  s->max_ctx = max_ctx;
+  s->layers.resize(static_cast<size_t>(cfg_.n_layers));
+  const int64_t p = cfg_.kda_width(), w = cfg_.kda.conv_kernel;
+  for (int il = 0; il < cfg_.n_layers; ++il) {
+    LayerState& L = s->layers[static_cast<size_t>(il)];
+    switch (cfg_.mixer[static_cast<size_t>(il)]) {
+      case Mixer::kda:
+        L.conv_q = Buf(be_, static_cast<size_t>((w - 1) * p));
+        L.conv_k = Buf(be_, static_cast<size_t>((w - 1) * p));
+        L.conv_v = Buf(be_, static_cast<size_t>((w - 1) * p));
+        L.kda_state = Buf(be_, static_cast<size_t>(cfg_.kda.n_heads * cfg_.kda.head_dim * cfg_.kda.head_dim));
+        break;
+      case Mixer::dsa:
+        L.index_k = Buf(be_, static_cast<size_t>(max_ctx * cfg_.index_head_dim));
+        [[fallthrough]];
+      case Mixer::mla:
+        L.latent = Buf(be_, static_cast<size_t>(max_ctx * (cfg_.kv_lora_rank + cfg_.qk_rope_dim)));
+        break;
+      case Mixer::gqa:
+        L.k = Buf(be_, static_cast<size_t>(max_ctx * cfg_.n_kv_heads * cfg_.head_dim));
+        L.v = Buf(be_, static_cast<size_t>(max_ctx * cfg_.n_kv_heads * cfg_.head_dim));
+        break;
+    }
+  }
+  return s;
+}
+
+SeqSnapshot Model::snapshot(const SeqState& s) const {
+  SeqSnapshot snap;
+  snap.len = s.len;
+  for (const LayerState& L : s.layers) {
+    if (!L.kda_state.get()) continue;
+    std::vector<float> v(L.kda_state.size() + 3 * L.conv_q.size());
+    size_t o = 0;
+    for (const Buf* b : {&L.kda_state, &L.conv_q, &L.conv_k, &L.conv_v}) {
+      be_.download(v.data() + o, b->get(), b->size() * sizeof(float));
+      o += b->size();
+    }
+    snap.kda.push_back(std::move(v));
+  }
+  return snap;
+}
+
+void Model::restore(SeqState& s, const SeqSnapshot& snap) const {
+  s.len = snap.len;
+  size_t k = 0;
+  for (LayerState& L : s.layers) {
+    if (!L.kda_state.get()) continue;
+    const auto& v = snap.kda.at(k++);
+    size_t o = 0;
+    for (Buf* b : {&L.kda_state, &L.conv_q, &L.conv_k, &L.conv_v}) {
+      be_.upload(b->get(), v.data() + o, b->size() * sizeof(float));
+      o += b->size();
+    }
+  }
+}
+
+void Model::attn_res(const std::vector<Buf>& blocks, const float* p, const Buf& w, int64_t n, float* out) {
+  std::vector<const float*> vs;
+  for (const Buf& b : blocks) vs.push_back(b.get());
+  vs.push_back(p);
+  be_.attn_res(vs.data(), static_cast<int64_t>(vs.size()), w.get(), n, cfg_.hidden, static_cast<float>(cfg_.rms_eps),
+               out);
+}
+
+std::vector<float> Model::forward(SeqState& s, std::span<const int32_t> ids, const ForwardOptions& opt) {
+  const int64_t n = static_cast<int64_t>(ids.size()), d = cfg_.hidden;
+  if (n == 0) return {};
+  if (s.len + n > s.max_ctx)
+    throw LimitError(std::to_string(s.len) + " tokens in context + " + std::to_string(n) +
+                     " new tokens exceed the context size of " + std::to_string(s.max_ctx) + " tokens (-c)");
+  for (int32_t id : ids)
+    if (id < 0 || id >= cfg_.vocab)
+      throw LimitError("token id " + std::to_string(id) + " is outside the vocabulary (0.." +
+                       std::to_string(cfg_.vocab - 1) + ")");
+  Ctx c;
+  c.s = &s;
+  c.n = n;
+  c.pos0 = s.len;
+  c.prefill = opt.prefill;
+  for (int64_t i = 0; i < n; ++i) c.pos.push_back(static_cast<int32_t>(s.len + i));
+
+  const size_t nd = static_cast<size_t>(n * d);
+  Buf p(be_, nd), h(be_, nd), xn(be_, nd), a(be_, nd), f(be_, nd);
+  be_.embed(w_.embed, ids.data(), n, p);
+  const bool res = cfg_.attn_res_block > 0;
+  std::vector<Buf> blocks;  // AttnRes: banked raw streams
+  for (int il = 0; il < cfg_.n_layers; ++il) {
+    const LayerWeights& L = w_.layers[static_cast<size_t>(il)];
+    const bool bank = res && il % cfg_.attn_res_block == 0;
+    if (res && !blocks.empty())
+      attn_res(blocks, p, L.attn_res_w, n, h);
+    else
+      be_.copy(h, p, nd * sizeof(float));
+    if (bank) {
+      blocks.emplace_back(be_, nd);
+      be_.copy(blocks.back(), p, nd * sizeof(float));
+    }
+    be_.rmsnorm(h, L.attn_norm, n, d, static_cast<float>(cfg_.rms_eps), xn);
+    switch (cfg_.mixer[static_cast<size_t>(il)]) {
+      case Mixer::kda: mixer_kda(il, c, xn, a); break;
+      case Mixer::mla:
+      case Mixer::dsa: mixer_mla(il, c, xn, a); break;
+      case Mixer::gqa: mixer_gqa(il, c, xn, a); break;
+    }
+    if (bank)
+      be_.copy(p, a, nd * sizeof(float));
+    else
+      be_.add(p, a, static_cast<int64_t>(nd), p);
+    const float* fin = p;
+    if (res) {
+      attn_res(blocks, p, L.mlp_res_w, n, h);
+      fin = h;
+    }
+    be_.rmsnorm(fin, L.ffn_norm, n, d, static_cast<float>(cfg_.rms_eps), xn);
+    ffn(il, c, xn, f);
+    be_.add(p, f, static_cast<int64_t>(nd), p);
+    if (opt.on_layer) opt.on_layer(il, p, n);
+  }
+  s.len += n;
+  if (opt.no_logits) return {};
+
+  const int64_t rows = opt.all_logits ? n : 1;
+  const float* last = p.get() + (n - rows) * d;
+  const float* fin = last;
+  if (res) {
+    // The output mix is per row: mix only the rows whose logits are wanted.
+    std::vector<const float*> vs;
+    for (const Buf& b : blocks) vs.push_back(b.get() + (n - rows) * d);
+    vs.push_back(last);
+    be_.attn_res(vs.data(), static_cast<int64_t>(vs.size()), w_.out_res_w.get(), rows, d,
+                 static_cast<float>(cfg_.rms_eps), h);
+    fin = h;
+  }
+  be_.rmsnorm(fin, w_.final_norm, rows, d, static_cast<float>(cfg_.rms_eps), xn);
+  Buf logits(be_, static_cast<size_t>(rows * cfg_.vocab));
+  be_.matmul(w_.lm_head, xn, rows, logits);
+  std::vector<float> out(static_cast<size_t>(rows * cfg_.vocab));
+  be_.download(out.data(), logits.get(), out.size() * sizeof(float));
+  return out;
+}
+
+}  // namespace ferry

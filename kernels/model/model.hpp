@@ -1,0 +1,99 @@
+// The model forward pass for every supported family, written once against the Backend interface.
+//
+// Two forms per step, both exact in the sense of DESIGN.md "Exactness":
+//  - prefill (prompt pass): chunked KDA and unabsorbed MLA, fast for many tokens;
+//  - decode (plain steps and verification blocks of up to 16 rows): recurrent KDA and absorbed MLA.
+//    Every op in this form is row-invariant, so a row's logits are bit-identical whether it runs
+//    alone or inside a block.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "io/model_config.hpp"
+#include "io/tensor_source.hpp"
+#include "kernels/backend.hpp"
+#include "kernels/model/weights.hpp"
+
+namespace ferry {
+
+// Per-sequence state: attention caches, KDA recurrent state and convolution history.
+struct LayerState {
+  Buf conv_q, conv_k, conv_v;  // KDA: previous W-1 inputs [W-1, P]
+  Buf kda_state;               // KDA: [H, K, V] fp32
+  Buf latent;                  // MLA/DSA: [max_ctx, R + dr] (normalised latent c, then k_pe)
+  Buf index_k;                 // DSA: [max_ctx, di] indexer keys
+  Buf k, v;                    // GQA: [max_ctx, Hk * hd]
+};
+
+struct SeqState {
+  int64_t len = 0;      // tokens already in the caches
+  int64_t max_ctx = 0;
+  std::vector<LayerState> layers;
+};
+
+// A copy of the parts of a SeqState that cannot be rolled back by truncating `len` (KDA state and
+// convolution history). Attention caches roll back by resetting `len`: rows past it are rewritten.
+struct SeqSnapshot {
+  int64_t len = 0;
+  std::vector<std::vector<float>> kda;  // per KDA layer: state, conv_q, conv_k, conv_v concatenated
+};
+
+struct ForwardOptions {
+  bool prefill = false;          // chunked KDA / unabsorbed MLA (prompt pass)
+  bool all_logits = false;       // logits for every row (else only the last row)
+  bool no_logits = false;        // skip the LM head entirely (e.g. prompt chunks before the last)
+  // Called after each decoder layer with the layer output (back-end memory, [n, hidden]).
+  std::function<void(int layer, const float* out, int64_t n)> on_layer;
+};
+
+class Model {
+ public:
+  // experts: where routed experts come from; nullptr = load them all into back-end memory.
+  Model(const ModelConfig& cfg, const TensorSource& src, Backend& be, const LoadOptions& opt,
+        ExpertSource* experts = nullptr);
+  ~Model();
+
+  const ModelConfig& config() const { return cfg_; }
+  Backend& backend() const { return be_; }
+
+  std::unique_ptr<SeqState> new_state(int64_t max_ctx) const;
+  SeqSnapshot snapshot(const SeqState& s) const;
+  void restore(SeqState& s, const SeqSnapshot& snap) const;
+
+  // Runs ids at positions s.len … s.len+n-1 and advances s.len. Returns host logits
+  // [rows, vocab] where rows = n (all_logits) or 1 (the last row) or 0 (no_logits).
+  // Throws LimitError when the context would overflow.
+  std::vector<float> forward(SeqState& s, std::span<const int32_t> ids, const ForwardOptions& opt = {});
+
+ private:
+  struct Ctx;  // one forward call's shared values (n, positions, mode)
+  void mixer_kda(int il, Ctx& c, const float* x, float* out);
+  void mixer_mla(int il, Ctx& c, const float* x, float* out);
+  void mixer_gqa(int il, Ctx& c, const float* x, float* out);
+  void indexer(int il, Ctx& c, const float* x, const float* cq, std::vector<int32_t>& sel);
+  void ffn(int il, Ctx& c, const float* x, float* out);
+  void mlp(const MlpWeights& w, const float* x, int64_t n, float* out);
+  void moe(int il, Ctx& c, const float* x, float* out);
+  void route(int il, const float* x, int64_t n, std::vector<int32_t>& ids, std::vector<float>& w);
+  void attn_res(const std::vector<Buf>& blocks, const float* p, const Buf& w, int64_t n, float* out);
+
+  ModelConfig cfg_;
+  Backend& be_;
+  std::vector<Buf> storage_;
+  SpineWeights w_;
+  std::unique_ptr<ResidentExperts> resident_;
+  ExpertSource* experts_ = nullptr;
+  std::vector<float> inv_freq_;            // RoPE frequencies (qk_rope_dim/2 or head_dim/2)
+  float rope_attention_factor_ = 1.0f;
+  float attn_scale_ = 1.0f;                // softmax scale of MLA / GQA
+  std::vector<std::vector<float>> score_bias_host_;  // per layer, router correction bias
+};
+
+// FNV-1a 64 of the raw bytes of a float array (the --trace-hash of a position's logits).
+uint64_t fnv1a64(const void* data, size_t bytes);
+
+}  // namespace ferry

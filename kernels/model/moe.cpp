@@ -1,0 +1,151 @@
+// Feed-forward blocks: dense MLP (SwiGLU or SiTU), and the mixture of experts with sigmoid routing,
+// grouped top-k, shared experts and K3's latent MoE (MODEL_SPEC.md §2, §6).
+#include <algorithm>
+#include <numeric>
+
+#include "kernels/model/model_ctx.hpp"
+
+namespace ferry {
+
+void Model::mlp(const MlpWeights& w, const float* x, int64_t n, float* out) {
+  const size_t ni = static_cast<size_t>(n * w.gate.rows);
+  Buf g(be_, ni), u(be_, ni);
+  be_.matmul(w.gate, x, n, g);
+  be_.matmul(w.up, x, n, u);
+  if (cfg_.act == Activation::situ)
+    be_.situ(g, u, static_cast<int64_t>(ni), static_cast<float>(cfg_.situ_beta),
+             static_cast<float>(cfg_.situ_linear_beta), g);
+  else
+    be_.swiglu(g, u, static_cast<int64_t>(ni), g);
+  be_.matmul(w.down, g, n, out);
+}
+
+void Model::ffn(int il, Ctx& c, const float* x, float* out) {
+  if (cfg_.ffn[static_cast<size_t>(il)] == Ffn::moe)
+    moe(il, c, x, out);
+  else
+    mlp(w_.layers[static_cast<size_t>(il)].dense, x, c.n, out);
+}
+
+// Router (HF DeepseekV3TopkRouter / KimiLinearTopkRouter): f32 logits, sigmoid scores, the correction
+// bias only for choosing, optional group restriction, top-k, renormalisation and scaling. Runs on
+// the host: the scheduler needs the expert ids there anyway. Rank order = descending choice score,
+// ties to the lower expert id, so it is deterministic.
+void Model::route(int il, const float* x, int64_t n, std::vector<int32_t>& ids, std::vector<float>& wts) {
+  const MoeWeights& w = w_.layers[static_cast<size_t>(il)].moe;
+  const int64_t e = cfg_.moe.n_experts, k = cfg_.moe.top_k;
+  Buf logits(be_, static_cast<size_t>(n * e));
+  be_.matmul(w.router, x, n, logits);
+  be_.sigmoid(logits, n * e, logits);
+  std::vector<float> s(static_cast<size_t>(n * e));
+  be_.download(s.data(), logits.get(), s.size() * sizeof(float));
+  const auto& bias = score_bias_host_[static_cast<size_t>(il)];
+  ids.assign(static_cast<size_t>(n * k), 0);
+  wts.assign(static_cast<size_t>(n * k), 0.0f);
+  std::vector<float> choice(static_cast<size_t>(e));
+  std::vector<int32_t> order(static_cast<size_t>(e));
+  const int64_t ng = cfg_.moe.n_group, per = e / std::max<int64_t>(ng, 1);
+  for (int64_t t = 0; t < n; ++t) {
+    const float* st = s.data() + t * e;
+    for (int64_t j = 0; j < e; ++j) choice[static_cast<size_t>(j)] = st[j] + bias[static_cast<size_t>(j)];
+    if (ng > 1 && cfg_.moe.topk_group < ng) {
+      // Group score = sum of the group's two best choice scores; keep the topk_group best groups.
+      std::vector<std::pair<float, int64_t>> gs;
+      for (int64_t g = 0; g < ng; ++g) {
+        std::vector<float> v(choice.begin() + g * per, choice.begin() + (g + 1) * per);
+        std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<>());
+        gs.push_back({v[0] + v[1], g});
+      }
+      std::stable_sort(gs.begin(), gs.end(), [](auto& a, auto& b) { return a.first > b.first; });
+      std::vector<bool> keep(static_cast<size_t>(ng), false);
+      for (int64_t g = 0; g < cfg_.moe.topk_group; ++g) keep[static_cast<size_t>(gs[static_cast<size_t>(g)].second)] = true;
+      for (int64_t j = 0; j < e; ++j)
+        if (!keep[static_cast<size_t>(j / per)]) choice[static_cast<size_t>(j)] = -INFINITY;
+    }
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+      const float ca = choice[static_cast<size_t>(a)], cb = choice[static_cast<size_t>(b)];
+      return ca > cb || (ca == cb && a < b);
+    });
+    double sum = 0;
+    for (int64_t j = 0; j < k; ++j) sum += st[order[static_cast<size_t>(j)]];
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t id = order[static_cast<size_t>(j)];
+      float wt = st[id];
+      if (cfg_.moe.renormalize && k > 1) wt = static_cast<float>(wt / (sum + 1e-20));
+      ids[static_cast<size_t>(t * k + j)] = id;
+      wts[static_cast<size_t>(t * k + j)] = static_cast<float>(wt * cfg_.moe.routed_scale);
+    }
+  }
+}
+
+void Model::moe(int il, Ctx& c, const float* x, float* out) {
+  const MoeWeights& w = w_.layers[static_cast<size_t>(il)].moe;
+  const int64_t n = c.n, d = cfg_.hidden, k = cfg_.moe.top_k;
+  const int64_t in = cfg_.moe.latent_dim > 0 ? cfg_.moe.latent_dim : d;
+  std::vector<int32_t> ids;
+  std::vector<float> wts;
+  route(il, x, n, ids, wts);
+  // Expert input: the latent projection of x (K3) or x itself.
+  Buf hl;
+  const float* hin = x;
+  if (cfg_.moe.latent_dim > 0) {
+    hl = Buf(be_, static_cast<size_t>(n * in));
+    be_.matmul(w.latent_down, x, n, hl);
+    hin = hl;
+  }
+  // Group rows by expert, experts in order of first use (row-major over ranks).
+  std::vector<ExpertUse> uses;
+  std::vector<int> slot(static_cast<size_t>(cfg_.moe.n_experts), -1);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t id = ids[static_cast<size_t>(t * k + j)];
+      int& sidx = slot[static_cast<size_t>(id)];
+      if (sidx < 0) {
+        sidx = static_cast<int>(uses.size());
+        uses.push_back({id, {}, {}});
+      }
+      uses[static_cast<size_t>(sidx)].rows.push_back(static_cast<int32_t>(t));
+      uses[static_cast<size_t>(sidx)].ranks.push_back(static_cast<int32_t>(j));
+    }
+  // Each expert writes its rows' outputs to their own (row, rank) slot, in whatever order experts
+  // arrive; the sum below runs in rank order, so the result never depends on arrival order.
+  Buf y(be_, static_cast<size_t>(n * k * in));
+  const int64_t inter = cfg_.moe.moe_inter;
+  experts_->fetch(il, uses, [&](size_t i, const ExpertWeights& ew) {
+    const ExpertUse& u = uses[i];
+    const int64_t m = static_cast<int64_t>(u.rows.size());
+    Buf xin(be_, static_cast<size_t>(m * in)), g(be_, static_cast<size_t>(m * inter)),
+        up(be_, static_cast<size_t>(m * inter)), yo(be_, static_cast<size_t>(m * in));
+    for (int64_t r = 0; r < m; ++r)
+      be_.copy(xin.get() + r * in, hin + u.rows[static_cast<size_t>(r)] * in, static_cast<size_t>(in) * sizeof(float));
+    be_.matmul(ew.gate, xin, m, g);
+    be_.matmul(ew.up, xin, m, up);
+    if (cfg_.act == Activation::situ)
+      be_.situ(g, up, m * inter, static_cast<float>(cfg_.situ_beta), static_cast<float>(cfg_.situ_linear_beta), g);
+    else
+      be_.swiglu(g, up, m * inter, g);
+    be_.matmul(ew.down, g, m, yo);
+    for (int64_t r = 0; r < m; ++r) {
+      const int64_t row = u.rows[static_cast<size_t>(r)], rank = u.ranks[static_cast<size_t>(r)];
+      be_.copy(y.get() + (row * k + rank) * in, yo.get() + r * in, static_cast<size_t>(in) * sizeof(float));
+    }
+  });
+  Buf acc(be_, static_cast<size_t>(n * in));  // zero-filled
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t j = 0; j < k; ++j)
+      be_.axpy(wts[static_cast<size_t>(t * k + j)], y.get() + (t * k + j) * in, in, acc.get() + t * in);
+  if (cfg_.moe.latent_dim > 0) {
+    if (cfg_.moe.latent_norm) be_.rmsnorm(acc, w.latent_norm, n, in, static_cast<float>(cfg_.rms_eps), acc);
+    be_.matmul(w.latent_up, acc, n, out);
+  } else {
+    be_.copy(out, acc, static_cast<size_t>(n * d) * sizeof(float));
+  }
+  if (!w.shared.gate.empty()) {
+    Buf sh(be_, static_cast<size_t>(n * d));
+    mlp(w.shared, x, n, sh);
+    be_.add(out, sh, n * d, out);
+  }
+}
+
+}  // namespace ferry
