@@ -10,6 +10,8 @@ find_package(Protobuf REQUIRED)
 pkg_check_modules(URING REQUIRED IMPORTED_TARGET liburing)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+# ICU: Unicode NFC normalization for tokenizers whose tokenizer.json asks for it (Qwen).
+pkg_check_modules(ICU REQUIRED IMPORTED_TARGET icu-uc)
 
 # CAF 0.17.6 ships no CMake config and no pkg-config file.
 find_path(CAF_INCLUDE_DIR caf/all.hpp REQUIRED)
