@@ -47,6 +47,14 @@ struct RopeParams {
   bool interleaved = false;              // pairs (x[2i], x[2i+1]); else (x[i], x[i+dim/2])
 };
 
+// How the DSA indexer orders keys of equal score. The scores are sums of ReLUs, so exact ties (at 0)
+// happen whenever every head's dot product is negative: common with the 2 heads of a test model,
+// practically never with 64. by_position (the default) keeps the lower position: deterministic and
+// independent of the call's key count. torch_cpu reproduces what transformers' reference gets from
+// torch.topk on the CPU (libstdc++ nth_element over the whole [L] row, masked keys included): used only
+// to compare with reference logits computed that way.
+enum class IndexerTies : uint8_t { by_position, torch_cpu };
+
 // One attention call: queries [T, Hq, Dk] against keys [L, Hk, Dk] and values [L, Hk, Dv];
 // query head h reads key/value head h / (Hq / Hk). Strides are in floats, so MQA over a shared
 // latent cache (MLA absorbed decode) and slices of wider rows need no copies.
@@ -130,7 +138,8 @@ class Backend {
   // DSA lightning indexer: score[t, s] = sum_h w[t,h] * relu(q[t,h,:] . k[s,:]) for s <= q_pos0 + t,
   // then the top min(topk, q_pos0+t+1) positions per query into sel[T, topk] (-1 padded).
   virtual void indexer_topk(const float* q, const float* k, const float* w, int64_t T, int64_t L, int64_t Hi,
-                            int64_t Di, int64_t q_pos0, int64_t topk, int32_t* sel) = 0;
+                            int64_t Di, int64_t q_pos0, int64_t topk, int32_t* sel,
+                            IndexerTies ties = IndexerTies::by_position) = 0;
 
   // ---- attention residuals (K3) -----------------------------------------------------------------
   // out[T,D] = sum_s softmax_s(score_s) * vs[s] with score_s = sum_d rmsnorm(vs[s])[d] * w[d],

@@ -53,7 +53,7 @@ class CpuBackend final : public Backend {
             const int32_t* pos_host, const RopeParams& rope) override;
   void attention(const AttentionArgs& a) override;
   void indexer_topk(const float* q, const float* k, const float* w, int64_t T, int64_t L, int64_t Hi, int64_t Di,
-                    int64_t q_pos0, int64_t topk, int32_t* sel) override;
+                    int64_t q_pos0, int64_t topk, int32_t* sel, IndexerTies ties) override;
 
   void attn_res(const float* const* vs_host, int64_t nv, const float* w, int64_t T, int64_t D, float eps,
                 float* out) override;

@@ -31,7 +31,7 @@ void Model::indexer(int il, Ctx& c, const float* x, const float* cq, std::vector
   be_.scale(wts, static_cast<float>(1.0 / std::sqrt(static_cast<double>(hi * di))), n * hi);
   const int64_t topk = cfg_.index_topk;
   sel.assign(static_cast<size_t>(n * topk), -1);
-  be_.indexer_topk(q, st.index_k, wts, n, c.pos0 + n, hi, di, c.pos0, topk, sel.data());
+  be_.indexer_topk(q, st.index_k, wts, n, c.pos0 + n, hi, di, c.pos0, topk, sel.data(), indexer_ties_);
 }
 
 void Model::mixer_mla(int il, Ctx& c, const float* x, float* out) {

@@ -49,7 +49,7 @@ std::vector<float> rope_inv_freq(const RopeConfig& r, int64_t dim) {
 
 Model::Model(const ModelConfig& cfg, const TensorSource& src, Backend& be, const LoadOptions& opt,
              ExpertSource* experts)
-    : cfg_(cfg), be_(be) {
+    : cfg_(cfg), be_(be), indexer_ties_(opt.indexer_ties) {
   w_ = load_spine(cfg_, src, be_, opt, storage_);
   if (cfg_.count(Ffn::moe) > 0) {
     if (experts) {

@@ -89,7 +89,8 @@ class Model {
   ExpertSource* experts_ = nullptr;
   std::vector<float> inv_freq_;            // RoPE frequencies (qk_rope_dim/2 or head_dim/2)
   float rope_attention_factor_ = 1.0f;
-  float attn_scale_ = 1.0f;                // softmax scale of MLA / GQA
+  float attn_scale_ = 1.0f;
+  IndexerTies indexer_ties_ = IndexerTies::by_position;                // softmax scale of MLA / GQA
   std::vector<std::vector<float>> score_bias_host_;  // per layer, router correction bias
 };
 

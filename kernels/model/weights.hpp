@@ -97,6 +97,7 @@ struct SpineWeights {
 
 struct LoadOptions {
   SpineType spine_type = SpineType::f32;
+  IndexerTies indexer_ties = IndexerTies::by_position;  // torch_cpu only to compare with HF references
 };
 
 // Loads every non-routed tensor. Throws TensorError naming the tensor on a missing tensor or a

@@ -67,13 +67,15 @@ struct Loaded {
   std::unique_ptr<Backend> be;
   std::unique_ptr<Model> model;
 };
-inline Loaded load(const std::filesystem::path& dir, SpineType st = SpineType::f32) {
+inline Loaded load(const std::filesystem::path& dir, SpineType st = SpineType::f32,
+                   IndexerTies ties = IndexerTies::by_position) {
   Loaded l;
   l.cfg = load_model_config(dir);
   l.src = open_safetensors_checkpoint(dir);
   l.be = make_cpu_backend();
   LoadOptions o;
   o.spine_type = st;
+  o.indexer_ties = ties;
   l.model = std::make_unique<Model>(l.cfg, *l.src, *l.be, o);
   return l;
 }
