@@ -9,18 +9,14 @@
 
 #include "io/convert.hpp"
 #include "io/errors.hpp"
+#include "tests/io/temp_dir.hpp"
 #include "io/gguf.hpp"
 
 namespace fs = std::filesystem;
 using namespace ferry;
 
 namespace {
-fs::path temp_dir(const std::string& name) {
-  auto d = fs::temp_directory_path() / ("ferry_gguf_test_" + std::to_string(::getpid())) / name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+using ferry::test::temp_dir;
 
 // A GGUF file assembled by hand from the spec (MODEL_SPEC.md §11), independent of GgufWriter.
 struct Bytes {
