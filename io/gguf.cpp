@@ -141,6 +141,36 @@ GgufValue read_value(Cursor& c, const std::string& file, const std::string& key)
   return v;
 }
 
+GgufTensorInfo read_tensor_info(Cursor& c, const std::string& f, int64_t i, uint32_t alignment) {
+  GgufTensorInfo t;
+  t.name = c.read_string(fmt::format("tensor info {} name", i));
+  auto bad = [&](const std::string& what) { return FormatError(fmt::format("{}: tensor '{}': {}", f, t.name, what)); };
+  if (t.name.size() > kGgufMaxTensorName) throw bad(fmt::format("name longer than {} bytes", kGgufMaxTensorName));
+  auto n_dims = c.read<uint32_t>("tensor n_dims");
+  if (n_dims > kGgufMaxDims) throw bad(fmt::format("{} dimensions (at most {})", n_dims, kGgufMaxDims));
+  std::vector<int64_t> ne(n_dims);
+  for (auto& d : ne) {
+    d = c.read<int64_t>("tensor dimension");
+    if (d < 0) throw bad(fmt::format("negative dimension {}", d));
+  }
+  auto type = c.read<uint32_t>("tensor type");
+  auto dt = dtype_of_ggml(type);
+  if (!dt) throw bad(fmt::format("ggml type {} is not supported (f32=0, f16=1, q8_0=8, bf16=30, mxfp4=39 are)", type));
+  t.dtype = *dt;
+  t.offset = c.read<uint64_t>("tensor offset");
+  t.shape.assign(ne.rbegin(), ne.rend());  // GGUF ne[0] is the fastest dimension: PyTorch's last
+  uint64_t numel = 1;
+  for (auto d : ne)
+    if (__builtin_mul_overflow(numel, static_cast<uint64_t>(d), &numel)) throw bad("element count overflows");
+  if (numel > (1ull << 56)) throw bad("element count is implausibly large");  // keeps byte sizes far from overflow
+  if (dtype_size(t.dtype) == 0 && (ne.empty() || ne[0] % kQK != 0))
+    throw bad(fmt::format("{} rows of {} elements are not whole {}-element blocks", to_string(t.dtype),
+                          ne.empty() ? 0 : ne[0], kQK));
+  t.nbytes = gguf_tensor_bytes(t.dtype, t.shape);
+  if (t.offset % alignment != 0) throw bad(fmt::format("offset {} is not a multiple of the alignment {}", t.offset, alignment));
+  return t;
+}
+
 }  // namespace
 
 GgufFile::GgufFile(const std::filesystem::path& path) : file_(path) { parse(); }
@@ -155,10 +185,10 @@ void GgufFile::parse() {
   if (version_ != 3) throw FormatError(fmt::format("{}: GGUF version {} is not supported (3 is)", f, version_));
   auto n_tensors = c.read<int64_t>("tensor count");
   auto n_kv = c.read<int64_t>("metadata count");
-  // A KV takes >= 8+1+4+1 bytes and a tensor info >= 8+4+8+4+8: counts beyond that are corrupt.
+  // A KV takes >= 8+4+1 bytes and a tensor info >= 8+4+4+8: counts beyond what is left are corrupt.
   if (n_kv < 0 || static_cast<uint64_t>(n_kv) > c.left() / 13)
     throw FormatError(fmt::format("{}: metadata count {} is impossible for a {}-byte file", f, n_kv, file_.size()));
-  if (n_tensors < 0 || static_cast<uint64_t>(n_tensors) > c.left() / 32)
+  if (n_tensors < 0 || static_cast<uint64_t>(n_tensors) > c.left() / 24)
     throw FormatError(fmt::format("{}: tensor count {} is impossible for a {}-byte file", f, n_tensors, file_.size()));
   for (int64_t i = 0; i < n_kv; ++i) {
     std::string key = c.read_string(fmt::format("metadata key {}", i));
@@ -172,41 +202,22 @@ void GgufFile::parse() {
       fail_key("general.alignment", fmt::format("{} is not a power of two", alignment_));
   }
   for (int64_t i = 0; i < n_tensors; ++i) {
-    Info t;
-    t.name = c.read_string(fmt::format("tensor info {} name", i));
-    auto bad = [&](const std::string& what) { return FormatError(fmt::format("{}: tensor '{}': {}", f, t.name, what)); };
-    if (t.name.size() > kGgufMaxTensorName) throw bad(fmt::format("name longer than {} bytes", kGgufMaxTensorName));
-    auto n_dims = c.read<uint32_t>("tensor n_dims");
-    if (n_dims > kGgufMaxDims) throw bad(fmt::format("{} dimensions (at most {})", n_dims, kGgufMaxDims));
-    std::vector<int64_t> ne(n_dims);
-    for (auto& d : ne) {
-      d = c.read<int64_t>("tensor dimension");
-      if (d < 0) throw bad(fmt::format("negative dimension {}", d));
-    }
-    auto type = c.read<uint32_t>("tensor type");
-    auto dt = dtype_of_ggml(type);
-    if (!dt) throw bad(fmt::format("ggml type {} is not supported (f32=0, f16=1, q8_0=8, bf16=30, mxfp4=39 are)", type));
-    t.dtype = *dt;
-    t.offset = c.read<uint64_t>("tensor offset");
-    t.shape.assign(ne.rbegin(), ne.rend());  // GGUF ne[0] is the fastest dimension: PyTorch's last
-    uint64_t numel = 1;
-    for (auto d : ne)
-      if (__builtin_mul_overflow(numel, static_cast<uint64_t>(d), &numel)) throw bad("element count overflows");
-    if (dtype_size(t.dtype) == 0 && (ne.empty() || ne[0] % kQK != 0))
-      throw bad(fmt::format("{} rows of {} elements are not whole {}-element blocks", to_string(t.dtype),
-                            ne.empty() ? 0 : ne[0], kQK));
-    if (numel > (1ull << 56)) throw bad("element count is implausibly large");  // keeps byte sizes far from overflow
-    t.nbytes = gguf_tensor_bytes(t.dtype, t.shape);
-    if (t.offset % alignment_ != 0) throw bad(fmt::format("offset {} is not a multiple of the alignment {}", t.offset, alignment_));
-    if (!tensor_index_.emplace(t.name, tensors_.size()).second) throw bad("duplicate tensor name");
+    GgufTensorInfo t = read_tensor_info(c, f, i, alignment_);
+    if (!tensor_index_.emplace(t.name, tensors_.size()).second)
+      throw FormatError(fmt::format("{}: tensor '{}': duplicate tensor name", f, t.name));
     tensors_.push_back(std::move(t));
   }
   data_offset_ = (c.pos() + alignment_ - 1) / alignment_ * alignment_;
+  check_data_section();
+}
+
+void GgufFile::check_data_section() {
+  const std::string& f = file_.path();
   if (data_offset_ > file_.size())
     throw FormatError(fmt::format("{}: truncated: the data section would start at {}, past the end ({} bytes)", f,
                                   data_offset_, file_.size()));
   const uint64_t data_size = file_.size() - data_offset_;
-  std::vector<const Info*> by_offset;
+  std::vector<const GgufTensorInfo*> by_offset;
   for (const auto& t : tensors_) {
     // Like ggml, which reads the data section as the sum of padded tensor sizes, the padding after
     // each tensor must be present too.

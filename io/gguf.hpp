@@ -68,6 +68,15 @@ GgmlType ggml_type_of(DType t);  // throws FormatError for dtypes GGUF files her
 // Bytes of a tensor of `t` with PyTorch-order `shape` (block types: rows * blocks * block size).
 uint64_t gguf_tensor_bytes(DType t, const std::vector<int64_t>& shape);
 
+// One tensor info of a GGUF file.
+struct GgufTensorInfo {
+  std::string name;
+  DType dtype = DType::f32;
+  std::vector<int64_t> shape;  // PyTorch order (GGUF ne reversed)
+  uint64_t offset = 0;         // relative to the data section
+  uint64_t nbytes = 0;         // unpadded
+};
+
 class GgufFile final : public TensorSource {
  public:
   // Maps and validates the whole file; throws FormatError naming the file (and key / tensor).
@@ -91,15 +100,11 @@ class GgufFile final : public TensorSource {
   template <class T> std::optional<T> find_value(const std::string& key) const;
   template <class T> std::vector<T> get_array(const std::string& key) const;
 
+  const std::vector<GgufTensorInfo>& tensor_infos() const { return tensors_; }
+
  private:
-  struct Info {
-    std::string name;
-    DType dtype;
-    std::vector<int64_t> shape;  // PyTorch order
-    uint64_t offset;             // relative to the data section
-    uint64_t nbytes;
-  };
   void parse();
+  void check_data_section();
   [[noreturn]] void fail_key(const std::string& key, const std::string& what) const;
 
   MappedFile file_;
@@ -108,7 +113,7 @@ class GgufFile final : public TensorSource {
   uint64_t data_offset_ = 0;
   std::vector<std::pair<std::string, GgufValue>> kvs_;
   std::unordered_map<std::string, size_t> kv_index_;
-  std::vector<Info> tensors_;
+  std::vector<GgufTensorInfo> tensors_;
   std::unordered_map<std::string, size_t> tensor_index_;
 };
 
