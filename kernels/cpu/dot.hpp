@@ -29,6 +29,25 @@ FERRY_ALWAYS_INLINE void dot_accum(float* __restrict acc, const float* __restric
   for (int l = 0; l < kLanes; ++l) acc[l] = a[l];
 }
 
+// dot_accum for two rows against the same weights (each weight load serves both): per lane exactly
+// the operations of two dot_accum calls.
+FERRY_ALWAYS_INLINE void dot_accum2(float* __restrict acc0, float* __restrict acc1, const float* __restrict x0,
+                                    const float* __restrict x1, const float* __restrict w, int64_t n) {
+  float a[kLanes], b[kLanes];
+  for (int l = 0; l < kLanes; ++l) a[l] = acc0[l], b[l] = acc1[l];
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      a[l] = a[l] + x0[i + l] * w[i + l];
+      b[l] = b[l] + x1[i + l] * w[i + l];
+    }
+  for (int l = 0; i + l < n; ++l) {
+    a[l] = a[l] + x0[i + l] * w[i + l];
+    b[l] = b[l] + x1[i + l] * w[i + l];
+  }
+  for (int l = 0; l < kLanes; ++l) acc0[l] = a[l], acc1[l] = b[l];
+}
+
 FERRY_ALWAYS_INLINE float lanes_reduce(const float* acc) {
   float a[kLanes];
   for (int l = 0; l < kLanes; ++l) a[l] = acc[l];

@@ -45,6 +45,7 @@ struct Job {
 
 // Decoders: return a pointer to the floats of columns [c0, c0 + len) of one weight row.
 struct F32Src {
+  static constexpr bool kFused = false;
   static FERRY_ALWAYS_INLINE const float* get(const Job&, const uint8_t* row, int64_t c0, int64_t, float*) {
     return reinterpret_cast<const float*>(row) + c0;
   }
@@ -52,6 +53,7 @@ struct F32Src {
 
 namespace portable {
 struct Q8Src {
+  static constexpr bool kFused = false;
   static FERRY_ALWAYS_INLINE const float* get(const Job&, const uint8_t* row, int64_t c0, int64_t len, float* buf) {
     const auto* b = reinterpret_cast<const BlockQ8_0*>(row) + c0 / kQK;
     for (int64_t i = 0; i < len / kQK; ++i) decode_q8_0_block(b[i], buf + i * kQK);
@@ -59,6 +61,7 @@ struct Q8Src {
   }
 };
 struct Mxfp4Src {
+  static constexpr bool kFused = false;
   static FERRY_ALWAYS_INLINE const float* get(const Job& j, const uint8_t* row, int64_t c0, int64_t len,
                                               float* buf) {
     const auto* b = reinterpret_cast<const BlockMxfp4*>(row) + c0 / kQK;
@@ -75,40 +78,68 @@ struct Mxfp4Src {
 #pragma GCC target("avx2")
 namespace avx2 {
 // AVX2 block decoders: a byte shuffle looks the 16 E2M1 values up for 16 nibbles at once. Same
-// values as the portable decoders (exact integers times the exact scale).
+// values as the portable decoders (exact integers times the exact scale). The fused one-row path
+// (kFused) keeps a decoded block in registers and applies it straight to the 32 lane accumulators:
+// the same multiply and add per lane as dot_accum, so the same bits.
+struct Block8 {
+  __m256 w[4];  // columns 0-7, 8-15, 16-23, 24-31 of one block
+};
+FERRY_ALWAYS_INLINE void fused_accum(__m256* acc, const float* x, const Block8& b) {
+  for (int k = 0; k < 4; ++k) acc[k] = _mm256_add_ps(acc[k], _mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), b.w[k]));
+}
+FERRY_ALWAYS_INLINE __m256 i8_to_ps(__m128i v, __m256 d) {
+  return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)), d);
+}
+
 struct Mxfp4Src {
-  static FERRY_ALWAYS_INLINE const float* get(const Job& j, const uint8_t* row,
-                                              int64_t c0, int64_t len, float* buf) {
-    const auto* b = reinterpret_cast<const BlockMxfp4*>(row) + c0 / kQK;
+  static constexpr bool kFused = true;
+  static FERRY_ALWAYS_INLINE Block8 decode(const Job& j, const BlockMxfp4& b) {
     const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values));
     const __m128i mask = _mm_set1_epi8(15);
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+    const __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(q, mask));
+    const __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(q, 4), mask));
+    const __m256 d = _mm256_set1_ps(j.e8m0[b.e]);
+    return {{i8_to_ps(lo, d), i8_to_ps(_mm_srli_si128(lo, 8), d), i8_to_ps(hi, d), i8_to_ps(_mm_srli_si128(hi, 8), d)}};
+  }
+  static FERRY_ALWAYS_INLINE const float* get(const Job& j, const uint8_t* row, int64_t c0, int64_t len, float* buf) {
+    const auto* b = reinterpret_cast<const BlockMxfp4*>(row) + c0 / kQK;
     for (int64_t i = 0; i < len / kQK; ++i) {
-      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs));
-      const __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(q, mask));
-      const __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(q, 4), mask));
-      const __m256 d = _mm256_set1_ps(j.e8m0[b[i].e]);
-      float* o = buf + i * kQK;
-      _mm256_store_ps(o + 0, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), d));
-      _mm256_store_ps(o + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))), d));
-      _mm256_store_ps(o + 16, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), d));
-      _mm256_store_ps(o + 24, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))), d));
+      const Block8 v = decode(j, b[i]);
+      for (int k = 0; k < 4; ++k) _mm256_store_ps(buf + i * kQK + 8 * k, v.w[k]);
     }
     return buf;
   }
+  static FERRY_ALWAYS_INLINE void fused(const Job& j, const uint8_t* row, const float* x, float* acc_out) {
+    const auto* b = reinterpret_cast<const BlockMxfp4*>(row);
+    __m256 acc[4];
+    for (int k = 0; k < 4; ++k) acc[k] = _mm256_loadu_ps(acc_out + 8 * k);
+    for (int64_t i = 0; i < j.cols / kQK; ++i) fused_accum(acc, x + i * kQK, decode(j, b[i]));
+    for (int k = 0; k < 4; ++k) _mm256_storeu_ps(acc_out + 8 * k, acc[k]);
+  }
 };
 struct Q8Src {
-  static FERRY_ALWAYS_INLINE const float* get(const Job&, const uint8_t* row,
-                                              int64_t c0, int64_t len, float* buf) {
+  static constexpr bool kFused = true;
+  static FERRY_ALWAYS_INLINE Block8 decode(const Job&, const BlockQ8_0& b) {
+    const __m256 d = _mm256_set1_ps(half_to_float(b.d));
+    Block8 v;
+    for (int k = 0; k < 4; ++k) v.w[k] = i8_to_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qs + 8 * k)), d);
+    return v;
+  }
+  static FERRY_ALWAYS_INLINE const float* get(const Job& j, const uint8_t* row, int64_t c0, int64_t len, float* buf) {
     const auto* b = reinterpret_cast<const BlockQ8_0*>(row) + c0 / kQK;
     for (int64_t i = 0; i < len / kQK; ++i) {
-      const __m256 d = _mm256_set1_ps(half_to_float(b[i].d));
-      float* o = buf + i * kQK;
-      for (int k = 0; k < kQK; k += 8) {
-        const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b[i].qs + k));
-        _mm256_store_ps(o + k, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
-      }
+      const Block8 v = decode(j, b[i]);
+      for (int k = 0; k < 4; ++k) _mm256_store_ps(buf + i * kQK + 8 * k, v.w[k]);
     }
     return buf;
+  }
+  static FERRY_ALWAYS_INLINE void fused(const Job& j, const uint8_t* row, const float* x, float* acc_out) {
+    const auto* b = reinterpret_cast<const BlockQ8_0*>(row);
+    __m256 acc[4];
+    for (int k = 0; k < 4; ++k) acc[k] = _mm256_loadu_ps(acc_out + 8 * k);
+    for (int64_t i = 0; i < j.cols / kQK; ++i) fused_accum(acc, x + i * kQK, decode(j, b[i]));
+    for (int k = 0; k < 4; ++k) _mm256_storeu_ps(acc_out + 8 * k, acc[k]);
   }
 };
 
