@@ -186,3 +186,21 @@ TEST(TokenizerErrors, InvalidUtf8AndUnknownIds) {
 
 }  // namespace
 }  // namespace ferry
+
+namespace ferry {
+namespace {
+
+// Runs far longer than any regex backtracking stack or the 25,000-character chunking of
+// tokenization_kimi.py: still encoded, still round-tripped, in reasonable time.
+TEST(KimiTiktoken, LongRunsEncodeAndRoundTrip) {
+  auto tok = load_tokenizer(kKimiDir);
+  for (std::string run : {std::string(60'000, ' '), std::string(60'000, 'a'), std::string(30'000, '7'),
+                          std::string(20'000, '\n') + "x", std::string(40'000, '=')}) {
+    std::string text = "start " + run + " end";
+    auto ids = tok->encode(text, false);
+    EXPECT_EQ(tok->decode(ids), text) << "run of " << run.size() << " x '" << run[0] << "'";
+  }
+}
+
+}  // namespace
+}  // namespace ferry
