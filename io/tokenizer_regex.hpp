@@ -29,6 +29,7 @@ class PretokenRegex {
 
   // Non-overlapping, non-empty matches of `text`, left to right. `text` must be valid UTF-8
   // (checked by the caller once per encode; PCRE2's own check is switched off for speed).
+  // Thread-safe. A text whose backtracking needs more than 256 MiB of JIT stack -> LimitError.
   std::vector<RegexMatch> matches(std::string_view text) const;
 
   const std::string& pcre_pattern() const { return pcre_pattern_; }
