@@ -284,7 +284,8 @@ using reader_actor = caf::typed_actor<                       //
 using read_service_actor = caf::typed_actor<                       //
     caf::replies_to<fetch_atom, fetch_req>::with<read_done>,        //
     caf::replies_to<reader_atom, uint32_t>::with<reader_actor>,     // the current reader of a directory
-    caf::replies_to<stats_atom>::with<std::vector<dir_stats>>>;
+    caf::replies_to<stats_atom>::with<std::vector<dir_stats>>,      //
+    caf::reacts_to<retry_atom, uint64_t>>;                          // internal: re-dispatch after back-off
 
 // Host pool manager: pinned host slots, block-aware admission, eviction; in-use experts are pinned
 // between acquire and release.
