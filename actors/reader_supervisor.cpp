@@ -115,8 +115,8 @@ void on_read_error(service self, uint64_t id, uint32_t d, uint64_t bytes, const 
   if (err.category() == caf::atom("ferry") && static_cast<errc>(err.code()) == errc::bad_request)
     return fail_fetch(self, id, std::move(err));  // the request itself is wrong: no copy helps
   if (is_copy_error(err)) {
-    spdlog::warn("read service: {} failed on directory {} ({}); trying another copy", expert_file_name(f.req.key),
-                 d, self->system().render(err));
+    spdlog::warn("read service: {} failed on directory {} ({}){}", expert_file_name(f.req.key), d,
+                 self->system().render(err), f.req.dirs.size() > f.failed.size() + 1 ? "; trying another copy" : "");
     f.failed.push_back(d);
   } else if (is_reader_gone(err) && st.dirs[d].addr == used) {
     st.dirs[d].alive = false;  // its down_msg restarts it; until then dispatch avoids it
