@@ -30,8 +30,12 @@ std::string io_error_file(const caf::error& e) {
 void register_ferry_types(caf::actor_system_config& cfg) {
   cfg.add_message_types<caf::id_block::ferry>();
   cfg.add_error_category(caf::atom("ferry"), [](uint8_t code, caf::atom_value, const caf::message& ctx) {
-    auto s = "ferry: " + to_string(static_cast<errc>(code));
-    if (!ctx.empty()) s += " " + caf::to_string(ctx);
+    std::string s = "ferry: ";
+    s += to_string(static_cast<errc>(code));
+    if (!ctx.empty()) {  // appended piecewise: GCC 12 warns (-Wrestrict, falsely) on " " + string
+      s += ' ';
+      s += caf::to_string(ctx);
+    }
     return s;
   });
 }
