@@ -153,6 +153,6 @@ TEST(ReadService, SlowDirectoryGetsASmallerShareAndWinsItBackWhenFast) {
   double recovered = 0;
   for (int wave = 0; wave < 8 && recovered < 0.3; ++wave) recovered = share_of_b();
   std::printf("share of the slow directory: %.2f while slow, %.2f after it recovered\n", slow, recovered);
-  EXPECT_LT(slow, 0.15) << "the slow directory should get few reads";
+  EXPECT_LT(slow, 0.2) << "the slow directory should get few reads (an even split is 0.5)";
   EXPECT_GE(recovered, 0.3) << "once fast again its share should come back";
 }

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <chrono>
+#include <cstring>
+#include <thread>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
