@@ -1,0 +1,21 @@
+// The tracer: appends every scheduling event to a trace file (messages/trace.proto: a Header record,
+// then one Event record per message, each varint-length-delimited). Senders fire and forget
+// (trace_atom); flush_atom answers after the file is flushed, with the count of events written.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "messages/messages.hpp"
+
+namespace ferry {
+
+// Steady-clock nanoseconds: what senders put in trace_event::t_ns (0 = stamp on arrival).
+uint64_t trace_now_ns();
+
+// Spawns a detached tracer writing `path` (truncated). Throws ferry::Error when the file cannot be
+// created. dirs: the expert directories that Event.dir indexes.
+tracer_actor spawn_tracer(caf::actor_system& sys, const std::string& path, std::vector<std::string> dirs);
+
+}  // namespace ferry

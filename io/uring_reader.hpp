@@ -1,0 +1,74 @@
+// Whole-file or byte-range reads of expert files into the pinned arena. Two engines behind one
+// interface: io_uring (O_DIRECT, fixed buffers where the kernel allows) and a pread thread pool for
+// kernels or containers where io_uring_queue_init fails (ENOSYS/EPERM, io_uring_disabled).
+// make_read_engine() probes at start and logs which one runs. Engines are single-owner objects: one
+// thread submits and reaps (the reader actor's thread); the pool's workers are internal.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ferry::io {
+
+using Clock = std::chrono::steady_clock;
+
+struct ReadOp {
+  uint64_t tag = 0;  // the caller's id, returned in the result
+  std::string path;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;   // bytes to read; must be a multiple of 4096 when direct
+  std::byte* dst = nullptr;
+  bool direct = true;   // open with O_DIRECT
+};
+
+struct ReadResult {
+  uint64_t tag = 0;
+  int err = 0;               // errno of the failing open/read, 0 on success
+  bool open_failed = false;  // err came from open(2) (EINVAL there means O_DIRECT refused)
+  uint64_t bytes_read = 0;   // < op.bytes means EOF came first
+  Clock::time_point submitted{};  // handed to the kernel / a worker (after the concurrency cap)
+  Clock::time_point completed{};
+  uint32_t inflight_at_submit = 1;  // in flight when this one was submitted, itself included
+};
+
+struct EngineConfig {
+  unsigned queue_depth = 64;   // io_uring submission queue entries
+  unsigned max_inflight = 8;   // concurrency cap: more ops wait in the engine's FIFO
+  unsigned pool_threads = 4;   // pread pool workers (its concurrency is min(threads, max_inflight))
+};
+
+class ReadEngine {
+ public:
+  virtual ~ReadEngine() = default;
+  virtual std::string name() const = 0;  // "io_uring" or "pread-pool"
+  virtual void submit(ReadOp op) = 0;    // never blocks on I/O; beyond the cap ops are queued
+  // Moves finished reads into `out`; when none is ready waits up to max_wait for one. Returns the count.
+  virtual size_t reap(std::vector<ReadResult>& out, std::chrono::microseconds max_wait) = 0;
+  virtual size_t inflight() const = 0;  // submitted + queued, not yet reaped
+  virtual size_t queued() const = 0;    // waiting for the concurrency cap
+  // Lets reads into [base, base+bytes) use io_uring fixed buffers. Returns false (and keeps working with
+  // plain reads) when the kernel refuses, e.g. RLIMIT_MEMLOCK.
+  virtual bool register_memory(std::byte* base, size_t bytes) = 0;
+  virtual bool registered() const = 0;
+};
+
+enum class EngineKind { automatic, uring, pread_pool };
+
+// True when an io_uring can be created here; otherwise `why` says what the kernel answered.
+bool probe_io_uring(std::string* why = nullptr);
+
+// automatic: io_uring when the probe succeeds, else the pread pool (logged). uring: throws
+// ferry::LimitError when io_uring is unavailable.
+std::unique_ptr<ReadEngine> make_read_engine(EngineKind kind, const EngineConfig& cfg);
+
+std::unique_ptr<ReadEngine> make_uring_engine(const EngineConfig& cfg);  // throws LimitError
+
+// Whether `dir` accepts O_DIRECT opens (creates and removes a probe file when the directory is
+// writable; otherwise tries the first regular file in it). `why` gets the errno text on refusal.
+bool probe_o_direct(const std::string& dir, std::string* why = nullptr);
+
+}  // namespace ferry::io

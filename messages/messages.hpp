@@ -1,0 +1,318 @@
+// The actor vocabulary: THE single CAF type-ID block of the project, every atom, the small inspectable
+// structs that travel between actors, and the typed-actor interfaces. Protobuf is only for what leaves
+// the process (trace.proto). Kept free of caf/all.hpp: including this costs little compile time.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <caf/fwd.hpp>
+#include <caf/meta/type_name.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/type_id.hpp>
+#include <caf/typed_actor.hpp>
+
+#include "messages/errors.hpp"
+
+namespace ferry {
+
+// One routed expert: file L<layer>-E<expert>.bin.
+struct expert_key {
+  uint32_t layer = 0;
+  uint32_t expert = 0;
+  friend bool operator==(const expert_key&, const expert_key&) = default;
+  friend auto operator<=>(const expert_key&, const expert_key&) = default;
+};
+
+// Where a read lands: a slot of the pinned arena and a byte offset inside it (a decode fill split
+// across two holders writes two chunks into one slot).
+struct slot_ref {
+  uint32_t slot = 0;
+  uint64_t offset = 0;
+  friend bool operator==(const slot_ref&, const slot_ref&) = default;
+};
+
+// To one reader (one directory): read [offset, offset+bytes) of the key's file into `dst`.
+// offset and dst.offset are multiples of 4096; bytes is rounded up to 4096 for O_DIRECT.
+struct read_req {
+  uint64_t id = 0;
+  expert_key key;
+  uint32_t dir = 0;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+  slot_ref dst;
+  friend bool operator==(const read_req&, const read_req&) = default;
+};
+
+// A finished read. queue_ns: waiting in the reader before submission; service_ns: submission to
+// completion; inflight: reads in flight on that reader when this one was submitted (itself included),
+// which lets the chooser turn one read's time into a drive rate.
+struct read_done {
+  uint64_t id = 0;
+  expert_key key;
+  uint32_t dir = 0;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+  slot_ref dst;
+  uint64_t queue_ns = 0;
+  uint64_t service_ns = 0;
+  uint32_t inflight = 1;
+  uint32_t attempts = 1;  // set by the supervisor: 1 + retries on other copies / restarted readers
+  friend bool operator==(const read_done&, const read_done&) = default;
+};
+
+// To the reader supervisor: read a byte range of an expert from whichever of `dirs` (indices into the
+// storage directory list) is expected to finish first.
+struct fetch_req {
+  uint64_t id = 0;
+  expert_key key;
+  std::vector<uint32_t> dirs;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+  slot_ref dst;
+  friend bool operator==(const fetch_req&, const fetch_req&) = default;
+};
+
+// Test-only knobs of a reader: an added per-read latency, injected EIO on the next `eio_reads` reads,
+// and a simulated O_DIRECT refusal (EINVAL at open, as tmpfs on older kernels answers).
+struct reader_knobs {
+  uint32_t delay_us = 0;
+  uint32_t eio_reads = 0;
+  bool refuse_odirect = false;
+  friend bool operator==(const reader_knobs&, const reader_knobs&) = default;
+};
+
+struct reader_stats {
+  uint32_t dir = 0;
+  std::string engine;   // "io_uring" or "pread-pool"
+  bool registered = false;  // io_uring fixed buffers in use
+  bool direct = true;       // O_DIRECT in use (false after a fall back to buffered reads)
+  uint64_t reads = 0;
+  uint64_t bytes = 0;
+  uint64_t errors = 0;
+  uint32_t inflight = 0;
+  uint32_t queued = 0;
+  friend bool operator==(const reader_stats&, const reader_stats&) = default;
+};
+
+// Per directory, as the supervisor sees it: reads and bytes served, restarts, the chooser's estimate.
+struct dir_stats {
+  uint32_t dir = 0;
+  uint64_t reads = 0;
+  uint64_t bytes = 0;
+  uint64_t failures = 0;
+  uint32_t restarts = 0;
+  double rate_bps = 0;
+  uint64_t queued_bytes = 0;
+  friend bool operator==(const dir_stats&, const dir_stats&) = default;
+};
+
+// One MoE layer call: which rows use each routed expert and with which routing weight.
+struct expert_use {
+  uint32_t expert = 0;
+  std::vector<uint32_t> rows;
+  std::vector<float> weights;  // same length as rows
+  friend bool operator==(const expert_use&, const expert_use&) = default;
+};
+struct layer_request {
+  uint64_t step = 0;
+  uint32_t layer = 0;
+  uint32_t block_rows = 1;
+  std::vector<expert_use> experts;  // in routing-rank order (the order sums are taken in)
+  friend bool operator==(const layer_request&, const layer_request&) = default;
+};
+
+enum class tier : uint8_t { device = 1, host = 2, disk = 3 };
+
+// An expert's bytes are in memory: `slot` of the host arena (tier host/disk) or a device slot.
+struct expert_ready {
+  uint64_t step = 0;
+  uint32_t layer = 0;
+  uint32_t expert = 0;
+  uint8_t from = 0;  // ferry::tier the bytes came from
+  slot_ref where;
+  friend bool operator==(const expert_ready&, const expert_ready&) = default;
+};
+struct layer_summary {
+  uint64_t step = 0;
+  uint32_t layer = 0;
+  uint32_t device_hits = 0, host_hits = 0, disk_reads = 0, prefetch_hits = 0;
+  uint64_t wait_ns = 0;  // time from the request to the last expert's arrival
+  friend bool operator==(const layer_summary&, const layer_summary&) = default;
+};
+
+// Host pool answers: a hit names the slot; a miss grants a slot to read into when admitted
+// (block-aware admission may refuse: then the expert streams through a scratch slot).
+struct host_grant {
+  bool hit = false;
+  bool admitted = false;
+  slot_ref where;
+  friend bool operator==(const host_grant&, const host_grant&) = default;
+};
+
+// A trace event inside the process; the tracer writes it as ferry.trace.Event (trace.proto), whose
+// Kind/Tier numbers these fields use.
+struct trace_event {
+  uint32_t kind = 0;
+  uint64_t t_ns = 0;
+  uint64_t request_id = 0;
+  expert_key key;
+  uint32_t tier = 0;
+  uint32_t dir = 0;
+  uint64_t bytes = 0;
+  uint64_t dur_ns = 0;
+  uint32_t rows = 0;
+  std::string detail;
+  friend bool operator==(const trace_event&, const trace_event&) = default;
+};
+
+}  // namespace ferry
+
+// clang-format off
+CAF_BEGIN_TYPE_ID_BLOCK(ferry, caf::first_custom_type_id)
+  CAF_ADD_TYPE_ID(ferry, (ferry::expert_key))
+  CAF_ADD_TYPE_ID(ferry, (ferry::slot_ref))
+  CAF_ADD_TYPE_ID(ferry, (ferry::read_req))
+  CAF_ADD_TYPE_ID(ferry, (ferry::read_done))
+  CAF_ADD_TYPE_ID(ferry, (ferry::fetch_req))
+  CAF_ADD_TYPE_ID(ferry, (ferry::reader_knobs))
+  CAF_ADD_TYPE_ID(ferry, (ferry::reader_stats))
+  CAF_ADD_TYPE_ID(ferry, (ferry::dir_stats))
+  CAF_ADD_TYPE_ID(ferry, (ferry::expert_use))
+  CAF_ADD_TYPE_ID(ferry, (ferry::layer_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::expert_ready))
+  CAF_ADD_TYPE_ID(ferry, (ferry::layer_summary))
+  CAF_ADD_TYPE_ID(ferry, (ferry::host_grant))
+  CAF_ADD_TYPE_ID(ferry, (ferry::trace_event))
+  CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::dir_stats>))
+  CAF_ADD_ATOM(ferry, ferry::atoms, read_atom, "read")
+  CAF_ADD_ATOM(ferry, ferry::atoms, fetch_atom, "fetch")
+  CAF_ADD_ATOM(ferry, ferry::atoms, stats_atom, "stats")
+  CAF_ADD_ATOM(ferry, ferry::atoms, knobs_atom, "knobs")
+  CAF_ADD_ATOM(ferry, ferry::atoms, reader_atom, "reader")
+  CAF_ADD_ATOM(ferry, ferry::atoms, retry_atom, "retry")
+  CAF_ADD_ATOM(ferry, ferry::atoms, trace_atom, "trace")
+  CAF_ADD_ATOM(ferry, ferry::atoms, flush_atom, "flush")
+  CAF_ADD_ATOM(ferry, ferry::atoms, lookup_atom, "lookup")
+  CAF_ADD_ATOM(ferry, ferry::atoms, acquire_atom, "acquire")
+  CAF_ADD_ATOM(ferry, ferry::atoms, release_atom, "release")
+  CAF_ADD_ATOM(ferry, ferry::atoms, schedule_atom, "schedule")
+  CAF_ADD_ATOM(ferry, ferry::atoms, ready_atom, "ready")
+  CAF_ADD_ATOM(ferry, ferry::atoms, prefetch_atom, "prefetch")
+  CAF_ADD_ATOM(ferry, ferry::atoms, restart_atom, "restart")
+CAF_END_TYPE_ID_BLOCK(ferry)
+// clang-format on
+
+namespace ferry {
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, expert_key& x) {
+  return f(caf::meta::type_name("expert_key"), x.layer, x.expert);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, slot_ref& x) {
+  return f(caf::meta::type_name("slot_ref"), x.slot, x.offset);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, read_req& x) {
+  return f(caf::meta::type_name("read_req"), x.id, x.key, x.dir, x.offset, x.bytes, x.dst);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, read_done& x) {
+  return f(caf::meta::type_name("read_done"), x.id, x.key, x.dir, x.offset, x.bytes, x.dst, x.queue_ns,
+           x.service_ns, x.inflight, x.attempts);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, fetch_req& x) {
+  return f(caf::meta::type_name("fetch_req"), x.id, x.key, x.dirs, x.offset, x.bytes, x.dst);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, reader_knobs& x) {
+  return f(caf::meta::type_name("reader_knobs"), x.delay_us, x.eio_reads, x.refuse_odirect);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, reader_stats& x) {
+  return f(caf::meta::type_name("reader_stats"), x.dir, x.engine, x.registered, x.direct, x.reads, x.bytes,
+           x.errors, x.inflight, x.queued);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, dir_stats& x) {
+  return f(caf::meta::type_name("dir_stats"), x.dir, x.reads, x.bytes, x.failures, x.restarts, x.rate_bps,
+           x.queued_bytes);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, expert_use& x) {
+  return f(caf::meta::type_name("expert_use"), x.expert, x.rows, x.weights);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, layer_request& x) {
+  return f(caf::meta::type_name("layer_request"), x.step, x.layer, x.block_rows, x.experts);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, expert_ready& x) {
+  return f(caf::meta::type_name("expert_ready"), x.step, x.layer, x.expert, x.from, x.where);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, layer_summary& x) {
+  return f(caf::meta::type_name("layer_summary"), x.step, x.layer, x.device_hits, x.host_hits, x.disk_reads,
+           x.prefetch_hits, x.wait_ns);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, host_grant& x) {
+  return f(caf::meta::type_name("host_grant"), x.hit, x.admitted, x.where);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, trace_event& x) {
+  return f(caf::meta::type_name("trace_event"), x.kind, x.t_ns, x.request_id, x.key, x.tier, x.dir, x.bytes,
+           x.dur_ns, x.rows, x.detail);
+}
+
+using namespace atoms;
+
+// ---- typed-actor interfaces -------------------------------------------------------------------------
+
+// One per expert directory (drive): reads into the pinned arena, answers when the bytes are there.
+using reader_actor = caf::typed_actor<                       //
+    caf::replies_to<read_atom, read_req>::with<read_done>,    //
+    caf::replies_to<stats_atom>::with<reader_stats>,          //
+    caf::reacts_to<knobs_atom, reader_knobs>>;
+
+// The reader supervisor: picks the copy expected to finish first, retries on other copies, restarts
+// dead readers and re-issues their reads.
+using read_service_actor = caf::typed_actor<                       //
+    caf::replies_to<fetch_atom, fetch_req>::with<read_done>,        //
+    caf::replies_to<reader_atom, uint32_t>::with<reader_actor>,     // the current reader of a directory
+    caf::replies_to<stats_atom>::with<std::vector<dir_stats>>,      //
+    caf::reacts_to<retry_atom, uint64_t>>;                          // internal: re-dispatch after back-off
+
+// Host pool manager: pinned host slots, block-aware admission, eviction; in-use experts are pinned
+// between acquire and release.
+using host_pool_actor = caf::typed_actor<                                           //
+    caf::replies_to<lookup_atom, expert_key>::with<host_grant>,                      //
+    caf::replies_to<acquire_atom, expert_key, uint32_t, uint32_t>::with<host_grant>,  // key, rows, block rows
+    caf::reacts_to<release_atom, expert_key>>;
+
+// Receives each expert of a layer call as its bytes land (arrival order); the layer sums in rank order.
+using expert_sink_actor = caf::typed_actor<caf::reacts_to<ready_atom, expert_ready>>;
+
+// Layer scheduler: one MoE layer call in, one expert_ready per expert to the sink, and a summary once
+// the last expert has arrived. prefetch: the likely experts of a coming layer (bounded, shallow).
+using layer_scheduler_actor = caf::typed_actor<                                         //
+    caf::replies_to<schedule_atom, layer_request, expert_sink_actor>::with<layer_summary>,  //
+    caf::reacts_to<prefetch_atom, uint32_t, std::vector<uint32_t>>>;
+
+// Appends trace events to the trace file; flush answers with the number of events written so far.
+using tracer_actor = caf::typed_actor<            //
+    caf::reacts_to<trace_atom, trace_event>,       //
+    caf::replies_to<flush_atom>::with<uint64_t>>;
+
+}  // namespace ferry
+
+template <>
+struct std::hash<ferry::expert_key> {
+  size_t operator()(const ferry::expert_key& k) const noexcept {
+    return std::hash<uint64_t>{}((uint64_t{k.layer} << 32) | k.expert);
+  }
+};
