@@ -128,7 +128,7 @@ std::string sizing_report(const ModelSizing& s, const FitInput& in) {
   o += fmt::format("spine          {} tensors: q8_0 {}, bf16 {}, f32 {}\n", s.spine_tensors, format_bytes(s.spine_bytes[0]),
                    format_bytes(s.spine_bytes[1]), format_bytes(s.spine_bytes[2]));
   o += fmt::format("KV cache       {} B per token\n", grouped(s.kv_bytes_per_token));
-  o += fmt::format("KDA state      {} per sequence ({} B) + conv state {}\n", format_bytes(s.kda_state_bytes),
+  o += fmt::format("KDA state      {:.2f} GB per sequence ({} B) + conv state {}\n", double(s.kda_state_bytes) / 1e9,
                    grouped(s.kda_state_bytes), format_bytes(s.conv_state_bytes));
   o += fmt::format("\nmemory ({} spine)  context seqs       KV      state   GPU total{}\n", to_string(in.spine),
                    in.gpu_mem > 0 ? "   GPU expert cache" : "");
