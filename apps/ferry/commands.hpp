@@ -1,0 +1,14 @@
+// The ferry subcommands. Each registers itself (options and callback) on the top-level CLI11 app;
+// main.cpp calls these. A callback reports bad input by throwing ferry::Error, which main prints.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace ferry {
+
+void add_synth_command(CLI::App& app);    // apps/ferry/cmd_synth.cpp
+void add_prepare_command(CLI::App& app);  // apps/ferry/cmd_prepare.cpp
+void add_verify_command(CLI::App& app);   // apps/ferry/cmd_verify.cpp
+void add_inspect_command(CLI::App& app);  // apps/ferry/cmd_inspect.cpp
+
+}  // namespace ferry
