@@ -12,6 +12,7 @@
 
 #include "io/checkpoint.hpp"
 #include "io/errors.hpp"
+#include "tests/io/temp_dir.hpp"
 #include "io/safetensors.hpp"
 
 namespace fs = std::filesystem;
@@ -20,12 +21,7 @@ using namespace ferry;
 namespace {
 const fs::path kFix = FERRY_FIXTURES;
 
-fs::path temp_dir(const std::string& name) {
-  auto d = fs::temp_directory_path() / ("ferry_io_test_" + std::to_string(::getpid())) / name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+using ferry::test::temp_dir;
 
 // A raw safetensors file: u64 header length, header text, data bytes.
 fs::path write_raw(const fs::path& p, const std::string& header, size_t data_bytes, int64_t claimed_len = -1) {
