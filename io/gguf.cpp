@@ -236,7 +236,7 @@ void GgufFile::check_data_section() {
 TensorView GgufFile::get(const std::string& name) const {
   auto it = tensor_index_.find(name);
   if (it == tensor_index_.end()) throw TensorError(fmt::format("{}: no tensor '{}'", file_.path(), name));
-  const Info& t = tensors_[it->second];
+  const GgufTensorInfo& t = tensors_[it->second];
   TensorView v;
   v.name = t.name;
   v.dtype = t.dtype;
