@@ -134,6 +134,7 @@ std::vector<MemoryRow> memory_table(const ModelSizing& s, const FitInput& in) {
       if (in.gpu_mem > 0) {
         r.fits = r.gpu_bytes <= in.gpu_mem;
         r.gpu_expert_slots = r.fits && s.expert_file_bytes > 0 ? (in.gpu_mem - r.gpu_bytes) / s.expert_file_bytes : 0;
+        r.gpu_expert_slots = std::min(r.gpu_expert_slots, s.expert_files);  // no use caching more than exist
       }
       rows.push_back(r);
     }
@@ -143,7 +144,7 @@ std::vector<MemoryRow> memory_table(const ModelSizing& s, const FitInput& in) {
 
 int64_t host_expert_slots(const ModelSizing& s, const FitInput& in) {
   if (in.host_mem <= 0) return -1;
-  return s.expert_file_bytes > 0 ? in.host_mem / s.expert_file_bytes : 0;
+  return s.expert_file_bytes > 0 ? std::min(in.host_mem / s.expert_file_bytes, s.expert_files) : 0;
 }
 
 int64_t max_context_one_seq(const ModelSizing& s, const FitInput& in) {

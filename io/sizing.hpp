@@ -66,7 +66,7 @@ struct MemoryRow {
   int64_t context = 0, seqs = 0;
   int64_t kv_bytes = 0, state_bytes = 0;
   int64_t gpu_bytes = 0;            // spine + KV + state (before any expert cache)
-  int64_t gpu_expert_slots = -1;    // experts cached in what is left of --gpu-mem; -1: no GPU given
+  int64_t gpu_expert_slots = -1;    // experts cached in what is left of --gpu-mem (at most all); -1: no GPU given
   bool fits = true;                 // spine + KV + state fit in --gpu-mem
 };
 
@@ -78,7 +78,7 @@ struct FitInput {
 
 // Rows for 32K, 128K, 256K and 1M tokens of context, each for 1 and 8 sequences.
 std::vector<MemoryRow> memory_table(const ModelSizing& s, const FitInput& in);
-// Host pool slots (experts) in --host-mem; -1 when not given.
+// Host pool slots (experts, at most all of them) in --host-mem; -1 when not given.
 int64_t host_expert_slots(const ModelSizing& s, const FitInput& in);
 // Longest context one sequence can hold on the GPU with no expert cache; -1 when no GPU given.
 int64_t max_context_one_seq(const ModelSizing& s, const FitInput& in);

@@ -59,6 +59,8 @@ TEST(Sizing, MemoryTableHasFourContextsTimesTwoSequenceCountsAndFitsOnAGpu) {
   EXPECT_GT(rows[0].gpu_expert_slots, 0);
   EXPECT_FALSE(rows[7].fits) << "8 x 1M tokens x 33,792 B = 283 GB";
   EXPECT_EQ(host_expert_slots(s, in), parse_size("256G") / 17547264);
+  in.host_mem = parse_size("4T");
+  EXPECT_EQ(host_expert_slots(s, in), 82432) << "capped at all experts";
   const auto j = sizing_json(s, in);
   EXPECT_EQ(j["kv_bytes_per_token"], 33792);
   EXPECT_EQ(j["memory"].size(), 8u);
