@@ -1,0 +1,31 @@
+// Matmul and embedding kernels of the CUDA back-end.
+//
+// y[r, o] = dot(x[r, :], W[o, :]) in kernels/cpu/dot.hpp's order: lane l of one warp accumulates
+// columns l, l+32, ... in increasing order (separately rounded multiply and add), then the 32 lanes
+// fold pairwise. Each output element is computed by one warp lane set whatever the row count, so a row's
+// result is bit-identical alone or in a block -- and equal to the CPU back-end's bits, because weights
+// decode exactly (q8_0: int8 x fp16; mxfp4: small integer x 2^k) on both.
+//
+// Weights are read once per group of rows: a warp owns kOutPerWarp weight rows, copies each chunk of
+// their bytes into shared memory with 16-byte loads, and applies every decoded element to all rows of
+// the group (up to 16 rows for mxfp4 experts, 8 for q8_0 and f32; larger calls loop over groups).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/backend.hpp"
+
+namespace ferry::cuda {
+
+// Rows per group (one weight read serves this many rows) for a weight type.
+int matmul_group_rows(WType t);
+
+// Launch y = x @ W^T on `stream` (all pointers device memory).
+void launch_matmul(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t stream);
+
+// y[i] = decoded row ids[i] of the table; ids are device memory and already range-checked.
+void launch_embed(const Weight& table, const int32_t* ids, int64_t n, float* y, cudaStream_t stream);
+
+}  // namespace ferry::cuda
