@@ -14,9 +14,9 @@ namespace ferry::cuda {
 
 namespace {
 
-constexpr int kWarps = 4;        // warps per thread block
-constexpr int kOutPerWarp = 2;   // weight rows per warp: two independent chunks in flight per warp
-constexpr int kChunkBytes = 2176;  // per weight row and chunk: 64 q8_0 blocks, 128 mxfp4, 17 f32
+constexpr int kWarps = 4;       // warps per thread block; they share the block's copy of x
+constexpr int kOutPerWarp = 2;  // weight rows per warp: independent accumulation chains (ILP)
+constexpr int kChunkCols = 1024;  // columns per chunk: x chunk NR x 4 KiB, weight chunk <= 4 KiB per row
 
 // Per weight type: bytes per 32-column block and the decode of element `lane` of block `b`.
 template <WType T>
@@ -40,11 +40,11 @@ struct Fmt<WType::q8_0> {
 template <>
 struct Fmt<WType::mxfp4> {
   static constexpr int kBlockBytes = 17;
+  // Lane l reads nibble l%16 of the block's 16 bytes: the low nibble for l < 16, the high one above.
   __device__ static float get(const uint8_t* p, int b, int lane) {
     const uint8_t* blk = p + b * 17;
     const unsigned e = blk[0];
-    const unsigned q = blk[1 + (lane & 15)];
-    const unsigned nib = lane < 16 ? (q & 15u) : (q >> 4);
+    const unsigned nib = (static_cast<unsigned>(blk[1 + (lane & 15)]) >> ((lane >> 4) << 2)) & 15u;
     // Doubled E2M1 magnitudes 0,1,2,3,4,6,8,12 picked by a byte permute (no divergent table load).
     const int mag = static_cast<int>(__byte_perm(0x03020100u, 0x0C080604u, nib & 7u) & 0xffu);
     const float v = static_cast<float>((nib & 8u) ? -mag : mag);
@@ -73,51 +73,70 @@ __device__ void stage_bytes(uint8_t* dst, const uint8_t* src, int n, int lane) {
   }
 }
 
-// One warp: weight rows o0, o0+1 (kOutPerWarp) against rows [r0, r0 + nr) of x, NR >= nr.
+// Shared memory of one thread block: x[NR][kChunkCols] floats, then per warp and weight row a chunk of
+// weight bytes (+32 for the 16-byte alignment shift and padding).
+template <WType T, int NR>
+constexpr size_t matmul_smem() {
+  return sizeof(float) * NR * kChunkCols + size_t{kWarps} * kOutPerWarp * (kChunkCols / 32 * Fmt<T>::kBlockBytes + 32);
+}
+
+// Block: kWarps warps x kOutPerWarp weight rows, against rows [r0, r0 + nr) of x (NR >= nr). Per chunk
+// of kChunkCols columns the block stages x (all threads) and each warp its weight rows' bytes into
+// shared memory, then lane l applies element l of every 32-column block to all rows.
 template <WType T, int NR>
 __global__ void __launch_bounds__(kWarps * 32)
     matmul_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t rows, int64_t cols,
                   const float* __restrict__ x, int64_t n, float* __restrict__ y) {
   using F = Fmt<T>;
-  constexpr int kChunkBlocks = kChunkBytes / F::kBlockBytes;
-  __shared__ __align__(16) uint8_t smem[kWarps][kOutPerWarp][kChunkBytes + 32];
+  constexpr int kWBytes = kChunkCols / 32 * F::kBlockBytes + 32;
+  extern __shared__ __align__(16) uint8_t smem[];
+  float* xs = reinterpret_cast<float*>(smem);
+  uint8_t* wsm = smem + sizeof(float) * NR * kChunkCols;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kOutPerWarp;
-  if (o0 >= rows) return;  // whole warp leaves together: no block-wide barrier below
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * NR;
   const int nr = static_cast<int>(min(static_cast<int64_t>(NR), n - r0));
-  const int nout = static_cast<int>(min(static_cast<int64_t>(kOutPerWarp), rows - o0));
-  const int64_t nblocks = cols / 32;
+  const int nout = static_cast<int>(max(int64_t{0}, min(static_cast<int64_t>(kOutPerWarp), rows - o0)));
   float acc[kOutPerWarp][NR];
 #pragma unroll
   for (int o = 0; o < kOutPerWarp; ++o)
 #pragma unroll
     for (int r = 0; r < NR; ++r) acc[o][r] = 0.0f;
-  const float* xr = x + r0 * cols;
-  for (int64_t b0 = 0; b0 < nblocks; b0 += kChunkBlocks) {
-    const int nb = static_cast<int>(min(static_cast<int64_t>(kChunkBlocks), nblocks - b0));
+  for (int64_t c0 = 0; c0 < cols; c0 += kChunkCols) {
+    const int nc = static_cast<int>(min(static_cast<int64_t>(kChunkCols), cols - c0));
+    const int nb = nc / 32;
+    __syncthreads();  // every warp is done with the previous chunk
+    for (int i = threadIdx.x; i < NR * nc; i += kWarps * 32) {
+      const int r = i / nc, k = i - r * nc;
+      xs[r * kChunkCols + k] = r < nr ? __ldg(x + (r0 + r) * cols + c0 + k) : 0.0f;
+    }
     int off[kOutPerWarp];
 #pragma unroll
     for (int o = 0; o < kOutPerWarp; ++o) {
-      const uint8_t* src = w + static_cast<size_t>(o0 + o) * row_bytes + static_cast<size_t>(b0) * F::kBlockBytes;
+      const uint8_t* src = w + static_cast<size_t>(o0 + o) * row_bytes + static_cast<size_t>(c0 / 32) * F::kBlockBytes;
       off[o] = static_cast<int>(reinterpret_cast<uintptr_t>(src) & 15);
-      if (o < nout) stage_bytes(smem[warp][o], src, nb * F::kBlockBytes, lane);
+      if (o < nout) stage_bytes(wsm + (warp * kOutPerWarp + o) * kWBytes, src, nb * F::kBlockBytes, lane);
     }
-    __syncwarp();
+    __syncthreads();
+    if (nout == 0) continue;
+    const uint8_t* wrow[kOutPerWarp];
+#pragma unroll
+    for (int o = 0; o < kOutPerWarp; ++o) wrow[o] = wsm + (warp * kOutPerWarp + o) * kWBytes + off[o];
+    const float* xl = xs + lane;
+#pragma unroll 4
     for (int b = 0; b < nb; ++b) {
-      const int64_t col = (b0 + b) * 32 + lane;
       float xv[NR];
 #pragma unroll
-      for (int r = 0; r < NR; ++r) xv[r] = r < nr ? __ldg(xr + r * cols + col) : 0.0f;
+      for (int r = 0; r < NR; ++r) xv[r] = xl[r * kChunkCols + b * 32];
 #pragma unroll
       for (int o = 0; o < kOutPerWarp; ++o) {
-        if (o >= nout) break;
-        const float wv = F::get(smem[warp][o] + off[o], b, lane);
+        if (o < nout) {
+          const float wv = F::get(wrow[o], b, lane);
 #pragma unroll
-        for (int r = 0; r < NR; ++r) acc[o][r] = add(acc[o][r], mul(xv[r], wv));
+          for (int r = 0; r < NR; ++r) acc[o][r] = add(acc[o][r], mul(xv[r], wv));
+        }
       }
     }
-    __syncwarp();  // the next chunk overwrites smem
   }
 #pragma unroll
   for (int o = 0; o < kOutPerWarp; ++o)
@@ -141,10 +160,17 @@ __global__ void matmul_f32_tail_kernel(const float* __restrict__ w, int64_t rows
 
 template <WType T, int NR>
 void launch_group(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t st) {
+  constexpr size_t smem = matmul_smem<T, NR>();
+  static const bool raised = [] {  // more than the default 48 KiB of dynamic shared memory
+    FERRY_CUDA_CHECK(cudaFuncSetAttribute(matmul_kernel<T, NR>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem)));
+    return true;
+  }();
+  (void)raised;
   const int64_t warps = (w.rows + kOutPerWarp - 1) / kOutPerWarp;
   const dim3 grid(static_cast<unsigned>((warps + kWarps - 1) / kWarps), static_cast<unsigned>((n + NR - 1) / NR));
-  matmul_kernel<T, NR><<<grid, kWarps * 32, 0, st>>>(static_cast<const uint8_t*>(w.data), w.row_bytes(), w.rows,
-                                                      w.cols, x, n, y);
+  matmul_kernel<T, NR><<<grid, kWarps * 32, smem, st>>>(static_cast<const uint8_t*>(w.data), w.row_bytes(), w.rows,
+                                                         w.cols, x, n, y);
   FERRY_CUDA_LAUNCHED(matmul_kernel);
 }
 

@@ -6,9 +6,10 @@
 // result is bit-identical alone or in a block -- and equal to the CPU back-end's bits, because weights
 // decode exactly (q8_0: int8 x fp16; mxfp4: small integer x 2^k) on both.
 //
-// Weights are read once per group of rows: a warp owns kOutPerWarp weight rows, copies each chunk of
-// their bytes into shared memory with 16-byte loads, and applies every decoded element to all rows of
-// the group (up to 16 rows for mxfp4 experts, 8 for q8_0 and f32; larger calls loop over groups).
+// Weights are read once per group of rows: a thread block of 4 warps stages a chunk of 1024 columns of
+// the group's x rows in shared memory; each warp copies the chunk's bytes of its 2 weight rows into
+// shared memory with 16-byte loads and applies every decoded element to all rows of the group (up to
+// 16 rows for mxfp4 experts, 8 for q8_0 and f32; larger calls run further groups as grid rows).
 #pragma once
 
 #include <cuda_runtime.h>
