@@ -4,11 +4,26 @@
 
 #include "io/checkpoint.hpp"
 #include "io/errors.hpp"
+#if FERRY_WITH_CUDA
+#include "kernels/cuda_backend.hpp"
+#endif
 
 namespace ferry {
 
 bool has_tokenizer(const std::filesystem::path& dir) {
   return std::filesystem::exists(dir / "tiktoken.model") || std::filesystem::exists(dir / "tokenizer.json");
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& name, int cpu_threads) {
+  if (name == "cpu") return make_cpu_backend(cpu_threads);
+#if FERRY_WITH_CUDA
+  if (name == "cuda") return make_cuda_backend();
+  if (name == "auto") return cuda_available() ? make_cuda_backend() : make_cpu_backend(cpu_threads);
+#else
+  if (name == "cuda") throw ConfigError("--backend cuda: this build has no CUDA back-end (configure with FERRY_CUDA=ON)");
+  if (name == "auto") return make_cpu_backend(cpu_threads);
+#endif
+  throw ConfigError("--backend: unknown back-end '" + name + "' (cpu, cuda or auto)");
 }
 
 LoadedModel load_model(const ModelOptions& o) {
@@ -18,7 +33,7 @@ LoadedModel load_model(const ModelOptions& o) {
   LoadedModel m;
   m.cfg = load_model_config(dir);
   m.src = open_safetensors_checkpoint(dir);
-  m.backend = make_cpu_backend(o.threads);
+  m.backend = make_backend(o.backend, o.threads);
   if (has_tokenizer(dir)) m.tokenizer = load_tokenizer(dir);
   LoadOptions lo;
   lo.spine_type = parse_spine_type(o.spine_type);

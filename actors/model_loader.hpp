@@ -18,6 +18,7 @@ struct ModelOptions {
   std::string dir;
   std::string spine_type = "f32";  // for Hugging Face checkpoints; prepared models keep theirs
   int threads = 0;
+  std::string backend = "cpu";  // cpu, cuda or auto (cuda when a device is present and built in)
 };
 
 struct LoadedModel {
@@ -31,6 +32,10 @@ struct LoadedModel {
 
 // Throws ferry::Error subclasses naming the file/tensor/field when the directory is unusable.
 LoadedModel load_model(const ModelOptions& o);
+
+// The back-end named "cpu", "cuda" or "auto" (cuda when this build has the CUDA back-end and a device is
+// present, else cpu). Throws ConfigError for other names or for "cuda" in a build without CUDA.
+std::unique_ptr<Backend> make_backend(const std::string& name, int cpu_threads = 0);
 
 // True when `dir` holds tokenizer files ferry can read.
 bool has_tokenizer(const std::filesystem::path& dir);

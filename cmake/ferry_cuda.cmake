@@ -11,6 +11,10 @@ if(NOT FERRY_CUDA STREQUAL "OFF")
     if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
       set(CMAKE_CUDA_ARCHITECTURES 90)
     endif()
+    # CMake 3.25 knows no C++20 flag for nvcc 13 and would refuse the CXX_STANDARD 20 the project sets;
+    # the .cu sources are C++17 (the headers they include are too).
+    set(CMAKE_CUDA_STANDARD 17)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
     set(FERRY_HAVE_CUDA ON)

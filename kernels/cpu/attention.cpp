@@ -10,6 +10,7 @@
 #include "io/errors.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/cpu/dot.hpp"
+#include "kernels/cpu/indexer_select.hpp"
 
 namespace ferry::cpu {
 
@@ -62,21 +63,6 @@ void attend_one(const AttentionArgs& a, const float* q, int64_t kh, const int32_
   for (int64_t d = 0; d < a.Dv; ++d) out[d] = out[d] * inv;
 }
 
-// torch.topk(largest) on the CPU for k*64 > n: nth_element over (value, index) pairs of the whole row
-// (masked keys as -inf), comparing values only, then the first k. Masked picks are dropped.
-void select_like_torch_cpu(const std::vector<float>& score, int64_t visible, int64_t L, int64_t topk, int32_t* out) {
-  std::vector<std::pair<double, int64_t>> row;
-  for (int64_t s = 0; s < L; ++s) row.push_back({s < visible ? static_cast<double>(score[s]) : -INFINITY, s});
-  const int64_t k = std::min(topk, L);
-  std::nth_element(row.begin(), row.begin() + (k - 1), row.end(),
-                   [](const auto& x, const auto& y) { return x.first > y.first; });
-  std::vector<int32_t> chosen;
-  for (int64_t i = 0; i < k; ++i)
-    if (row[i].second < visible) chosen.push_back(static_cast<int32_t>(row[i].second));
-  std::sort(chosen.begin(), chosen.end());
-  for (int64_t i = 0; i < topk; ++i) out[i] = i < static_cast<int64_t>(chosen.size()) ? chosen[i] : -1;
-}
-
 void check_attention(const AttentionArgs& a) {
   if (a.Hk <= 0 || a.Hq % a.Hk != 0)
     throw LimitError("cpu attention: Hq=" + std::to_string(a.Hq) + " is not a multiple of Hk=" + std::to_string(a.Hk));
@@ -127,19 +113,8 @@ void CpuBackend::indexer_topk(const float* q, const float* k, const float* w, in
           acc = acc + w[t * Hi + h] * std::max(d, 0.0f);
         }
         score[s] = acc;
-        idx[s] = static_cast<int32_t>(s);
       }
-      if (ties == IndexerTies::torch_cpu) {
-        select_like_torch_cpu(score, visible, L, topk, sel + t * topk);
-        continue;
-      }
-      const int64_t n = std::min(topk, visible);
-      // Strict total order (score descending, then position ascending): the selection is unique.
-      auto better = [&](int32_t x, int32_t y) { return score[x] > score[y] || (score[x] == score[y] && x < y); };
-      if (n < visible) std::nth_element(idx.begin(), idx.begin() + n, idx.begin() + visible, better);
-      std::sort(idx.begin(), idx.begin() + n);
-      int32_t* out = sel + t * topk;
-      for (int64_t i = 0; i < topk; ++i) out[i] = i < n ? idx[i] : -1;
+      indexer_select(score.data(), visible, L, topk, ties, idx.data(), sel + t * topk);
     }
   });
 }

@@ -1,0 +1,234 @@
+// rope, attention, indexer_topk, attn_res (see attention.cuh).
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/indexer_select.hpp"
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_backend.cuh"
+#include "kernels/cuda/cuda_check.cuh"
+
+namespace ferry::cuda {
+
+namespace {
+
+__global__ void rope_kernel(float* x, int64_t n_heads, int64_t tok_stride, int64_t head_stride, int64_t offset,
+                            const int32_t* pos, const float* freq, int64_t half, float factor, bool interleaved) {
+  const int64_t t = blockIdx.x;
+  for (int64_t idx = threadIdx.x; idx < n_heads * half; idx += blockDim.x) {
+    const int64_t h = idx / half, i = idx % half;
+    const double angle = static_cast<double>(pos[t]) * static_cast<double>(freq[i]);
+    const float cs = mul(static_cast<float>(cos(angle)), factor);
+    const float sn = mul(static_cast<float>(sin(angle)), factor);
+    float* p = x + t * tok_stride + h * head_stride + offset;
+    float* pa = interleaved ? p + 2 * i : p + i;
+    float* pb = interleaved ? p + 2 * i + 1 : p + i + half;
+    const float a0 = *pa, b0 = *pb;
+    *pa = __fsub_rn(mul(a0, cs), mul(b0, sn));
+    *pb = add(mul(b0, cs), mul(a0, sn));
+  }
+}
+
+// AttentionArgs with device pointers and the compacted selection.
+struct AttnParams {
+  AttentionArgs a;
+  const int32_t* keys = nullptr;    // [T, sel_k] compacted selected positions (ascending), or null
+  const int32_t* counts = nullptr;  // [T] number of valid keys per query
+  int64_t maxk = 0;                 // score slots per (query, head)
+};
+
+__device__ __forceinline__ float block_max(float v, float* sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  for (int s = 16; s >= 1; s >>= 1) v = fmaxf(v, __shfl_down_sync(kFullMask, v, s));
+  __syncthreads();
+  if (lane == 0) sh[warp] = v;
+  __syncthreads();
+  float m = sh[0];
+  for (int i = 1; i < nw; ++i) m = fmaxf(m, sh[i]);
+  return m;
+}
+
+__global__ void attention_kernel(AttnParams P, int64_t t0, float* sc) {
+  __shared__ float sh[32];
+  const AttentionArgs& a = P.a;
+  const int64_t h = blockIdx.x, t = t0 + blockIdx.y;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  const int64_t last = min(a.L - 1, a.q_pos0 + t);
+  const int64_t nkeys = P.keys ? P.counts[t] : (last + 1 > 0 ? last + 1 : int64_t{0});
+  const int32_t* keys = P.keys ? P.keys + t * a.sel_k : nullptr;
+  const int64_t kh = h / (a.Hq / a.Hk);
+  const float* q = a.q + t * a.q_tok_stride + h * a.q_head_stride;
+  float* s = sc + (blockIdx.y * a.Hq + h) * P.maxk;
+  float* out = a.out + (t * a.Hq + h) * a.Dv;
+  for (int64_t i = warp; i < nkeys; i += nw) {
+    const int64_t key = keys ? keys[i] : i;
+    const float d = warp_dot(q, a.k + key * a.k_tok_stride + kh * a.k_head_stride, a.Dk, lane);
+    if (lane == 0) s[i] = mul(d, a.scale);
+  }
+  __syncthreads();
+  float m = -INFINITY;
+  for (int64_t i = threadIdx.x; i < nkeys; i += blockDim.x) m = fmaxf(m, s[i]);
+  m = block_max(m, sh);
+  for (int64_t i = threadIdx.x; i < nkeys; i += blockDim.x) s[i] = expf(__fsub_rn(s[i], m));
+  __syncthreads();
+  for (int64_t d = threadIdx.x; d < a.Dv; d += blockDim.x) {
+    float sum = 0.0f, o = 0.0f;
+    for (int64_t i = 0; i < nkeys; ++i) {
+      const int64_t key = keys ? keys[i] : i;
+      const float p = s[i];
+      sum = add(sum, p);
+      o = add(o, mul(p, a.v[key * a.v_tok_stride + kh * a.v_head_stride + d]));
+    }
+    out[d] = nkeys ? mul(o, 1.0f / sum) : 0.0f;
+  }
+}
+
+// Warp per (query t, key s): score[t, s] = sum_h w[t,h] * relu(q[t,h,:] . k[s,:]), CPU order.
+__global__ void indexer_scores_kernel(const float* q, const float* k, const float* w, int64_t L, int64_t Hi,
+                                      int64_t Di, int64_t q_pos0, float* score) {
+  const int lane = threadIdx.x & 31;
+  const int64_t t = blockIdx.y;
+  const int64_t s = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  const int64_t lim = min(L, q_pos0 + t + 1), visible = lim > 0 ? lim : 0;
+  if (s >= visible) return;
+  float acc = 0.0f;
+  for (int64_t h = 0; h < Hi; ++h) {
+    const float d = warp_dot(q + (t * Hi + h) * Di, k + s * Di, Di, lane);
+    acc = add(acc, mul(w[t * Hi + h], d < 0.0f ? 0.0f : d));  // std::max(d, 0.0f)
+  }
+  if (lane == 0) score[t * L + s] = acc;
+}
+
+__global__ void attn_res_kernel(const float* const* vs, int64_t nv, const float* w, int64_t D, float eps,
+                                float* out) {
+  extern __shared__ float p[];
+  __shared__ double sh[32];
+  const int64_t t = blockIdx.x;
+  for (int64_t s = 0; s < nv; ++s) {
+    const float* v = vs[s] + t * D;
+    double ss = 0.0;
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) ss += static_cast<double>(v[d]) * v[d];
+    ss = block_sum(ss, sh);
+    const auto inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(D) + eps));
+    double sc = 0.0;
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) sc += static_cast<double>(mul(v[d], inv)) * w[d];
+    sc = block_sum(sc, sh);
+    if (threadIdx.x == 0) p[s] = static_cast<float>(sc);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float mx = -INFINITY;
+    for (int64_t s = 0; s < nv; ++s) mx = fmaxf(mx, p[s]);
+    float sum = 0.0f;
+    for (int64_t s = 0; s < nv; ++s) {
+      p[s] = expf(__fsub_rn(p[s], mx));
+      sum = add(sum, p[s]);
+    }
+    for (int64_t s = 0; s < nv; ++s) p[s] = p[s] / sum;
+  }
+  __syncthreads();
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    float o = 0.0f;
+    for (int64_t s = 0; s < nv; ++s) o = add(o, mul(p[s], vs[s][t * D + d]));
+    out[t * D + d] = o;
+  }
+}
+
+}  // namespace
+
+void CudaBackend::rope(float* x, int64_t T, int64_t n_heads, int64_t tok_stride, int64_t head_stride, int64_t offset,
+                       const int32_t* pos_host, const RopeParams& rope) {
+  const int64_t half = rope.dim / 2;
+  if (T <= 0 || n_heads <= 0 || half <= 0) return;
+  bind();
+  const auto* pos = static_cast<const int32_t*>(stage(kPos, pos_host, static_cast<size_t>(T) * sizeof(int32_t)));
+  const auto* freq = static_cast<const float*>(stage(kFreq, rope.inv_freq_host, static_cast<size_t>(half) * sizeof(float)));
+  rope_kernel<<<static_cast<unsigned>(T), 256, 0, stream_>>>(x, n_heads, tok_stride, head_stride, offset, pos, freq,
+                                                             half, rope.attention_factor, rope.interleaved);
+  FERRY_CUDA_LAUNCHED(rope_kernel);
+}
+
+void CudaBackend::attention(const AttentionArgs& a) {
+  if (a.Hk <= 0 || a.Hq % a.Hk != 0)
+    throw LimitError("cuda attention: Hq=" + std::to_string(a.Hq) + " is not a multiple of Hk=" + std::to_string(a.Hk));
+  if (a.sel && a.sel_k <= 0) throw LimitError("cuda attention: sel given with sel_k <= 0");
+  if (a.T <= 0 || a.Hq <= 0) return;
+  bind();
+  AttnParams P;
+  P.a = a;
+  P.maxk = a.sel ? a.sel_k : a.L;
+  if (a.sel) {
+    // Validate on the host (the model passes host memory; a device selection is fetched first) and
+    // compact each query's valid entries, keeping their order.
+    const size_t ns = static_cast<size_t>(a.T * a.sel_k);
+    std::vector<int32_t> sel(ns), keys(ns, 0), counts(static_cast<size_t>(a.T), 0);
+    if (is_device_pointer(a.sel))
+      download(sel.data(), a.sel, ns * sizeof(int32_t));
+    else
+      std::copy_n(a.sel, ns, sel.begin());
+    for (int64_t t = 0; t < a.T; ++t) {
+      const int64_t last = std::min(a.L - 1, a.q_pos0 + t);
+      int32_t c = 0;
+      for (int64_t i = 0; i < a.sel_k; ++i) {
+        const int32_t s = sel[static_cast<size_t>(t * a.sel_k + i)];
+        if (s < 0) continue;
+        if (s > last)
+          throw LimitError("cuda attention: selected key position " + std::to_string(s) + " of query " +
+                           std::to_string(t) + " is beyond its last visible position " + std::to_string(last));
+        keys[static_cast<size_t>(t * a.sel_k + c++)] = s;
+      }
+      counts[static_cast<size_t>(t)] = c;
+    }
+    P.keys = static_cast<const int32_t*>(stage(kKeys, keys.data(), ns * sizeof(int32_t)));
+    P.counts = static_cast<const int32_t*>(stage(kCounts, counts.data(), counts.size() * sizeof(int32_t)));
+  }
+  const int64_t per_query = a.Hq * std::max<int64_t>(P.maxk, 1);
+  const int64_t group = std::clamp<int64_t>(kAttnScratchFloats / per_query, 1, 65535);
+  auto* sc = static_cast<float*>(scratch(kScores, static_cast<size_t>(std::min(group, a.T) * per_query) * sizeof(float)));
+  for (int64_t t0 = 0; t0 < a.T; t0 += group) {
+    const dim3 grid(static_cast<unsigned>(a.Hq), static_cast<unsigned>(std::min(group, a.T - t0)));
+    attention_kernel<<<grid, kAttnThreads, 0, stream_>>>(P, t0, sc);
+    FERRY_CUDA_LAUNCHED(attention_kernel);
+  }
+}
+
+void CudaBackend::indexer_topk(const float* q, const float* k, const float* w, int64_t T, int64_t L, int64_t Hi,
+                               int64_t Di, int64_t q_pos0, int64_t topk, int32_t* sel, IndexerTies ties) {
+  if (T <= 0 || topk <= 0) return;
+  if (T > 65535) throw LimitError("cuda indexer_topk: " + std::to_string(T) + " queries in one call (max 65535)");
+  bind();
+  std::vector<float> score(static_cast<size_t>(T * L));
+  if (L > 0) {
+    auto* sc = static_cast<float*>(scratch(kScores, score.size() * sizeof(float)));
+    constexpr int kWarpsPerBlock = 4;
+    const dim3 grid(static_cast<unsigned>((L + kWarpsPerBlock - 1) / kWarpsPerBlock), static_cast<unsigned>(T));
+    indexer_scores_kernel<<<grid, kWarpsPerBlock * 32, 0, stream_>>>(q, k, w, L, Hi, Di, q_pos0, sc);
+    FERRY_CUDA_LAUNCHED(indexer_scores_kernel);
+    download(score.data(), sc, score.size() * sizeof(float));
+  }
+  const bool on_device = is_device_pointer(sel);
+  std::vector<int32_t> out(static_cast<size_t>(T * topk)), idx(static_cast<size_t>(std::max<int64_t>(L, 1)));
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t visible = std::max<int64_t>(0, std::min(L, q_pos0 + t + 1));
+    cpu::indexer_select(score.data() + t * L, visible, L, topk, ties, idx.data(), out.data() + t * topk);
+  }
+  if (on_device)
+    upload(sel, out.data(), out.size() * sizeof(int32_t));
+  else
+    std::copy(out.begin(), out.end(), sel);
+}
+
+void CudaBackend::attn_res(const float* const* vs_host, int64_t nv, const float* w, int64_t T, int64_t D, float eps,
+                           float* out) {
+  if (T <= 0 || nv <= 0) return;
+  if (nv > 4096) throw LimitError("cuda attn_res: " + std::to_string(nv) + " inputs (max 4096)");
+  bind();
+  const auto* vs = static_cast<const float* const*>(stage(kPtrs, vs_host, static_cast<size_t>(nv) * sizeof(float*)));
+  attn_res_kernel<<<static_cast<unsigned>(T), 256, static_cast<size_t>(nv) * sizeof(float), stream_>>>(vs, nv, w, D,
+                                                                                                       eps, out);
+  FERRY_CUDA_LAUNCHED(attn_res_kernel);
+}
+
+}  // namespace ferry::cuda

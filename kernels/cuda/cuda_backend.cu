@@ -1,0 +1,138 @@
+// Memory, scratch and the factory of the CUDA back-end.
+#include <cstdint>
+#include <string>
+
+#include "kernels/cuda/cuda_backend.cuh"
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda_backend.hpp"
+
+namespace ferry::cuda {
+
+void throw_cuda_error(cudaError_t e, const char* stmt, const char* func, const char* file, int line) {
+  throw Error("CUDA error " + std::to_string(static_cast<int>(e)) + " (" + cudaGetErrorString(e) + ") in `" +
+              stmt + "` [" + func + " at " + file + ":" + std::to_string(line) + "]");
+}
+
+bool is_device_pointer(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear: an unknown pointer is host memory
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+  int count = 0;
+  FERRY_CUDA_CHECK(cudaGetDeviceCount(&count));
+  if (device < 0 || device >= count)
+    throw LimitError("cuda back-end: device " + std::to_string(device) + " requested, " + std::to_string(count) +
+                     " present");
+  bind();
+  FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
+  FERRY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  // Keep freed blocks in the stream-ordered pool: the model allocates and frees temporaries every op.
+  cudaMemPool_t pool;
+  FERRY_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device_));
+  uint64_t keep = UINT64_MAX;
+  FERRY_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+}
+
+CudaBackend::~CudaBackend() {
+  // No throwing from a destructor: errors here only mean the device is already gone.
+  cudaSetDevice(device_);
+  for (void* p : scratch_)
+    if (p) cudaFreeAsync(p, stream_);
+  cudaStreamSynchronize(stream_);
+  cudaStreamDestroy(stream_);
+}
+
+void CudaBackend::bind() const { FERRY_CUDA_CHECK(cudaSetDevice(device_)); }
+
+std::string CudaBackend::name() const {
+  cudaDeviceProp p{};
+  FERRY_CUDA_CHECK(cudaGetDeviceProperties(&p, device_));
+  return "cuda(" + std::to_string(device_) + ": " + p.name + ", " + std::to_string(sm_count_) + " SMs)";
+}
+
+void* CudaBackend::alloc(size_t bytes) {
+  bind();
+  void* p = nullptr;
+  const size_t n = bytes ? bytes : 256;
+  const cudaError_t e = cudaMallocAsync(&p, n, stream_);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    throw LimitError("cuda back-end: out of device memory allocating " + std::to_string(bytes) + " bytes");
+  }
+  FERRY_CUDA_CHECK(e);
+  FERRY_CUDA_CHECK(cudaMemsetAsync(p, 0, n, stream_));
+  return p;
+}
+
+void CudaBackend::release(void* p) {
+  if (!p) return;
+  bind();
+  FERRY_CUDA_CHECK(cudaFreeAsync(p, stream_));
+}
+
+void CudaBackend::upload(void* dst, const void* src_host, size_t bytes) {
+  if (!bytes) return;
+  bind();
+  FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, stream_));
+  FERRY_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the caller may reuse src_host at once
+}
+
+void CudaBackend::download(void* dst_host, const void* src, size_t bytes) {
+  if (!bytes) return;
+  bind();
+  FERRY_CUDA_CHECK(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  FERRY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
+  if (!bytes || dst == src) return;
+  bind();
+  FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+}
+
+void CudaBackend::synchronize() {
+  bind();
+  FERRY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void* CudaBackend::scratch(Slot s, size_t bytes) {
+  if (bytes > scratch_bytes_[s]) {
+    bind();
+    if (scratch_[s]) FERRY_CUDA_CHECK(cudaFreeAsync(scratch_[s], stream_));
+    scratch_[s] = nullptr;
+    scratch_bytes_[s] = 0;
+    const size_t n = bytes < 4096 ? 4096 : bytes + bytes / 2;
+    FERRY_CUDA_CHECK(cudaMallocAsync(&scratch_[s], n, stream_));
+    scratch_bytes_[s] = n;
+  }
+  return scratch_[s];
+}
+
+void* CudaBackend::stage(Slot s, const void* host, size_t bytes) {
+  void* d = scratch(s, bytes);
+  // Pageable source: cudaMemcpyAsync returns once the bytes are staged, so `host` may go away after.
+  if (bytes) FERRY_CUDA_CHECK(cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, stream_));
+  return d;
+}
+
+}  // namespace ferry::cuda
+
+namespace ferry {
+
+bool cuda_available() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<cuda::CudaBackend>(device); }
+
+}  // namespace ferry

@@ -1,0 +1,84 @@
+// The CUDA back-end class. Op bodies are split by family like the CPU back-end's: memory and factory
+// (cuda_backend.cu), matmul and embed (matmul.cu), norms and element-wise ops (elementwise.cu), KDA
+// (kda.cu), rope / attention / indexer / attention residuals (attention.cu).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/backend.hpp"
+
+namespace ferry::cuda {
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device);
+  ~CudaBackend() override;
+  std::string name() const override;
+  cudaStream_t stream() const { return stream_; }
+
+  void* alloc(size_t bytes) override;
+  void release(void* p) override;
+  void upload(void* dst, const void* src_host, size_t bytes) override;
+  void download(void* dst_host, const void* src, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes) override;
+  void synchronize() override;
+
+  void matmul(const Weight& w, const float* x, int64_t n, float* y) override;
+  void embed(const Weight& table, const int32_t* ids_host, int64_t n, float* y) override;
+
+  void rmsnorm(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y) override;
+  void layernorm(const float* x, const float* w, const float* b, int64_t rows, int64_t dim, float eps,
+                 float* y) override;
+  void l2norm(const float* x, int64_t rows, int64_t dim, float eps, float* y) override;
+  void add(const float* a, const float* b, int64_t n, float* y) override;
+  void scale(float* x, float s, int64_t n) override;
+  void axpy(float a, const float* x, int64_t n, float* y) override;
+  void copy2d(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows,
+              int64_t cols) override;
+  void swiglu(const float* g, const float* u, int64_t n, float* y) override;
+  void situ(const float* g, const float* u, int64_t n, float beta, float lbeta, float* y) override;
+  void sigmoid(const float* x, int64_t n, float* y) override;
+  void sigmoid_mul(const float* x, const float* gate, int64_t n, float* y) override;
+
+  void conv1d_silu(const float* x, int64_t T, int64_t C, const float* w, int64_t W, float* state,
+                   float* y) override;
+  void kda_gate(const float* f, const float* a_log, int64_t T, int64_t H, int64_t K, const KdaGateParams& p,
+                float* g) override;
+  void kda_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t T,
+                     int64_t H, int64_t K, int64_t V, float* state, float* o) override;
+  void kda_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t T,
+                   int64_t H, int64_t K, int64_t V, int64_t chunk, float* state, float* o) override;
+
+  void rope(float* x, int64_t T, int64_t n_heads, int64_t tok_stride, int64_t head_stride, int64_t offset,
+            const int32_t* pos_host, const RopeParams& rope) override;
+  void attention(const AttentionArgs& a) override;
+  void indexer_topk(const float* q, const float* k, const float* w, int64_t T, int64_t L, int64_t Hi, int64_t Di,
+                    int64_t q_pos0, int64_t topk, int32_t* sel, IndexerTies ties) override;
+
+  void attn_res(const float* const* vs_host, int64_t nv, const float* w, int64_t T, int64_t D, float eps,
+                float* out) override;
+
+  // Grow-only device scratch buffers, one per use, reused by later calls (stream order makes the reuse
+  // safe: a later op's copy into a slot runs after every earlier kernel that read it).
+  enum Slot { kIds, kPos, kFreq, kKeys, kCounts, kScores, kPtrs, kNumSlots };
+  void* scratch(Slot s, size_t bytes);
+  // Host -> device copy of small host arrays into a scratch slot (returns the device copy).
+  void* stage(Slot s, const void* host, size_t bytes);
+
+ private:
+  void bind() const;  // make device_ current on the calling thread
+  int device_ = 0;
+  int sm_count_ = 0;
+  cudaStream_t stream_ = nullptr;
+  std::array<void*, kNumSlots> scratch_{};
+  std::array<size_t, kNumSlots> scratch_bytes_{};
+};
+
+// True when p is device (or managed) memory, false for ordinary host memory.
+bool is_device_pointer(const void* p);
+
+}  // namespace ferry::cuda

@@ -1,0 +1,189 @@
+// Norms and element-wise ops (see elementwise.cuh).
+#include <string>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_backend.cuh"
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/elementwise.cuh"
+
+namespace ferry::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void rmsnorm_kernel(const float* x, const float* w, int64_t dim, float eps, float* y) {
+  __shared__ double sh[32];
+  const float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
+  float* yr = y + static_cast<int64_t>(blockIdx.x) * dim;
+  double ss = 0.0;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += static_cast<double>(xr[i]) * xr[i];
+  ss = block_sum(ss, sh);
+  const auto inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(dim) + eps));
+  // y may alias x: every thread has read its elements above, and block_sum synchronised.
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = w ? mul(mul(xr[i], inv), w[i]) : mul(xr[i], inv);
+}
+
+__global__ void layernorm_kernel(const float* x, const float* w, const float* b, int64_t dim, float eps, float* y) {
+  __shared__ double sh[32];
+  const float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
+  float* yr = y + static_cast<int64_t>(blockIdx.x) * dim;
+  double s = 0.0;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) s += xr[i];
+  const double mean = block_sum(s, sh) / static_cast<double>(dim);
+  double ss = 0.0;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += (xr[i] - mean) * (xr[i] - mean);
+  ss = block_sum(ss, sh);
+  const auto inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(dim) + eps));
+  const auto meanf = static_cast<float>(mean);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    float v = mul(__fsub_rn(xr[i], meanf), inv);
+    if (w) v = mul(v, w[i]);
+    if (b) v = add(v, b[i]);
+    yr[i] = v;
+  }
+}
+
+__global__ void l2norm_kernel(const float* x, int64_t dim, float eps, float* y) {
+  __shared__ double sh[32];
+  const float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
+  float* yr = y + static_cast<int64_t>(blockIdx.x) * dim;
+  double ss = 0.0;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += static_cast<double>(xr[i]) * xr[i];
+  ss = block_sum(ss, sh);
+  const auto inv = static_cast<float>(1.0 / sqrt(ss + eps));
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = mul(xr[i], inv);
+}
+
+// One element-wise functor per op; the grid-stride loop is shared.
+template <class F>
+__global__ void elementwise_kernel(int64_t n, F f) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    f(i);
+}
+
+struct AddOp {
+  const float *a, *b;
+  float* y;
+  __device__ void operator()(int64_t i) const { y[i] = add(a[i], b[i]); }
+};
+struct ScaleOp {
+  float* x;
+  float s;
+  __device__ void operator()(int64_t i) const { x[i] = mul(x[i], s); }
+};
+struct AxpyOp {
+  float a;
+  const float* x;
+  float* y;
+  __device__ void operator()(int64_t i) const { y[i] = add(y[i], mul(a, x[i])); }
+};
+struct SwigluOp {
+  const float *g, *u;
+  float* y;
+  __device__ void operator()(int64_t i) const { y[i] = mul(siluf_(g[i]), u[i]); }
+};
+struct SituOp {
+  const float *g, *u;
+  float beta, lbeta;
+  float* y;
+  __device__ void operator()(int64_t i) const {
+    const float gv = g[i], uv = u[i];
+    const float gp = mul(mul(beta, tanhf(gv / beta)), sigmoidf_(gv));
+    const float up = lbeta > 0.0f ? mul(lbeta, tanhf(uv / lbeta)) : uv;
+    y[i] = mul(gp, up);
+  }
+};
+struct SigmoidOp {
+  const float* x;
+  float* y;
+  __device__ void operator()(int64_t i) const { y[i] = sigmoidf_(x[i]); }
+};
+struct SigmoidMulOp {
+  const float *x, *gate;
+  float* y;
+  __device__ void operator()(int64_t i) const { y[i] = mul(x[i], sigmoidf_(gate[i])); }
+};
+template <class F>
+void run_elementwise(int64_t n, const F& f, cudaStream_t st) {
+  if (n <= 0) return;
+  const unsigned blocks = blocks_for(n, kThreads);
+  elementwise_kernel<<<blocks < 65535u * 16 ? blocks : 65535u * 16, kThreads, 0, st>>>(n, f);
+  FERRY_CUDA_LAUNCHED(elementwise_kernel);
+}
+
+void check_rows(const char* op, int64_t rows) {
+  if (rows > 0x7fffffff) throw LimitError(std::string("cuda ") + op + ": " + std::to_string(rows) + " rows in one call");
+}
+
+}  // namespace
+
+void CudaBackend::rmsnorm(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y) {
+  if (rows <= 0) return;
+  check_rows("rmsnorm", rows);
+  bind();
+  rmsnorm_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream_>>>(x, w, dim, eps, y);
+  FERRY_CUDA_LAUNCHED(rmsnorm_kernel);
+}
+
+void CudaBackend::layernorm(const float* x, const float* w, const float* b, int64_t rows, int64_t dim, float eps,
+                            float* y) {
+  if (rows <= 0) return;
+  check_rows("layernorm", rows);
+  bind();
+  layernorm_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream_>>>(x, w, b, dim, eps, y);
+  FERRY_CUDA_LAUNCHED(layernorm_kernel);
+}
+
+void CudaBackend::l2norm(const float* x, int64_t rows, int64_t dim, float eps, float* y) {
+  if (rows <= 0) return;
+  check_rows("l2norm", rows);
+  bind();
+  l2norm_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream_>>>(x, dim, eps, y);
+  FERRY_CUDA_LAUNCHED(l2norm_kernel);
+}
+
+void CudaBackend::add(const float* a, const float* b, int64_t n, float* y) {
+  bind();
+  run_elementwise(n, AddOp{a, b, y}, stream_);
+}
+void CudaBackend::scale(float* x, float s, int64_t n) {
+  bind();
+  run_elementwise(n, ScaleOp{x, s}, stream_);
+}
+void CudaBackend::axpy(float a, const float* x, int64_t n, float* y) {
+  bind();
+  run_elementwise(n, AxpyOp{a, x, y}, stream_);
+}
+void CudaBackend::copy2d(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows,
+                         int64_t cols) {
+  if (rows <= 0 || cols <= 0) return;
+  bind();
+  if (src_stride == cols && dst_stride == cols) {
+    copy(dst, src, static_cast<size_t>(rows * cols) * sizeof(float));
+    return;
+  }
+  FERRY_CUDA_CHECK(cudaMemcpy2DAsync(dst, static_cast<size_t>(dst_stride) * sizeof(float), src,
+                                     static_cast<size_t>(src_stride) * sizeof(float),
+                                     static_cast<size_t>(cols) * sizeof(float), static_cast<size_t>(rows),
+                                     cudaMemcpyDeviceToDevice, stream_));
+}
+void CudaBackend::swiglu(const float* g, const float* u, int64_t n, float* y) {
+  bind();
+  run_elementwise(n, SwigluOp{g, u, y}, stream_);
+}
+void CudaBackend::situ(const float* g, const float* u, int64_t n, float beta, float lbeta, float* y) {
+  bind();
+  run_elementwise(n, SituOp{g, u, beta, lbeta, y}, stream_);
+}
+void CudaBackend::sigmoid(const float* x, int64_t n, float* y) {
+  bind();
+  run_elementwise(n, SigmoidOp{x, y}, stream_);
+}
+void CudaBackend::sigmoid_mul(const float* x, const float* gate, int64_t n, float* y) {
+  bind();
+  run_elementwise(n, SigmoidMulOp{x, gate, y}, stream_);
+}
+
+}  // namespace ferry::cuda

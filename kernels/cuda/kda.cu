@@ -1,0 +1,137 @@
+// KDA: conv1d_silu, kda_gate, kda_recurrent, kda_chunked (see kda.cuh).
+#include <string>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_backend.cuh"
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/kda.cuh"
+
+namespace ferry::cuda {
+
+namespace {
+
+__global__ void conv1d_silu_kernel(const float* x, int64_t T, int64_t C, const float* w, int W, float* state,
+                                   float* y) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const int H = W - 1;
+  float hist[kMaxConvWidth];
+  for (int i = 0; i < H; ++i) hist[i] = state[i * C + c];
+  const float* wc = w + c * W;
+  for (int64_t t = 0; t < T; ++t) {
+    const float xin = x[t * C + c];  // read before y is written: y may alias x
+    float acc = 0.0f;
+    for (int i = 0; i < H; ++i) acc = add(acc, mul(wc[i], hist[i]));
+    acc = add(acc, mul(wc[H], xin));
+    y[t * C + c] = siluf_(acc);
+    for (int i = 0; i + 1 < H; ++i) hist[i] = hist[i + 1];
+    if (H > 0) hist[H - 1] = xin;
+  }
+  for (int i = 0; i < H; ++i) state[i * C + c] = hist[i];
+}
+
+__global__ void kda_gate_kernel(const float* f, const float* a_log, int64_t T, int64_t H, int64_t K, bool safe,
+                                float lower, float* g) {
+  const int64_t n = T * H * K;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float a = expf(a_log[(i / K) % H]);
+    const float x = f[i];
+    if (safe) {
+      g[i] = mul(lower, sigmoidf_(mul(a, x)));
+    } else {
+      const float sp = x > 20.0f ? x : log1pf(expf(x));  // torch softplus, threshold 20
+      g[i] = mul(-a, sp);
+    }
+  }
+}
+
+// Block (head h, column tile): thread j owns column tile*kKdaCols + j of S (kept in shared memory
+// column-major by tile so a warp's accesses hit consecutive banks). Shared: S[K][kKdaCols], e, k, q [K].
+__global__ void kda_recurrent_kernel(const float* q, const float* k, const float* v, const float* g,
+                                     const float* beta, int64_t T, int64_t H, int64_t K, int64_t V, float* state,
+                                     float* o) {
+  extern __shared__ float sm[];
+  float* S = sm;
+  float* e = S + K * kKdaCols;
+  float* ks = e + K;
+  float* qs = ks + K;
+  const int64_t h = blockIdx.x;
+  const int j = threadIdx.x;
+  const int64_t col = static_cast<int64_t>(blockIdx.y) * kKdaCols + j;
+  const bool live = col < V;
+  float* Sg = state + h * K * V;
+  for (int64_t d = 0; d < K; ++d) S[d * kKdaCols + j] = live ? Sg[d * V + col] : 0.0f;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t th = t * H + h;
+    __syncthreads();  // the previous token is done with e, ks, qs
+    for (int64_t d = j; d < K; d += blockDim.x) {
+      e[d] = expf(g[th * K + d]);
+      ks[d] = k[th * K + d];
+      qs[d] = q[th * K + d];
+    }
+    __syncthreads();
+    float u = 0.0f;
+    for (int64_t d = 0; d < K; ++d) {
+      const float row = mul(S[d * kKdaCols + j], e[d]);
+      S[d * kKdaCols + j] = row;
+      u = add(u, mul(ks[d], row));
+    }
+    u = mul(__fsub_rn(live ? v[th * V + col] : 0.0f, u), beta[th]);
+    float out = 0.0f;
+    for (int64_t d = 0; d < K; ++d) {
+      const float row = add(S[d * kKdaCols + j], mul(ks[d], u));
+      S[d * kKdaCols + j] = row;
+      out = add(out, mul(qs[d], row));
+    }
+    if (live) o[th * V + col] = out;
+  }
+  if (live)
+    for (int64_t d = 0; d < K; ++d) Sg[d * V + col] = S[d * kKdaCols + j];
+}
+
+}  // namespace
+
+void CudaBackend::conv1d_silu(const float* x, int64_t T, int64_t C, const float* w, int64_t W, float* state,
+                              float* y) {
+  if (W < 1 || W > kMaxConvWidth)
+    throw LimitError("cuda conv1d_silu: kernel width must be in 1.." + std::to_string(kMaxConvWidth) + ", got " +
+                     std::to_string(W));
+  if (T <= 0 || C <= 0) return;
+  bind();
+  conv1d_silu_kernel<<<blocks_for(C, 128), 128, 0, stream_>>>(x, T, C, w, static_cast<int>(W), state, y);
+  FERRY_CUDA_LAUNCHED(conv1d_silu_kernel);
+}
+
+void CudaBackend::kda_gate(const float* f, const float* a_log, int64_t T, int64_t H, int64_t K,
+                           const KdaGateParams& p, float* g) {
+  const int64_t n = T * H * K;
+  if (n <= 0) return;
+  bind();
+  const unsigned blocks = blocks_for(n, 256);
+  kda_gate_kernel<<<blocks < 65535u ? blocks : 65535u, 256, 0, stream_>>>(f, a_log, T, H, K, p.safe_gate,
+                                                                         p.lower_bound, g);
+  FERRY_CUDA_LAUNCHED(kda_gate_kernel);
+}
+
+void CudaBackend::kda_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                                int64_t T, int64_t H, int64_t K, int64_t V, float* state, float* o) {
+  if (T <= 0 || H <= 0) return;
+  const size_t smem = static_cast<size_t>(K * kKdaCols + 3 * K) * sizeof(float);
+  if (smem > 96 * 1024)
+    throw LimitError("cuda kda_recurrent: key dim " + std::to_string(K) + " needs more shared memory than 96 KiB");
+  bind();
+  if (smem > 48 * 1024)
+    FERRY_CUDA_CHECK(cudaFuncSetAttribute(kda_recurrent_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem)));
+  const dim3 grid(static_cast<unsigned>(H), static_cast<unsigned>((V + kKdaCols - 1) / kKdaCols));
+  kda_recurrent_kernel<<<grid, kKdaCols, smem, stream_>>>(q, k, v, g, beta, T, H, K, V, state, o);
+  FERRY_CUDA_LAUNCHED(kda_recurrent_kernel);
+}
+
+void CudaBackend::kda_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                              int64_t T, int64_t H, int64_t K, int64_t V, int64_t /*chunk*/, float* state, float* o) {
+  kda_recurrent(q, k, v, g, beta, T, H, K, V, state, o);  // see kda.cuh
+}
+
+}  // namespace ferry::cuda

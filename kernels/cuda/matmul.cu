@@ -1,0 +1,256 @@
+// Matmul and embed (see matmul.cuh for the reduction order and the weight-reuse scheme).
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <string>
+
+#include "io/ggml_blocks.hpp"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_backend.cuh"
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/matmul.cuh"
+
+namespace ferry::cuda {
+
+namespace {
+
+constexpr int kWarps = 4;       // warps per thread block; they share the block's copy of x
+constexpr int kOutPerWarp = 2;  // weight rows per warp: independent accumulation chains (ILP)
+constexpr int kChunkCols = 1024;  // columns per chunk: x chunk NR x 4 KiB, weight chunk <= 4 KiB per row
+
+// Per weight type: bytes per 32-column block and the decode of element `lane` of block `b`.
+template <WType T>
+struct Fmt;
+template <>
+struct Fmt<WType::f32> {
+  static constexpr int kBlockBytes = 128;
+  __device__ static float get(const uint8_t* p, int b, int lane) {
+    return reinterpret_cast<const float*>(p)[b * 32 + lane];
+  }
+};
+template <>
+struct Fmt<WType::q8_0> {
+  static constexpr int kBlockBytes = 34;
+  __device__ static float get(const uint8_t* p, int b, int lane) {
+    const uint8_t* blk = p + b * 34;
+    const float d = __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(blk)));
+    return mul(static_cast<float>(static_cast<int8_t>(blk[2 + lane])), d);  // exact
+  }
+};
+template <>
+struct Fmt<WType::mxfp4> {
+  static constexpr int kBlockBytes = 17;
+  // Lane l reads nibble l%16 of the block's 16 bytes: the low nibble for l < 16, the high one above.
+  __device__ static float get(const uint8_t* p, int b, int lane) {
+    const uint8_t* blk = p + b * 17;
+    const unsigned e = blk[0];
+    const unsigned nib = (static_cast<unsigned>(blk[1 + (lane & 15)]) >> ((lane >> 4) << 2)) & 15u;
+    // Doubled E2M1 magnitudes 0,1,2,3,4,6,8,12 picked by a byte permute (no divergent table load).
+    const int mag = static_cast<int>(__byte_perm(0x03020100u, 0x0C080604u, nib & 7u) & 0xffu);
+    const float v = static_cast<float>((nib & 8u) ? -mag : mag);
+    // 2^(e-128): biased exponent e-1 for e >= 2; float denormals 2^-127, 2^-128 for e = 1, 0.
+    const float scale = __uint_as_float(e >= 2 ? (e - 1u) << 23 : 0x00200000u << e);
+    return mul(v, scale);  // exact, as ggml's E8M0_TO_FP32_HALF product on the CPU
+  }
+};
+
+// Copy global bytes [src, src+n) into smem so that global address a lands at dst + (a - (src & ~15)):
+// 16-byte loads for the aligned middle, single bytes for the ends. All 32 lanes call it.
+__device__ void stage_bytes(uint8_t* dst, const uint8_t* src, int n, int lane) {
+  const uintptr_t s = reinterpret_cast<uintptr_t>(src), e = s + static_cast<uintptr_t>(n);
+  const uintptr_t base = s & ~uintptr_t{15};
+  const uintptr_t as = (s + 15) & ~uintptr_t{15}, ae = e & ~uintptr_t{15};
+  if (as < ae) {
+    const int nv = static_cast<int>((ae - as) / 16);
+    const uint4* g = reinterpret_cast<const uint4*>(as);
+    uint4* d = reinterpret_cast<uint4*>(dst + (as - base));
+    for (int i = lane; i < nv; i += 32) d[i] = __ldg(g + i);
+    const uintptr_t head_end = as;
+    if (s + lane < head_end) dst[s + lane - base] = __ldg(src + lane);
+    if (ae + lane < e) dst[ae + lane - base] = __ldg(reinterpret_cast<const uint8_t*>(ae) + lane);
+  } else {
+    for (uintptr_t a = s + lane; a < e; a += 32) dst[a - base] = __ldg(reinterpret_cast<const uint8_t*>(a));
+  }
+}
+
+// Shared memory of one thread block: x[NR][kChunkCols] floats, then per warp and weight row a chunk of
+// weight bytes (+32 for the 16-byte alignment shift and padding).
+template <WType T, int NR>
+constexpr size_t matmul_smem() {
+  return sizeof(float) * NR * kChunkCols + size_t{kWarps} * kOutPerWarp * (kChunkCols / 32 * Fmt<T>::kBlockBytes + 32);
+}
+
+// Block: kWarps warps x kOutPerWarp weight rows, against rows [r0, r0 + nr) of x (NR >= nr). Per chunk
+// of kChunkCols columns the block stages x (all threads) and each warp its weight rows' bytes into
+// shared memory, then lane l applies element l of every 32-column block to all rows.
+template <WType T, int NR>
+__global__ void __launch_bounds__(kWarps * 32)
+    matmul_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t rows, int64_t cols,
+                  const float* __restrict__ x, int64_t n, float* __restrict__ y) {
+  using F = Fmt<T>;
+  constexpr int kWBytes = kChunkCols / 32 * F::kBlockBytes + 32;
+  extern __shared__ __align__(16) uint8_t smem[];
+  float* xs = reinterpret_cast<float*>(smem);
+  uint8_t* wsm = smem + sizeof(float) * NR * kChunkCols;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kOutPerWarp;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * NR;
+  const int nr = static_cast<int>(min(static_cast<int64_t>(NR), n - r0));
+  const int nout = static_cast<int>(max(int64_t{0}, min(static_cast<int64_t>(kOutPerWarp), rows - o0)));
+  float acc[kOutPerWarp][NR];
+#pragma unroll
+  for (int o = 0; o < kOutPerWarp; ++o)
+#pragma unroll
+    for (int r = 0; r < NR; ++r) acc[o][r] = 0.0f;
+  for (int64_t c0 = 0; c0 < cols; c0 += kChunkCols) {
+    const int nc = static_cast<int>(min(static_cast<int64_t>(kChunkCols), cols - c0));
+    const int nb = nc / 32;
+    __syncthreads();  // every warp is done with the previous chunk
+    for (int i = threadIdx.x; i < NR * nc; i += kWarps * 32) {
+      const int r = i / nc, k = i - r * nc;
+      xs[r * kChunkCols + k] = r < nr ? __ldg(x + (r0 + r) * cols + c0 + k) : 0.0f;
+    }
+    int off[kOutPerWarp];
+#pragma unroll
+    for (int o = 0; o < kOutPerWarp; ++o) {
+      const uint8_t* src = w + static_cast<size_t>(o0 + o) * row_bytes + static_cast<size_t>(c0 / 32) * F::kBlockBytes;
+      off[o] = static_cast<int>(reinterpret_cast<uintptr_t>(src) & 15);
+      if (o < nout) stage_bytes(wsm + (warp * kOutPerWarp + o) * kWBytes, src, nb * F::kBlockBytes, lane);
+    }
+    __syncthreads();
+    if (nout == 0) continue;
+    const uint8_t* wrow[kOutPerWarp];
+#pragma unroll
+    for (int o = 0; o < kOutPerWarp; ++o) wrow[o] = wsm + (warp * kOutPerWarp + o) * kWBytes + off[o];
+    const float* xl = xs + lane;
+#pragma unroll 4
+    for (int b = 0; b < nb; ++b) {
+      float xv[NR];
+#pragma unroll
+      for (int r = 0; r < NR; ++r) xv[r] = xl[r * kChunkCols + b * 32];
+#pragma unroll
+      for (int o = 0; o < kOutPerWarp; ++o) {
+        if (o < nout) {
+          const float wv = F::get(wrow[o], b, lane);
+#pragma unroll
+          for (int r = 0; r < NR; ++r) acc[o][r] = add(acc[o][r], mul(xv[r], wv));
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int o = 0; o < kOutPerWarp; ++o)
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+      const float v = warp_fold(acc[o][r]);
+      if (lane == 0 && o < nout && r < nr) y[(r0 + r) * rows + o0 + o] = v;
+    }
+}
+
+// Columns not a multiple of 32 (f32 weights only): the generic warp dot, one warp per output.
+__global__ void matmul_f32_tail_kernel(const float* __restrict__ w, int64_t rows, int64_t cols,
+                                       const float* __restrict__ x, int64_t n, float* __restrict__ y) {
+  const int lane = threadIdx.x & 31;
+  const int64_t idx = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  if (idx >= rows * n) return;
+  const int64_t r = idx / rows, o = idx % rows;
+  const float v = warp_dot(x + r * cols, w + o * cols, cols, lane);
+  if (lane == 0) y[r * rows + o] = v;
+}
+
+template <WType T, int NR>
+void launch_group(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t st) {
+  constexpr size_t smem = matmul_smem<T, NR>();
+  static const bool raised = [] {  // more than the default 48 KiB of dynamic shared memory
+    FERRY_CUDA_CHECK(cudaFuncSetAttribute(matmul_kernel<T, NR>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem)));
+    return true;
+  }();
+  (void)raised;
+  const int64_t warps = (w.rows + kOutPerWarp - 1) / kOutPerWarp;
+  const dim3 grid(static_cast<unsigned>((warps + kWarps - 1) / kWarps), static_cast<unsigned>((n + NR - 1) / NR));
+  matmul_kernel<T, NR><<<grid, kWarps * 32, smem, st>>>(static_cast<const uint8_t*>(w.data), w.row_bytes(), w.rows,
+                                                         w.cols, x, n, y);
+  FERRY_CUDA_LAUNCHED(matmul_kernel);
+}
+
+// The group width NR is the smallest power of two holding min(n, group) rows, so one row does not pay
+// for 15 idle ones. NR changes only how many rows share a weight read: every row's own products and
+// sums are the same operations in the same order for any NR (rows never mix), so a row's bits do not
+// depend on the row count.
+template <WType T>
+void launch_typed(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t st) {
+  const int64_t m = std::min<int64_t>(n, matmul_group_rows(T));
+  if (m <= 1) return launch_group<T, 1>(w, x, n, y, st);
+  if (m <= 2) return launch_group<T, 2>(w, x, n, y, st);
+  if (m <= 4) return launch_group<T, 4>(w, x, n, y, st);
+  if (m <= 8) return launch_group<T, 8>(w, x, n, y, st);
+  return launch_group<T, 16>(w, x, n, y, st);
+}
+
+template <WType T>
+__global__ void embed_kernel(const uint8_t* __restrict__ table, size_t row_bytes, int64_t cols,
+                             const int32_t* __restrict__ ids, float* __restrict__ y) {
+  const int64_t i = blockIdx.y;
+  const uint8_t* row = table + static_cast<size_t>(ids[i]) * row_bytes;
+  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < cols;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[i * cols + c] = Fmt<T>::get(row, static_cast<int>(c / 32), static_cast<int>(c % 32));
+}
+
+}  // namespace
+
+int matmul_group_rows(WType t) { return t == WType::mxfp4 ? 16 : 8; }
+
+void launch_matmul(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t st) {
+  switch (w.type) {
+    case WType::f32:
+      if (w.cols % 32 != 0) {
+        const int64_t threads = w.rows * n * 32;
+        matmul_f32_tail_kernel<<<blocks_for(threads, 256), 256, 0, st>>>(static_cast<const float*>(w.data), w.rows,
+                                                                           w.cols, x, n, y);
+        FERRY_CUDA_LAUNCHED(matmul_f32_tail_kernel);
+        return;
+      }
+      return launch_typed<WType::f32>(w, x, n, y, st);
+    case WType::q8_0: return launch_typed<WType::q8_0>(w, x, n, y, st);
+    case WType::mxfp4: return launch_typed<WType::mxfp4>(w, x, n, y, st);
+  }
+}
+
+void launch_embed(const Weight& t, const int32_t* ids, int64_t n, float* y, cudaStream_t st) {
+  const dim3 grid(blocks_for(std::min<int64_t>(t.cols, 65536), 256), static_cast<unsigned>(n));
+  const auto* p = static_cast<const uint8_t*>(t.data);
+  if (t.type == WType::f32) {
+    embed_kernel<WType::f32><<<grid, 256, 0, st>>>(p, t.row_bytes(), t.cols, ids, y);
+    FERRY_CUDA_LAUNCHED(embed_kernel<f32>);
+  } else {
+    embed_kernel<WType::q8_0><<<grid, 256, 0, st>>>(p, t.row_bytes(), t.cols, ids, y);
+    FERRY_CUDA_LAUNCHED(embed_kernel<q8_0>);
+  }
+}
+
+void CudaBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
+  if (n <= 0) return;
+  if (w.empty() || w.rows <= 0 || w.cols <= 0)
+    throw TensorError("cuda matmul: empty weight (rows=" + std::to_string(w.rows) + ", cols=" +
+                      std::to_string(w.cols) + ")");
+  if (n > 65535 * int64_t{8}) throw LimitError("cuda matmul: " + std::to_string(n) + " rows in one call (max 524280)");
+  bind();
+  launch_matmul(w, x, n, y, stream_);
+}
+
+void CudaBackend::embed(const Weight& table, const int32_t* ids_host, int64_t n, float* y) {
+  if (table.empty()) throw TensorError("cuda embed: empty table");
+  if (table.type == WType::mxfp4) throw TensorError("cuda embed: mxfp4 tables are not supported (f32 or q8_0)");
+  if (n <= 0) return;
+  for (int64_t i = 0; i < n; ++i)
+    if (ids_host[i] < 0 || ids_host[i] >= table.rows)
+      throw LimitError("cuda embed: token id " + std::to_string(ids_host[i]) + " outside the table of " +
+                       std::to_string(table.rows) + " rows");
+  bind();
+  const auto* ids = static_cast<const int32_t*>(stage(kIds, ids_host, static_cast<size_t>(n) * sizeof(int32_t)));
+  launch_embed(table, ids, n, y, stream_);
+}
+
+}  // namespace ferry::cuda

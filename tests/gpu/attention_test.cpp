@@ -1,0 +1,133 @@
+// CUDA against CPU: RoPE, attention (causal, GQA, MQA over a shared latent, DSA selection), the DSA
+// indexer in both tie modes, and attention residuals. Random inputs, NaN-poisoned outputs.
+#include <numeric>
+
+#include "tests/gpu/gpu_util.hpp"
+
+namespace ferry::test {
+namespace {
+
+using Ops = GpuOps;
+
+// Scores are bit-identical to the CPU's (same dot order); exp differs by up to 2 ulp, and the softmax
+// and weighted sums are done in the same order: 1e-5 of the output scale is ample.
+constexpr double kAttnTol = 1e-5;
+
+TEST_F(Ops, RopeMatchesCpuInBothPairings) {
+  const int64_t T = 6, H = 3, hs = 80, ts = H * hs + 5, dim = 64, off = 16;
+  std::vector<float> freq(dim / 2);
+  for (int64_t i = 0; i < dim / 2; ++i) freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / dim));
+  std::vector<int32_t> pos = {0, 1, 7, 100, 4095, 123456};
+  for (bool inter : {false, true}) {
+    const auto xv = random_floats(T * ts, inter ? 2 : 1);
+    auto x = both(xv);
+    RopeParams rp{freq.data(), dim, 1.3f, inter};
+    cpu().rope(x.cpu(), T, H, ts, hs, off, pos.data(), rp);
+    gpu().rope(x.gpu(), T, H, ts, hs, off, pos.data(), rp);
+    auto [c, g] = results(x);
+    // cos/sin in double on both, rounded to float: equal except for rare last-bit rounding.
+    EXPECT_LE(rel_err(inter ? "rope(interleaved)" : "rope(half split)", c, g), 1e-6);
+  }
+}
+
+struct AttnCase {
+  const char* name;
+  int64_t T, L, Hq, Hk, Dk, Dv, pos0;
+  bool mqa_latent;  // keys and values share one latent row (head stride 0), as MLA absorbed decode
+  bool sel;
+};
+
+class AttnCases : public GpuOps, public ::testing::WithParamInterface<AttnCase> {};
+
+TEST_P(AttnCases, MatchesCpu) {
+  const AttnCase p = GetParam();
+  const int64_t kts = p.mqa_latent ? p.Dk : p.Hk * p.Dk, vts = p.mqa_latent ? p.Dk : p.Hk * p.Dv;
+  auto q = both(random_floats(p.T * p.Hq * p.Dk, 1));
+  auto k = both(random_floats(p.L * kts, 2));
+  auto v = p.mqa_latent ? Pair{} : both(random_floats(p.L * vts, 3));
+  std::vector<int32_t> sel;
+  const int64_t sk = 24;
+  if (p.sel) {  // a random subset of each query's visible keys, -1 padded, ascending
+    std::mt19937 rng(4);
+    for (int64_t t = 0; t < p.T; ++t) {
+      std::vector<int32_t> vis(static_cast<size_t>(p.pos0 + t + 1));
+      std::iota(vis.begin(), vis.end(), 0);
+      std::shuffle(vis.begin(), vis.end(), rng);
+      vis.resize(std::min<size_t>(vis.size(), sk - 3));
+      std::sort(vis.begin(), vis.end());
+      vis.resize(sk, -1);
+      sel.insert(sel.end(), vis.begin(), vis.end());
+    }
+  }
+  auto out = poisoned_pair(p.T * p.Hq * p.Dv);
+  for (Backend* be : {cpu_, gpu_}) {
+    const bool G = be == gpu_;
+    AttentionArgs a;
+    a.q = G ? q.gpu() : q.cpu(); a.q_tok_stride = p.Hq * p.Dk; a.q_head_stride = p.Dk;
+    a.k = G ? k.gpu() : k.cpu(); a.k_tok_stride = kts; a.k_head_stride = p.mqa_latent ? 0 : p.Dk;
+    if (p.mqa_latent) {
+      a.v = a.k; a.v_tok_stride = kts; a.v_head_stride = 0;
+    } else {
+      a.v = G ? v.gpu() : v.cpu(); a.v_tok_stride = vts; a.v_head_stride = p.Dv;
+    }
+    a.out = G ? out.gpu() : out.cpu();
+    a.T = p.T; a.L = p.L; a.Hq = p.Hq; a.Hk = p.Hk; a.Dk = p.Dk; a.Dv = p.Dv; a.q_pos0 = p.pos0;
+    a.scale = 0.125f;
+    if (p.sel) { a.sel = sel.data(); a.sel_k = sk; }
+    be->attention(a);
+  }
+  auto [c, g] = results(out);
+  EXPECT_LE(rel_err(p.name, c, g), kAttnTol);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, AttnCases,
+    ::testing::Values(AttnCase{"attention prefill mha", 33, 33, 4, 4, 64, 64, 0, false, false},
+                      AttnCase{"attention decode gqa 8/2", 3, 300, 8, 2, 128, 128, 297, false, false},
+                      AttnCase{"attention mqa latent", 4, 200, 16, 1, 576, 512, 196, true, false},
+                      AttnCase{"attention dsa selection", 5, 90, 8, 1, 72, 64, 85, true, true}),
+    [](const auto& info) { return std::to_string(info.index); });
+
+// The indexer's scores are computed in the CPU's exact order, and the selection is the CPU's own code:
+// the selected positions are identical in both tie modes, also when exact ties (all-negative dots
+// giving score 0) are everywhere, and whether `sel` is host or device memory.
+TEST_F(Ops, IndexerTopkSelectsTheSameKeysInBothTieModes) {
+  const int64_t T = 6, L = 300, Hi = 2, Di = 32, pos0 = L - T, topk = 200;  // deep into the score-0 ties
+  auto q = both(random_floats(T * Hi * Di, 5)), k = both(random_floats(L * Di, 6));
+  auto w = both(random_floats(T * Hi, 7, 0.1f, 1.0f));
+  for (IndexerTies ties : {IndexerTies::by_position, IndexerTies::torch_cpu}) {
+    std::vector<int32_t> sc(T * topk, -7), sg(T * topk, -7);
+    cpu().indexer_topk(q.cpu(), k.cpu(), w.cpu(), T, L, Hi, Di, pos0, topk, sc.data(), ties);
+    gpu().indexer_topk(q.gpu(), k.gpu(), w.gpu(), T, L, Hi, Di, pos0, topk, sg.data(), ties);
+    EXPECT_EQ(sc, sg) << "ties mode " << int(ties);
+    int64_t chosen = 0;
+    for (int32_t s : sc) chosen += s >= 0;
+    std::printf("[gpu-op] indexer_topk ties=%d: %lld selected, identical=%d\n", int(ties),
+                static_cast<long long>(chosen), int(sc == sg));
+  }
+  // Device-memory sel.
+  Buf dsel(gpu(), static_cast<size_t>(T * topk));  // float-sized slots hold the int32 ids
+  auto* dp = reinterpret_cast<int32_t*>(dsel.get());
+  gpu().indexer_topk(q.gpu(), k.gpu(), w.gpu(), T, L, Hi, Di, pos0, topk, dp, IndexerTies::by_position);
+  std::vector<int32_t> back(T * topk), sc(T * topk);
+  gpu().download(back.data(), dp, back.size() * 4);
+  cpu().indexer_topk(q.cpu(), k.cpu(), w.cpu(), T, L, Hi, Di, pos0, topk, sc.data(), IndexerTies::by_position);
+  EXPECT_EQ(sc, back);
+}
+
+TEST_F(Ops, AttnResMatchesCpu) {
+  const int64_t T = 5, D = 777, nv = 4;
+  std::vector<Pair> vs;
+  for (int s = 0; s < nv; ++s) vs.push_back(both(random_floats(T * D, 10 + s, -2, 2)));
+  auto w = both(random_floats(D, 20));
+  auto out = poisoned_pair(T * D);
+  std::vector<const float*> pc, pg;
+  for (auto& p : vs) pc.push_back(p.cpu()), pg.push_back(p.gpu());
+  cpu().attn_res(pc.data(), nv, w.cpu(), T, D, 1e-6f, out.cpu());
+  gpu().attn_res(pg.data(), nv, w.gpu(), T, D, 1e-6f, out.gpu());
+  auto [c, g] = results(out);
+  EXPECT_LE(rel_err("attn_res", c, g), kAttnTol);  // double scores (other order), expf, same output order
+}
+
+}  // namespace
+}  // namespace ferry::test

@@ -1,0 +1,192 @@
+// CUDA against CPU: norms, element-wise ops and KDA, on random inputs with NaN-poisoned outputs.
+#include <cmath>
+
+#include "tests/gpu/gpu_util.hpp"
+
+namespace ferry::test {
+namespace {
+
+using Ops = GpuOps;
+
+// Norms: both back-ends sum in double (different orders), then round the scale once to float; the
+// outputs differ by at most an ulp or two of the float result: 1e-6 of the output scale.
+constexpr double kNormTol = 1e-6;
+// exp / tanh / log1p: CUDA's single-precision functions are within 2 ulp of glibc's; an op chains a
+// few of them: 2e-6 of the output scale (~16 ulp).
+constexpr double kTranscTol = 2e-6;
+
+TEST_F(Ops, NormsMatchCpu) {
+  const int64_t rows = 7, dim = 1000;
+  auto x = both(random_floats(rows * dim, 1, -3, 3));
+  auto w = both(random_floats(dim, 2));
+  auto b = both(random_floats(dim, 3));
+  for (int which = 0; which < 4; ++which) {
+    auto y = poisoned_pair(rows * dim);
+    for (Backend* be : {cpu_, gpu_}) {
+      const bool g = be == gpu_;
+      const float* xi = g ? x.gpu() : x.cpu();
+      float* yo = g ? y.gpu() : y.cpu();
+      switch (which) {
+        case 0: be->rmsnorm(xi, g ? w.gpu() : w.cpu(), rows, dim, 1e-6f, yo); break;
+        case 1: be->rmsnorm(xi, nullptr, rows, dim, 1e-6f, yo); break;
+        case 2: be->layernorm(xi, g ? w.gpu() : w.cpu(), g ? b.gpu() : b.cpu(), rows, dim, 1e-5f, yo); break;
+        case 3: be->l2norm(xi, rows, dim, 1e-6f, yo); break;
+      }
+    }
+    auto [c, gv] = results(y);
+    const char* names[] = {"rmsnorm", "rmsnorm(no weight)", "layernorm", "l2norm"};
+    EXPECT_LE(rel_err(names[which], c, gv), kNormTol) << names[which];
+  }
+}
+
+TEST_F(Ops, RmsnormInPlaceMatchesOutOfPlace) {
+  const int64_t rows = 5, dim = 4096;
+  const auto xv = random_floats(rows * dim, 4);
+  auto x = both(xv), w = both(random_floats(dim, 5));
+  auto y = poisoned_pair(rows * dim);
+  gpu().rmsnorm(x.gpu(), w.gpu(), rows, dim, 1e-6f, y.gpu());
+  gpu().rmsnorm(x.gpu(), w.gpu(), rows, dim, 1e-6f, x.gpu());
+  EXPECT_TRUE(bits_equal("rmsnorm in place", get(gpu(), y.gpu(), rows * dim), get(gpu(), x.gpu(), rows * dim)));
+}
+
+// add / scale / axpy / copy2d are single IEEE operations per element: bit-identical.
+TEST_F(Ops, ExactElementwiseOpsAreBitIdentical) {
+  const int64_t n = 100003;
+  auto a = both(random_floats(n, 6)), b = both(random_floats(n, 7));
+  auto y = poisoned_pair(n);
+  cpu().add(a.cpu(), b.cpu(), n, y.cpu());
+  gpu().add(a.gpu(), b.gpu(), n, y.gpu());
+  auto [c1, g1] = results(y);
+  EXPECT_TRUE(bits_equal("add", c1, g1));
+  cpu().axpy(0.37f, a.cpu(), n, y.cpu());
+  gpu().axpy(0.37f, a.gpu(), n, y.gpu());
+  cpu().scale(y.cpu(), -1.7f, n);
+  gpu().scale(y.gpu(), -1.7f, n);
+  auto [c2, g2] = results(y);
+  EXPECT_TRUE(bits_equal("axpy+scale", c2, g2));
+  // copy2d: a 37 x 50 block out of rows of 300 into rows of 64.
+  auto d = poisoned_pair(37 * 64);
+  cpu().copy2d(a.cpu() + 3, 300, d.cpu(), 64, 37, 50);
+  gpu().copy2d(a.gpu() + 3, 300, d.gpu(), 64, 37, 50);
+  auto [c3, g3] = results(d);
+  for (int64_t r = 0; r < 37; ++r)  // columns 50..63 stay NaN on both: compare the copied ones
+    for (int64_t k = 0; k < 50; ++k) ASSERT_EQ(c3[r * 64 + k], g3[r * 64 + k]) << r << "," << k;
+  std::printf("[gpu-op] copy2d                       bit-identical to cpu\n");
+}
+
+TEST_F(Ops, ActivationsMatchCpu) {
+  const int64_t n = 65536 + 17;
+  auto g = both(random_floats(n, 8, -12, 12)), u = both(random_floats(n, 9, -6, 6));
+  for (int which = 0; which < 5; ++which) {
+    auto y = poisoned_pair(n);
+    for (Backend* be : {cpu_, gpu_}) {
+      const bool G = be == gpu_;
+      const float *gi = G ? g.gpu() : g.cpu(), *ui = G ? u.gpu() : u.cpu();
+      float* yo = G ? y.gpu() : y.cpu();
+      switch (which) {
+        case 0: be->swiglu(gi, ui, n, yo); break;
+        case 1: be->situ(gi, ui, n, 10.0f, 3.0f, yo); break;
+        case 2: be->situ(gi, ui, n, 10.0f, 0.0f, yo); break;
+        case 3: be->sigmoid(gi, n, yo); break;
+        case 4: be->sigmoid_mul(ui, gi, n, yo); break;
+      }
+    }
+    auto [c, gv] = results(y);
+    const char* names[] = {"swiglu", "situ(lbeta=3)", "situ(lbeta=0)", "sigmoid", "sigmoid_mul"};
+    EXPECT_LE(rel_err(names[which], c, gv), kTranscTol) << names[which];
+  }
+}
+
+TEST_F(Ops, Conv1dSiluMatchesCpuAndCarriesState) {
+  const int64_t T = 9, C = 300, W = 4;
+  auto x = both(random_floats(T * C, 10)), w = both(random_floats(C * W, 11));
+  auto st = both(random_floats((W - 1) * C, 12));
+  auto y = poisoned_pair(T * C);
+  cpu().conv1d_silu(x.cpu(), T, C, w.cpu(), W, st.cpu(), y.cpu());
+  gpu().conv1d_silu(x.gpu(), T, C, w.gpu(), W, st.gpu(), y.gpu());
+  auto [c, g] = results(y);
+  EXPECT_LE(rel_err("conv1d_silu", c, g), kTranscTol);  // products and sums exact-order; silu's exp differs
+  auto [cs, gs] = results(st);
+  EXPECT_TRUE(bits_equal("conv1d_silu state", cs, gs));  // the history is copied inputs
+}
+
+TEST_F(Ops, KdaGateMatchesCpuInBothForms) {
+  const int64_t T = 5, H = 4, K = 64;
+  auto f = both(random_floats(T * H * K, 13, -30, 30)), al = both(random_floats(H, 14));
+  for (bool safe : {false, true}) {
+    auto g = poisoned_pair(T * H * K);
+    KdaGateParams p;
+    p.safe_gate = safe;
+    p.lower_bound = -5.0f;
+    cpu().kda_gate(f.cpu(), al.cpu(), T, H, K, p, g.cpu());
+    gpu().kda_gate(f.gpu(), al.gpu(), T, H, K, p, g.gpu());
+    auto [c, gv] = results(g);
+    EXPECT_LE(rel_err(safe ? "kda_gate(safe)" : "kda_gate(softplus)", c, gv), kTranscTol);
+  }
+}
+
+struct KdaIn {
+  int64_t T, H, K, V;
+  std::vector<float> q, k, v, g, beta, s0;
+  KdaIn(int64_t T_, int64_t H_, int64_t K_, int64_t V_, uint32_t seed) : T(T_), H(H_), K(K_), V(V_) {
+    q = random_floats(T * H * K, seed);
+    k = random_floats(T * H * K, seed + 1);
+    v = random_floats(T * H * V, seed + 2);
+    g = random_floats(T * H * K, seed + 3, -5.0f, -0.001f);
+    beta = random_floats(T * H, seed + 4, 0.01f, 0.99f);
+    s0 = random_floats(H * K * V, seed + 5);
+    for (int64_t i = 0; i < T * H; ++i) {  // unit q and k, as after the model's l2norm
+      for (auto* x : {&q, &k}) {
+        double ss = 0;
+        for (int64_t d = 0; d < K; ++d) ss += double((*x)[i * K + d]) * (*x)[i * K + d];
+        for (int64_t d = 0; d < K; ++d) (*x)[i * K + d] = float((*x)[i * K + d] / std::sqrt(ss));
+      }
+    }
+  }
+};
+
+// The recurrence does the CPU's exact operations per column; only exp(g) differs (2 ulp), and the
+// update is contractive, so the error stays near float rounding of the output scale: 1e-5.
+TEST_F(Ops, KdaRecurrentMatchesCpu) {
+  KdaIn in(16, 3, 64, 40, 20);  // V = 40: a partial column tile
+  auto q = both(in.q), k = both(in.k), v = both(in.v), g = both(in.g), b = both(in.beta), s = both(in.s0);
+  auto o = poisoned_pair(in.T * in.H * in.V);
+  cpu().kda_recurrent(q.cpu(), k.cpu(), v.cpu(), g.cpu(), b.cpu(), in.T, in.H, in.K, in.V, s.cpu(), o.cpu());
+  gpu().kda_recurrent(q.gpu(), k.gpu(), v.gpu(), g.gpu(), b.gpu(), in.T, in.H, in.K, in.V, s.gpu(), o.gpu());
+  auto [co, go] = results(o);
+  auto [cs, gs] = results(s);
+  EXPECT_LE(rel_err("kda_recurrent out", co, go), 1e-5);
+  EXPECT_LE(rel_err("kda_recurrent state", cs, gs), 1e-5);
+}
+
+// The CUDA back-end runs kda_chunked as the recurrence; the CPU's chunked form reorders the arithmetic:
+// each is within 1e-5 of the exact result (the CPU tests bound both), so they agree within 3e-5.
+TEST_F(Ops, KdaChunkedMatchesCpu) {
+  KdaIn in(150, 2, 128, 128, 30);  // 150 tokens: two full chunks of 64 and a partial one
+  auto q = both(in.q), k = both(in.k), v = both(in.v), g = both(in.g), b = both(in.beta), s = both(in.s0);
+  auto o = poisoned_pair(in.T * in.H * in.V);
+  cpu().kda_chunked(q.cpu(), k.cpu(), v.cpu(), g.cpu(), b.cpu(), in.T, in.H, in.K, in.V, 64, s.cpu(), o.cpu());
+  gpu().kda_chunked(q.gpu(), k.gpu(), v.gpu(), g.gpu(), b.gpu(), in.T, in.H, in.K, in.V, 64, s.gpu(), o.gpu());
+  auto [co, go] = results(o);
+  auto [cs, gs] = results(s);
+  EXPECT_LE(rel_err("kda_chunked out", co, go), 3e-5);
+  EXPECT_LE(rel_err("kda_chunked state", cs, gs), 3e-5);
+}
+
+// Exactness on the GPU: 16 tokens in one call equal 16 one-token calls bit for bit.
+TEST_F(Ops, KdaRecurrentSixteenTokensEqualSixteenSteps) {
+  KdaIn in(16, 2, 64, 64, 40);
+  auto q = both(in.q), k = both(in.k), v = both(in.v), g = both(in.g), b = both(in.beta);
+  auto s1 = both(in.s0), s2 = both(in.s0);
+  auto o1 = poisoned_pair(in.T * in.H * in.V), o2 = poisoned_pair(in.T * in.H * in.V);
+  gpu().kda_recurrent(q.gpu(), k.gpu(), v.gpu(), g.gpu(), b.gpu(), in.T, in.H, in.K, in.V, s1.gpu(), o1.gpu());
+  const int64_t hk = in.H * in.K, hv = in.H * in.V;
+  for (int64_t t = 0; t < in.T; ++t)
+    gpu().kda_recurrent(q.gpu() + t * hk, k.gpu() + t * hk, v.gpu() + t * hv, g.gpu() + t * hk, b.gpu() + t * in.H, 1,
+                        in.H, in.K, in.V, s2.gpu(), o2.gpu() + t * hv);
+  const size_t n = static_cast<size_t>(in.T * hv);
+  EXPECT_TRUE(bits_equal("kda 16 tokens vs 16 steps", get(gpu(), o1.gpu(), n), get(gpu(), o2.gpu(), n)));
+}
+
+}  // namespace
+}  // namespace ferry::test

@@ -1,0 +1,211 @@
+// CUDA matmul and embed against the CPU back-end (bit for bit: same reduction order, exact weight
+// decoding), the exactness rule on the GPU (a row alone = the same row in a 16-row block), and the
+// weight-bandwidth benchmark (MatmulBench: prints achieved GB/s against the HBM floor).
+#include <algorithm>
+#include <chrono>
+
+#include "io/errors.hpp"
+#include "tests/gpu/gpu_util.hpp"
+#if FERRY_WITH_CUDA
+#include "kernels/cuda/cuda_backend.cuh"
+#endif
+
+namespace ferry::test {
+namespace {
+
+using Ops = GpuOps;
+
+// Random weight bytes of a type: f32 values, q8_0 or mxfp4 blocks.
+std::vector<uint8_t> random_weight(WType t, int64_t rows, int64_t cols, uint32_t seed) {
+  const Weight w{t, rows, cols, nullptr};
+  std::vector<uint8_t> b(w.nbytes());
+  const size_t nb = static_cast<size_t>(rows * cols / kQK);
+  if (t == WType::f32) {
+    const auto f = random_floats(static_cast<size_t>(rows * cols), seed);
+    std::memcpy(b.data(), f.data(), b.size());
+  } else if (t == WType::q8_0) {
+    const auto q = random_q8_0(nb, seed);
+    std::memcpy(b.data(), q.data(), b.size());
+  } else {
+    const auto q = random_mxfp4(nb, seed);
+    std::memcpy(b.data(), q.data(), b.size());
+  }
+  return b;
+}
+
+const char* tname(WType t) { return t == WType::f32 ? "f32" : t == WType::q8_0 ? "q8_0" : "mxfp4"; }
+
+TEST_F(Ops, MatmulIsBitIdenticalToCpuForEveryTypeAndRowCount) {
+  struct Shape { WType t; int64_t rows, cols; };
+  for (const Shape s : {Shape{WType::f32, 67, 96}, Shape{WType::f32, 33, 100}, Shape{WType::f32, 129, 2200},
+                        Shape{WType::q8_0, 67, 2304}, Shape{WType::q8_0, 5, 7168}, Shape{WType::mxfp4, 67, 3584},
+                        Shape{WType::mxfp4, 130, 4160}}) {
+    const auto bytes = random_weight(s.t, s.rows, s.cols, 1);
+    auto wb = both_bytes(bytes.data(), bytes.size());
+    for (int64_t n : {1, 2, 3, 8, 16, 37}) {
+      auto x = both(random_floats(static_cast<size_t>(n * s.cols), 2 + static_cast<uint32_t>(n)));
+      auto y = poisoned_pair(static_cast<size_t>(n * s.rows));
+      cpu().matmul(Weight{s.t, s.rows, s.cols, wb->c}, x.cpu(), n, y.cpu());
+      gpu().matmul(Weight{s.t, s.rows, s.cols, wb->g}, x.gpu(), n, y.gpu());
+      auto [c, g] = results(y);
+      const std::string what = std::string("matmul ") + tname(s.t) + " " + std::to_string(s.rows) + "x" +
+                               std::to_string(s.cols) + " n=" + std::to_string(n);
+      EXPECT_TRUE(bits_equal(what.c_str(), c, g)) << what;
+    }
+  }
+}
+
+// A weight view that starts mid-buffer (the model slices kv_b per head): unaligned starts must work.
+TEST_F(Ops, MatmulOnAnUnalignedWeightViewMatchesCpu) {
+  const int64_t rows = 40, cols = 512;
+  for (WType t : {WType::q8_0, WType::mxfp4}) {
+    const auto bytes = random_weight(t, rows, cols, 3);
+    auto wb = both_bytes(bytes.data(), bytes.size());
+    const size_t rb = Weight{t, rows, cols, nullptr}.row_bytes();
+    auto x = both(random_floats(3 * cols, 4));
+    auto y = poisoned_pair(3 * 7);
+    cpu().matmul(Weight{t, 7, cols, static_cast<uint8_t*>(wb->c) + 11 * rb}, x.cpu(), 3, y.cpu());
+    gpu().matmul(Weight{t, 7, cols, static_cast<uint8_t*>(wb->g) + 11 * rb}, x.gpu(), 3, y.gpu());
+    auto [c, g] = results(y);
+    EXPECT_TRUE(bits_equal(t == WType::q8_0 ? "matmul q8_0 view" : "matmul mxfp4 view", c, g));
+  }
+}
+
+// DESIGN.md exactness on the GPU: each row of a 16-row call equals the same row run alone.
+TEST_F(Ops, MatmulSixteenRowBlockEqualsSixteenPlainRows) {
+  for (WType t : {WType::f32, WType::q8_0, WType::mxfp4}) {
+    const int64_t rows = 3072, cols = t == WType::f32 ? 1024 : 3584, n = 16;
+    const auto bytes = random_weight(t, rows, cols, 5);
+    auto wb = both_bytes(bytes.data(), bytes.size());
+    const Weight w{t, rows, cols, wb->g};
+    auto x = both(random_floats(static_cast<size_t>(n * cols), 6));
+    auto yb = poisoned_pair(static_cast<size_t>(n * rows)), yp = poisoned_pair(static_cast<size_t>(n * rows));
+    gpu().matmul(w, x.gpu(), n, yb.gpu());
+    for (int64_t r = 0; r < n; ++r) gpu().matmul(w, x.gpu() + r * cols, 1, yp.gpu() + r * rows);
+    const auto b = get(gpu(), yb.gpu(), yb.g.size()), p = get(gpu(), yp.gpu(), yp.g.size());
+    EXPECT_TRUE(bits_equal((std::string("16-row block vs plain ") + tname(t)).c_str(), p, b));
+  }
+}
+
+TEST_F(Ops, EmbedIsBitIdenticalToCpu) {
+  const std::vector<int32_t> ids = {5, 0, 99, 5, 42};
+  for (WType t : {WType::f32, WType::q8_0}) {
+    const int64_t rows = 100, cols = 320;
+    const auto bytes = random_weight(t, rows, cols, 7);
+    auto wb = both_bytes(bytes.data(), bytes.size());
+    auto y = poisoned_pair(ids.size() * cols);
+    cpu().embed(Weight{t, rows, cols, wb->c}, ids.data(), static_cast<int64_t>(ids.size()), y.cpu());
+    gpu().embed(Weight{t, rows, cols, wb->g}, ids.data(), static_cast<int64_t>(ids.size()), y.gpu());
+    auto [c, g] = results(y);
+    EXPECT_TRUE(bits_equal(t == WType::f32 ? "embed f32" : "embed q8_0", c, g));
+  }
+  const std::vector<int32_t> bad = {100};
+  EXPECT_THROW(gpu().embed(Weight{WType::f32, 100, 32, nullptr}, bad.data(), 1, nullptr), Error);
+}
+
+#if FERRY_WITH_CUDA
+// Median time per matmul call over graph replays (no launch gaps), rotating over `copies` weight
+// copies so the weights come from HBM, not the 50 MB L2.
+double time_matmul(Backend& be, const std::vector<Weight>& ws, const float* x, int64_t n, float* y) {
+  auto& cb = static_cast<cuda::CudaBackend&>(be);
+  cudaStream_t st = cb.stream();
+  constexpr int kCalls = 96;
+  for (int i = 0; i < 8; ++i) be.matmul(ws[i % ws.size()], x, n, y);  // warm-up
+  auto run_all = [&] {
+    for (int i = 0; i < kCalls; ++i) be.matmul(ws[i % ws.size()], x, n, y);
+  };
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  bool graphed = cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+  if (graphed) {
+    run_all();
+    graphed = cudaStreamEndCapture(st, &graph) == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+  }
+  if (!graphed) {
+    (void)cudaGetLastError();
+    std::printf("[bench] graph capture failed: timing plain launches (includes launch gaps)\n");
+  }
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<double> t;
+  for (int rep = 0; rep < 7; ++rep) {
+    cudaEventRecord(e0, st);
+    if (graphed)
+      cudaGraphLaunch(exec, st);
+    else
+      run_all();
+    cudaEventRecord(e1, st);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    t.push_back(ms * 1e-3 / kCalls);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+double copy_bandwidth(Backend& be) {  // device copy, bytes read + written per second
+  const size_t bytes = size_t{2} << 30;
+  void* a = be.alloc(bytes);
+  void* b = be.alloc(bytes);
+  auto& cb = static_cast<cuda::CudaBackend&>(be);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  be.copy(b, a, bytes);
+  std::vector<double> t;
+  for (int rep = 0; rep < 5; ++rep) {
+    cudaEventRecord(e0, cb.stream());
+    be.copy(b, a, bytes);
+    cudaEventRecord(e1, cb.stream());
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    t.push_back(2.0 * bytes / (ms * 1e-3));
+  }
+  be.release(a);
+  be.release(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+#endif
+
+TEST_F(Ops, MatmulBenchWeightBandwidth) {
+#if FERRY_WITH_CUDA
+  const double copy_bw = copy_bandwidth(gpu());
+  std::printf("[bench] device copy (read+write): %.0f GB/s; HBM floor below uses 4800 GB/s\n", copy_bw / 1e9);
+  struct Case { const char* name; WType t; int64_t rows, cols; int copies; };
+  for (const Case c : {Case{"mxfp4 expert 3072x3584", WType::mxfp4, 3072, 3584, 24},
+                       Case{"q8_0 spine 7168x7168", WType::q8_0, 7168, 7168, 3}}) {
+    const auto bytes = random_weight(c.t, c.rows, c.cols, 9);
+    std::vector<void*> bufs;
+    std::vector<Weight> ws;
+    for (int i = 0; i < c.copies; ++i) {
+      bufs.push_back(gpu().alloc(bytes.size()));
+      gpu().upload(bufs.back(), bytes.data(), bytes.size());
+      ws.push_back(Weight{c.t, c.rows, c.cols, bufs.back()});
+    }
+    auto x = both(random_floats(static_cast<size_t>(16 * c.cols), 10));
+    auto y = poisoned_pair(static_cast<size_t>(16 * c.rows));
+    const double floor_s = static_cast<double>(bytes.size()) / 4.8e12;
+    for (int64_t n : {1, 2, 4, 8, 16}) {
+      const double s = time_matmul(gpu(), ws, x.gpu(), n, y.gpu());
+      std::printf("[bench] %-24s n=%2lld  %8.2f us  %7.0f GB/s  floor %6.2f us  time/floor %5.2f\n", c.name,
+                  static_cast<long long>(n), s * 1e6, bytes.size() / s / 1e9, floor_s * 1e6, s / floor_s);
+    }
+    const auto out = get(gpu(), y.gpu(), static_cast<size_t>(c.rows));
+    for (float v : out) ASSERT_TRUE(std::isfinite(v));
+    for (void* p : bufs) gpu().release(p);
+  }
+#else
+  GTEST_SKIP() << "no CUDA back-end in this build";
+#endif
+}
+
+}  // namespace
+}  // namespace ferry::test

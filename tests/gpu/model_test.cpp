@@ -1,0 +1,186 @@
+// The whole model on the CUDA back-end, on the fixtures the CPU tests use (tests/fixtures): logits
+// within the CPU tests' tolerances of the references, greedy ids identical to the references, a block
+// of 16 rows bit-identical to 16 plain steps on the GPU, and CPU vs CUDA greedy ids identical.
+#include "tests/gpu/gpu_util.hpp"
+#include "tests/model/fixture_util.hpp"
+
+namespace ferry::test {
+namespace {
+
+// The CPU tests' bounds: F32 arithmetic against float64 transformers (hf_fixture_test.cpp) and
+// against llama.cpp's F32 run (k3_fixture_test.cpp). The CUDA back-end's matmuls are bit-identical
+// to the CPU's and its other ops within a few ulp, so the same bounds apply unchanged.
+constexpr double kHfMaxRel = 1e-4;
+constexpr double kK3MaxAbs = 2e-4;
+
+Loaded load_on(const std::filesystem::path& dir, bool gpu, IndexerTies ties = IndexerTies::by_position) {
+  Loaded l;
+  l.cfg = load_model_config(dir);
+  l.src = open_safetensors_checkpoint(dir);
+  l.be = gpu ? cuda_backend() : make_cpu_backend();
+  LoadOptions o;
+  o.indexer_ties = ties;
+  l.model = std::make_unique<Model>(l.cfg, *l.src, *l.be, o);
+  return l;
+}
+
+// Greedy ids: prefill the prompt, then n plain steps.
+std::vector<int32_t> greedy(Loaded& m, const std::vector<int32_t>& prompt, size_t n, std::vector<float>* logits_out) {
+  auto st = m.model->new_state(256);
+  ForwardOptions pre;
+  pre.prefill = true;
+  auto logits = m.model->forward(*st, prompt, pre);
+  std::vector<int32_t> got;
+  for (size_t i = 0; i < n; ++i) {
+    if (logits_out) logits_out->insert(logits_out->end(), logits.begin(), logits.end());
+    got.push_back(argmax(logits.data(), m.cfg.vocab));
+    logits = m.model->forward(*st, std::vector<int32_t>{got.back()});
+  }
+  return got;
+}
+
+class GpuHf : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    FERRY_SKIP_WITHOUT_CUDA();
+    dir_ = gpu_fixture(GetParam());
+    ref_ = read_json(dir_ / "reference.json");
+  }
+  std::filesystem::path dir_;
+  nlohmann::json ref_;
+};
+
+TEST_P(GpuHf, TeacherForcedLogitsMatchTransformers) {
+  auto m = load_on(dir_, true, IndexerTies::torch_cpu);
+  const auto all = ids_of(ref_["all_ids"]);
+  const auto want = read_f32(dir_ / "logits.f32");
+  auto st = m.model->new_state(256);
+  ForwardOptions o;
+  o.prefill = true;
+  o.all_logits = true;
+  const auto got = m.model->forward(*st, all, o);
+  ASSERT_EQ(got.size(), want.size());
+  const auto e = compare_rows(got.data(), want.data(), static_cast<int64_t>(all.size()), m.cfg.vocab);
+  std::printf("[gpu-model %s] teacher-forced logits vs transformers: max|d| %.3g, rel %.3g\n", GetParam().c_str(),
+              e.max_abs, e.max_rel);
+  EXPECT_LE(e.max_rel, kHfMaxRel);
+}
+
+TEST_P(GpuHf, GreedyContinuationEqualsTransformers) {
+  const auto prompt = ids_of(ref_["prompt_ids"]);
+  const auto want = ids_of(ref_["generated_ids"]);
+  std::vector<int32_t> got;
+  if (GetParam() == "deepseek_v32-a") {  // as hf_fixture_test.cpp: torch ties, whole sequence each step
+    auto m = load_on(dir_, true, IndexerTies::torch_cpu);
+    std::vector<int32_t> ids = prompt;
+    for (size_t i = 0; i < want.size(); ++i) {
+      auto st = m.model->new_state(256);
+      ForwardOptions o;
+      o.prefill = true;
+      const auto logits = m.model->forward(*st, ids, o);
+      got.push_back(argmax(logits.data(), m.cfg.vocab));
+      ids.push_back(got.back());
+    }
+  } else {
+    auto m = load_on(dir_, true, IndexerTies::torch_cpu);
+    got = greedy(m, prompt, want.size(), nullptr);
+  }
+  EXPECT_EQ(got, want);
+}
+
+// DESIGN.md exactness on the GPU: the rows of a 16-row verification block get the bits plain steps get.
+TEST_P(GpuHf, BlockOfSixteenRowsIsBitIdenticalToPlainStepsOnGpu) {
+  auto m = load_on(dir_, true);
+  const auto all = ids_of(ref_["all_ids"]);
+  const auto prompt = ids_of(ref_["prompt_ids"]);
+  const std::vector<int32_t> rest(all.begin() + static_cast<long>(prompt.size()), all.end());
+  ForwardOptions pre;
+  pre.prefill = true;
+  auto a = m.model->new_state(256);
+  m.model->forward(*a, prompt, pre);
+  std::vector<float> plain;
+  for (int32_t id : rest) {
+    auto l = m.model->forward(*a, std::vector<int32_t>{id});
+    plain.insert(plain.end(), l.begin(), l.end());
+  }
+  auto b = m.model->new_state(256);
+  m.model->forward(*b, prompt, pre);
+  ForwardOptions blk;
+  blk.all_logits = true;
+  const auto block = m.model->forward(*b, rest, blk);
+  ASSERT_EQ(block.size(), plain.size());
+  std::printf("[gpu-model %s] block of %zu rows vs plain steps: %s\n", GetParam().c_str(), rest.size(),
+              std::memcmp(block.data(), plain.data(), plain.size() * 4) == 0 ? "bit-identical" : "DIFFERENT");
+  EXPECT_EQ(0, std::memcmp(block.data(), plain.data(), plain.size() * 4));
+}
+
+TEST_P(GpuHf, CpuAndCudaGreedyIdsAreIdentical) {
+  const auto prompt = ids_of(ref_["prompt_ids"]);
+  auto mg = load_on(dir_, true);
+  auto mc = load_on(dir_, false);
+  std::vector<float> lg, lc;
+  const auto g = greedy(mg, prompt, 24, &lg), c = greedy(mc, prompt, 24, &lc);
+  const auto e = compare_rows(lg.data(), lc.data(), static_cast<int64_t>(g.size()), mg.cfg.vocab);
+  std::printf("[gpu-model %s] cpu vs cuda, 24 greedy steps: logits max|d| %.3g rel %.3g, ids %s\n",
+              GetParam().c_str(), e.max_abs, e.max_rel, g == c ? "identical" : "DIFFERENT");
+  EXPECT_EQ(g, c);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, GpuHf,
+                         ::testing::Values("kimi_linear-a", "deepseek_v3-a", "deepseek_v32-a", "qwen3-a"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           return s;
+                         });
+
+class GpuK3 : public ::testing::Test {
+ protected:
+  void SetUp() override { FERRY_SKIP_WITHOUT_CUDA(); }
+  nlohmann::json run_ = read_json(gpu_fixture("k3-tiny-a/ref/exact/run.json"));
+  std::vector<int32_t> prompt_ = ids_of(run_["prompt_ids"]);
+  std::vector<int32_t> gen_ = ids_of(run_["gen_ids"]);
+};
+
+TEST_F(GpuK3, PromptLogitsAndGreedyIdsMatchLlamaCpp) {
+  auto m = load_on(gpu_fixture("k3-tiny-a/hf"), true);
+  const auto want = read_f32(gpu_fixture("k3-tiny-a/ref/exact/prompt_logits.f32"));
+  auto st = m.model->new_state(256);
+  ForwardOptions o;
+  o.prefill = true;
+  o.all_logits = true;
+  const auto got = m.model->forward(*st, prompt_, o);
+  const auto e = compare_rows(got.data(), want.data(), static_cast<int64_t>(prompt_.size()), m.cfg.vocab);
+  std::printf("[gpu-model k3-tiny-a] prompt logits vs llama.cpp: max|d| %.3g rel %.3g\n", e.max_abs, e.max_rel);
+  EXPECT_LE(e.max_abs, kK3MaxAbs);
+  // Decode logits, teacher-forced with llama.cpp's tokens, and the greedy ids.
+  const auto want_gen = read_f32(gpu_fixture("k3-tiny-a/ref/exact/gen_logits.f32"));
+  auto s2 = m.model->new_state(256);
+  ForwardOptions pre;
+  pre.prefill = true;
+  auto logits = m.model->forward(*s2, prompt_, pre);
+  std::vector<int32_t> ids;
+  double worst = 0;
+  for (size_t g = 0; g < gen_.size(); ++g) {
+    ids.push_back(argmax(logits.data(), m.cfg.vocab));
+    logits = m.model->forward(*s2, std::vector<int32_t>{gen_[g]});
+    worst = std::max(worst, compare_rows(logits.data(), want_gen.data() + g * m.cfg.vocab, 1, m.cfg.vocab).max_abs);
+  }
+  std::printf("[gpu-model k3-tiny-a] decode logits vs llama.cpp: max|d| %.3g\n", worst);
+  EXPECT_EQ(ids, gen_);
+  EXPECT_LE(worst, kK3MaxAbs);
+}
+
+TEST_F(GpuK3, CpuAndCudaGreedyIdsAreIdentical) {
+  auto mg = load_on(gpu_fixture("k3-tiny-a/hf"), true);
+  auto mc = load_on(gpu_fixture("k3-tiny-a/hf"), false);
+  std::vector<float> lg, lc;
+  const auto g = greedy(mg, prompt_, 24, &lg), c = greedy(mc, prompt_, 24, &lc);
+  const auto e = compare_rows(lg.data(), lc.data(), static_cast<int64_t>(g.size()), mg.cfg.vocab);
+  std::printf("[gpu-model k3-tiny-a] cpu vs cuda, 24 greedy steps: logits max|d| %.3g, ids %s\n", e.max_abs,
+              g == c ? "identical" : "DIFFERENT");
+  EXPECT_EQ(g, c);
+}
+
+}  // namespace
+}  // namespace ferry::test
