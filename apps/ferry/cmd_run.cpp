@@ -65,6 +65,8 @@ void add_model_flags(CLI::App* c, ModelOptions& o) {
   c->add_option("--spine-type", o.spine_type, "Non-expert weights in memory: f32 (exact) or q8_0")
       ->capture_default_str();
   c->add_option("-t,--threads", o.threads, "CPU threads (0 = all cores)")->capture_default_str();
+  c->add_option("--backend", o.backend, "Compute back-end: cpu, cuda or auto (cuda when a GPU is present)")
+      ->capture_default_str();
 }
 
 void print_metrics(const RunOptions& o, const LoadedModel& m, const GenerateMetrics& g, double wall,
