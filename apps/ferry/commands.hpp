@@ -10,5 +10,6 @@ namespace ferry::cli {
 void add_run_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_demo_command(CLI::App& app);
+void add_faults_command(CLI::App& app);  // cmd_faults.cpp
 
 }  // namespace ferry::cli

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   app.set_help_all_flag("--help-all", "Show the help of every subcommand");
   ferry::cli::add_run_command(app);
   ferry::cli::add_eval_command(app);
+  ferry::cli::add_faults_command(app);
   // demo: added with synth
   try {
     app.parse(argc, argv);
