@@ -58,7 +58,8 @@ caf::behavior worker_fun(worker self, DrafterBridgeOptions o, drafter_bridge_act
 
 struct bridge_state {
   DrafterBridgeOptions opt;
-  caf::actor worker;
+  // Shared with the exit functor, which runs after the state is gone.
+  std::shared_ptr<caf::actor> worker = std::make_shared<caf::actor>();
   bool ready = false;
   uint64_t starts = 0;
   int failures_in_row = 0;
@@ -70,18 +71,24 @@ void start_worker(bridge self) {
   auto& s = self->state;
   s.ready = false;
   if (s.starts++ > 0) ++s.st.restarts;
-  s.worker = self->spawn<caf::detached + caf::monitored>(worker_fun, s.opt,
-                                                         caf::actor_cast<drafter_bridge_actor>(self));
+  *s.worker = self->spawn<caf::detached + caf::monitored>(worker_fun, s.opt,
+                                                          caf::actor_cast<drafter_bridge_actor>(self));
 }
 
 void on_worker_down(bridge self, const caf::down_msg& dm) {
   auto& s = self->state;
-  if (dm.source != s.worker.address()) return;
+  if (dm.source != s.worker->address()) return;
   if (!s.ready) ++s.st.start_failures;
   s.ready = false;
   s.st.up = false;
   s.st.pid = -1;
-  s.worker = nullptr;
+  *s.worker = nullptr;
+  if (dm.reason.category() == caf::atom("ferry") && dm.reason.context().match_element<std::string>(0) &&
+      dm.reason.context().get_as<std::string>(0) == to_string(SidecarFailure::version)) {
+    // Restarting the same binary cannot change the version it speaks.
+    spdlog::error("drafter bridge: drafter disabled for this run (protocol version mismatch); plain decoding");
+    return;
+  }
   const int k = std::min(++s.failures_in_row, 16);
   const auto delay = std::chrono::milliseconds(
       std::min<int64_t>(s.opt.backoff_max_ms, static_cast<int64_t>(s.opt.backoff_min_ms) << (k - 1)));
@@ -116,7 +123,7 @@ caf::result<draft_reply> on_propose(bridge self, draft_request& rq) {
     return caf::make_error(errc::drafter_unavailable, s.ready ? "deadline already passed" : "sidecar not running");
   }
   auto rp = self->make_response_promise<draft_reply>();
-  auto w = s.worker;
+  auto w = *s.worker;
   self->request(w, left, propose_atom::value, std::move(rq))
       .then(
           [=](draft_reply& r) mutable {
@@ -136,22 +143,22 @@ caf::result<draft_reply> on_propose(bridge self, draft_request& rq) {
 drafter_bridge_actor::behavior_type bridge_fun(bridge self, DrafterBridgeOptions o) {
   self->state.opt = std::move(o);
   self->set_down_handler([=](caf::down_msg& dm) { on_worker_down(self, dm); });
-  self->attach_functor([=](const caf::error&) {
-    if (self->state.worker) caf::anon_send_exit(self->state.worker, caf::exit_reason::user_shutdown);
+  self->attach_functor([w = self->state.worker](const caf::error&) {
+    if (*w) caf::anon_send_exit(*w, caf::exit_reason::user_shutdown);
   });
   start_worker(self);
   return {
       [=](propose_atom, draft_request& rq) { return on_propose(self, rq); },
       [=](stats_atom) { return self->state.st; },
       [=](kill_atom) {
-        if (self->state.worker) self->send_exit(self->state.worker, caf::exit_reason::kill);
+        if (*self->state.worker) self->send_exit(*self->state.worker, caf::exit_reason::kill);
       },
       [=](restart_atom) {
-        if (!self->state.worker) start_worker(self);
+        if (!*self->state.worker) start_worker(self);
       },
       [=](ready_atom, int32_t pid) {
         auto& s = self->state;
-        if (!s.worker || self->current_sender() != s.worker.address()) return;
+        if (!*s.worker || self->current_sender() != s.worker->address()) return;
         s.ready = true;
         s.st.up = true;
         s.st.pid = pid;
@@ -226,7 +233,9 @@ drafter_status DrafterClient::status() {
 bool DrafterClient::wait_up(std::chrono::milliseconds timeout) {
   const auto end = clock_type::now() + timeout;
   while (clock_type::now() < end) {
-    if (status().up) return true;
+    const drafter_status st = status();
+    if (st.up) return true;
+    if (st.start_failures > 0) return false;  // the first start attempt failed
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return false;

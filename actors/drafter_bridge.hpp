@@ -50,7 +50,7 @@ class DrafterClient {
   std::optional<DraftProposal> propose(std::span<const int32_t> history, int max_tokens, float gate);
   ProposeFn propose_fn();
   drafter_status status();
-  // Waits until a sidecar is up (tests, fault runs); false on timeout.
+  // Waits until the first sidecar is up (true) or its start failed or the timeout passed (false).
   bool wait_up(std::chrono::milliseconds timeout);
   // Fault injection: kills the worker actor (its sidecar dies with it); the bridge restarts it.
   void kill_worker();

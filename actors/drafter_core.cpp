@@ -2,6 +2,7 @@
 #include "actors/drafter_core.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -33,7 +34,9 @@ namespace {
 
 // Prompt lookup: the most recent earlier occurrence of the longest suffix (max_n down to 1 tokens)
 // is continued. A draft's confidence is the share of that suffix's occurrences (up to 8, the most
-// recent first) that continue with the same token at that offset: text that repeats itself gives 1.
+// recent first) that continue with the same token at that offset, times 1 - 2^-n for a suffix of n
+// tokens: a longer matched context predicts better (n = 4 passes the default 0.9 gate, n = 1 only
+// a gate at 0.5).
 class NgramDrafter final : public Drafter {
  public:
   explicit NgramDrafter(int max_n) : max_n_(std::max(1, max_n)) {}
@@ -46,21 +49,21 @@ class NgramDrafter final : public Drafter {
       for (int64_t j = len - n - 1; j >= 0 && starts.size() < 8; --j)
         if (std::equal(h.begin() + j, h.begin() + j + n, h.end() - n)) starts.push_back(j + n);
       if (starts.empty()) continue;
-      return continue_from(h, starts, max_tokens, min_conf);
+      return continue_from(h, starts, max_tokens, min_conf, 1.0f - std::ldexp(1.0f, -static_cast<int>(n)));
     }
     return {};
   }
 
  private:
   static DraftProposal continue_from(std::span<const int32_t> h, const std::vector<int64_t>& starts,
-                                     int max_tokens, float min_conf) {
+                                     int max_tokens, float min_conf, float scale) {
     DraftProposal p;
     const int64_t len = static_cast<int64_t>(h.size());
     for (int64_t o = 0; o < max_tokens && starts[0] + o < len; ++o) {
       const int32_t id = h[static_cast<size_t>(starts[0] + o)];
       int agree = 0;
       for (int64_t s : starts) agree += s + o < len && h[static_cast<size_t>(s + o)] == id;
-      const float c = static_cast<float>(agree) / static_cast<float>(starts.size());
+      const float c = scale * static_cast<float>(agree) / static_cast<float>(starts.size());
       p.ids.push_back(id);
       p.conf.push_back(c);
       if (c < min_conf) break;

@@ -2,6 +2,7 @@
 // inherited socket (--fd, how ferry's drafter bridge starts it) or on a Unix socket path (--listen,
 // one client at a time). The fault flags exist for tests and `ferry faults`.
 #include <signal.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -47,7 +48,9 @@ int main(int argc, char** argv) {
   app.add_option("--protocol-version", faults.protocol_version, "Claim another protocol version (tests)");
   app.add_flag("--fault-exit-at-start", exit_at_start, "Exit before the handshake (an unstartable sidecar)");
   CLI11_PARSE(app, argc, argv);
-  spdlog::set_pattern("[ferry-drafter %P] %l: %v");
+  // stderr: ferry's stdout (generated text, --json) is ours too when ferry starts us.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("ferry-drafter"));
+  spdlog::set_pattern("[pid %P] %l: %v");
   if ((fd < 0) == listen_path.empty()) {
     spdlog::error("give exactly one of --fd or --listen");
     return 2;

@@ -39,7 +39,7 @@ class Bridge : public ::testing::Test {
 
   DrafterBridgeOptions options(std::vector<std::string> flags, int deadline_ms = 300) {
     DrafterBridgeOptions o;
-    o.sidecar = sidecar_for_spec("replay:" + *replay_ + ",rate=0.9", 1, drafter_exe());
+    o.sidecar = sidecar_for_spec("replay:" + *replay_ + ",rate=0.9,len=6", 1, drafter_exe());
     o.sidecar.args.insert(o.sidecar.args.end(), flags.begin(), flags.end());
     o.target = {nullptr, static_cast<int32_t>(K3::get().cfg.vocab)};
     o.deadline_ms = deadline_ms;
@@ -79,10 +79,10 @@ std::string* Bridge::replay_ = nullptr;
 
 TEST_F(Bridge, HealthySidecarGivesBlocksAndExactOutput) {
   SpecStats st;
-  const auto ds = run(options({}), 200, {}, st);
+  const auto ds = run(options({}), 128, {}, st);
   EXPECT_EQ(ds.fallbacks, 0u);
   EXPECT_EQ(ds.restarts, 0u);
-  EXPECT_GT(st.accepted, 100);
+  EXPECT_GT(st.accepted, 60);
 }
 
 TEST_F(Bridge, GarbageAnswersFallBackAndRestart) {
@@ -125,7 +125,8 @@ TEST_F(Bridge, VersionMismatchIsLoggedAndMeansPlainDecoding) {
   SpecStats st;
   const auto ds = run(options({"--protocol-version", "2"}), 64, {}, st);
   EXPECT_EQ(st.blocks, 0);
-  EXPECT_GT(ds.start_failures, 0u);
+  EXPECT_EQ(ds.start_failures, 1u) << "a version mismatch is permanent: no restarts";
+  EXPECT_EQ(ds.restarts, 0u);
   EXPECT_NE(log_.str().find("protocol version mismatch: ferry-drafter speaks 2, the client speaks 1"),
             std::string::npos)
       << log_.str();
@@ -147,7 +148,7 @@ TEST_F(Bridge, KilledOrStoppedSidecarAndKilledActorAreSurvived) {
     }
   };
   SpecStats st;
-  const auto ds = run(options({}, 100), 200, faults, st);
+  const auto ds = run(options({}, 100), 160, faults, st);
   EXPECT_GT(kills + stops + actor_kills, 3);
   EXPECT_GT(ds.fallbacks, 0u);
   EXPECT_GT(ds.restarts, 0u);
