@@ -8,6 +8,7 @@
 
 #include "actors/drafter_wire.hpp"
 #include "io/errors.hpp"
+#include "io/tokenizer_text.hpp"
 
 namespace ferry {
 namespace {
@@ -52,6 +53,17 @@ bool handshake(int fd, Drafter& d, uint32_t version) {
   return wire::write_frame(fd, out, std::nullopt) == wire::Io::ok;
 }
 
+// Text mode: the target's history may hold bytes that are not UTF-8 (a token can end inside a
+// character); each bad byte becomes U+FFFD so the drafter's tokenizer can still read the rest.
+std::string valid_utf8(std::string s) {
+  std::string out;
+  while (auto bad = utf8_error_offset(s)) {
+    out.append(s, 0, *bad).append("\xEF\xBF\xBD");
+    s.erase(0, *bad + 1);
+  }
+  return out + s;
+}
+
 pb::Envelope answer(Drafter& d, const pb::ProposeRequest& rq) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<int32_t> hist(rq.history().begin(), rq.history().end());
@@ -59,7 +71,7 @@ pb::Envelope answer(Drafter& d, const pb::ProposeRequest& rq) {
   if (rq.text_mode()) {
     if (!tok) return error_envelope(pb::BAD_REQUEST, "text mode needs a drafter with a tokenizer", rq.seq());
     try {
-      hist = tok->encode(rq.text(), false);
+      hist = tok->encode(valid_utf8(rq.text()), false);
     } catch (const Error&) {
       hist.clear();  // e.g. the text ends inside a UTF-8 character: nothing to propose this time
     }

@@ -15,6 +15,7 @@
 #include "actors/drafter_core.hpp"
 #include "actors/drafter_wire.hpp"
 #include "io/errors.hpp"
+#include "io/tokenizer_text.hpp"
 
 extern char** environ;
 
@@ -180,19 +181,6 @@ DraftProposal Sidecar::propose(std::span<const int32_t> history, int max_tokens,
   return bridged;
 }
 
-namespace {
-
-// Bytes of `s` up to its last complete UTF-8 character.
-size_t complete_utf8(const std::string& s) {
-  size_t i = s.size(), back = 0;
-  while (i > 0 && back < 4 && (static_cast<unsigned char>(s[i - 1]) & 0xC0) == 0x80) --i, ++back;
-  if (i == 0) return s.size();
-  const unsigned char lead = static_cast<unsigned char>(s[i - 1]);
-  const size_t need = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
-  return back + 1 >= need ? s.size() : i - 1;
-}
-
-}  // namespace
 
 // Text bridge: the drafter's tokens as bytes, re-tokenized with the target tokenizer. A target token's
 // confidence is the lowest of the drafter tokens its bytes overlap.
@@ -200,7 +188,7 @@ DraftProposal Sidecar::from_text(const std::vector<std::string>& pieces, const s
   std::string text;
   std::vector<size_t> ends;
   for (const auto& p : pieces) ends.push_back((text += p).size());
-  text.resize(complete_utf8(text));
+  if (auto bad = utf8_error_offset(text)) text.resize(*bad);  // keep the valid prefix (a token may end mid-character)
   DraftProposal out;
   std::vector<int32_t> ids;
   try {

@@ -1,5 +1,5 @@
 // Shared fixture of the drafter tests: the k3-tiny-a model (KDA + MLA + latent MoE) loaded once, its
-// prompt, and the plain-decoding reference (ids and per-position logit hashes) for up to 512 tokens.
+// prompt, and the plain-decoding reference (ids and per-position logit hashes).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -23,7 +23,7 @@ struct K3 {
   std::unique_ptr<Backend> be;
   std::unique_ptr<Model> model;
   std::vector<int32_t> prompt;
-  std::vector<GeneratedToken> plain512;  // plain greedy decoding, no stop ids
+  std::vector<GeneratedToken> cached;  // plain greedy decoding, no stop ids (grown on demand)
 
   static K3& get() {
     static K3* k = [] {
@@ -35,7 +35,6 @@ struct K3 {
       m->model = std::make_unique<Model>(m->cfg, *m->src, *m->be, LoadOptions{});
       std::ifstream f(dir / "prompt.json");
       m->prompt = nlohmann::json::parse(f).at("ids").get<std::vector<int32_t>>();
-      m->plain512 = m->plain(512, {});
       return m;
     }();
     return *k;
@@ -60,10 +59,16 @@ struct K3 {
     return generate_speculative(*model, *s, prompt, gp, sp, propose, g, st);
   }
 
+  // The first n tokens of plain greedy decoding (each test process computes only what it needs).
+  std::vector<GeneratedToken> ref(int64_t n) {
+    if (static_cast<int64_t>(cached.size()) < n) cached = plain(n, {});
+    return {cached.begin(), cached.begin() + n};
+  }
+
   // prompt + the first n plain tokens: what a replay drafter should propose.
-  std::vector<int32_t> sequence(int64_t n = 512) const {
+  std::vector<int32_t> sequence(int64_t n) {
     std::vector<int32_t> s = prompt;
-    for (int64_t i = 0; i < n && i < static_cast<int64_t>(plain512.size()); ++i) s.push_back(plain512[static_cast<size_t>(i)].id);
+    for (const GeneratedToken& t : ref(n)) s.push_back(t.id);
     return s;
   }
 };
@@ -76,8 +81,5 @@ inline int64_t mismatches(const std::vector<GeneratedToken>& want, const std::ve
   return bad;
 }
 
-inline std::vector<GeneratedToken> head(const std::vector<GeneratedToken>& v, size_t n) {
-  return {v.begin(), v.begin() + static_cast<std::ptrdiff_t>(std::min(n, v.size()))};
-}
 
 }  // namespace ferry::test

@@ -33,7 +33,7 @@ TEST(ExpertFetch, SixteenRowBlockReadsEachExpertOnceAndLessThanSixteenSteps) {
   CountingExperts counting(resident);
   Model model(k.cfg, *k.src, *k.be, LoadOptions{}, &counting);
   std::vector<int32_t> rows;
-  for (size_t i = 0; i < 16; ++i) rows.push_back(k.plain512[i].id);
+  for (const GeneratedToken& t : k.ref(16)) rows.push_back(t.id);
   ForwardOptions pre;
   pre.prefill = true;
 

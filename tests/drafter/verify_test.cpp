@@ -13,7 +13,7 @@ ProposeFn fn(Drafter& d) {
   return [&d](std::span<const int32_t> h, int k, float g) -> std::optional<DraftProposal> { return d.propose(h, k, g); };
 }
 
-std::unique_ptr<Drafter> replay(const std::string& opts, int64_t n = 512) {
+std::unique_ptr<Drafter> replay(const std::string& opts, int64_t n) {
   ReplayOptions o = parse_replay_spec("mem" + opts);
   return make_replay_drafter(K3::get().sequence(n), o);
 }
@@ -23,10 +23,10 @@ class ReplayLength : public ::testing::TestWithParam<int64_t> {};
 TEST_P(ReplayLength, LogitHashesIdenticalWithDrafterOffAndOn) {
   K3& k = K3::get();
   const int64_t n = GetParam();
-  auto d = replay(",rate=0.8,len=8,seed=5");
+  auto d = replay(",rate=0.8,len=8,seed=5", n);
   SpecStats st;
   const auto got = k.spec(n, fn(*d), st);
-  EXPECT_EQ(0, mismatches(head(k.plain512, static_cast<size_t>(n)), got));
+  EXPECT_EQ(0, mismatches(k.ref(n), got));
   EXPECT_GT(st.full, 0);
   EXPECT_GT(st.partial + st.zero, 0);  // rejections happened and were rolled back
   EXPECT_LT(st.blocks + st.plain_steps, n / 2) << "blocks must save model passes";
@@ -37,10 +37,10 @@ class ForcedRejection : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ForcedRejection, RejectedDraftAtThatIndexLeavesOutputUnchanged) {
   K3& k = K3::get();
-  auto d = replay(",len=6,reject=" + GetParam());
+  auto d = replay(",len=6,reject=" + GetParam(), 128);
   SpecStats st;
   const auto got = k.spec(128, fn(*d), st);
-  EXPECT_EQ(0, mismatches(head(k.plain512, 128), got));
+  EXPECT_EQ(0, mismatches(k.ref(128), got));
   EXPECT_EQ(st.full, 0) << "every block has a forced wrong draft";
   if (GetParam() == "first") {
     EXPECT_EQ(st.accepted, 0);
@@ -53,22 +53,22 @@ INSTANTIATE_TEST_SUITE_P(Index, ForcedRejection, ::testing::Values("first", "mid
 
 TEST(Speculative, ShortProposalsAndGateCutsMatchPlain) {
   K3& k = K3::get();
-  auto shorter = replay(",len=2");
+  auto shorter = replay(",len=2", 200);
   SpecStats a;
-  EXPECT_EQ(0, mismatches(head(k.plain512, 200), k.spec(200, fn(*shorter), a)));
+  EXPECT_EQ(0, mismatches(k.ref(200), k.spec(200, fn(*shorter), a)));
   EXPECT_LE(a.drafts, 2 * a.blocks);
   EXPECT_GE(a.drafts, 2 * a.blocks - 1);  // the last block may be shorter
   // Draft index 1 has confidence 0.05: a fixed gate of 0.5 cuts every proposal to one draft.
-  auto low = replay(",lowconf=1");
+  auto low = replay(",lowconf=1", 200);
   SpecParams sp;
   sp.gate = {false, 0.5f};
   SpecStats b;
-  EXPECT_EQ(0, mismatches(head(k.plain512, 200), k.spec(200, fn(*low), b, {}, sp)));
+  EXPECT_EQ(0, mismatches(k.ref(200), k.spec(200, fn(*low), b, {}, sp)));
   EXPECT_EQ(b.drafts, b.blocks);
   // lowconf=0: nothing passes the gate, every step is plain.
-  auto none = replay(",lowconf=0");
+  auto none = replay(",lowconf=0", 128);
   SpecStats c;
-  EXPECT_EQ(0, mismatches(head(k.plain512, 128), k.spec(128, fn(*none), c, {}, sp)));
+  EXPECT_EQ(0, mismatches(k.ref(128), k.spec(128, fn(*none), c, {}, sp)));
   EXPECT_EQ(c.blocks, 0);
   EXPECT_EQ(c.plain_steps, 127);
 }
@@ -77,13 +77,13 @@ TEST(Speculative, NgramDrafterMatchesPlainOver512Tokens) {
   K3& k = K3::get();
   auto d = make_ngram_drafter(4);
   SpecStats st;
-  EXPECT_EQ(0, mismatches(k.plain512, k.spec(512, fn(*d), st)));  // adaptive gate
+  EXPECT_EQ(0, mismatches(k.ref(512), k.spec(512, fn(*d), st)));  // adaptive gate
   std::printf("[ngram, adaptive gate] blocks %lld accepted %lld of %lld drafts, plain steps %lld\n",
               static_cast<long long>(st.blocks), static_cast<long long>(st.accepted),
               static_cast<long long>(st.drafts), static_cast<long long>(st.plain_steps));
   // No gate: every lookup is verified, most are rejected and rolled back.
   SpecStats all;
-  EXPECT_EQ(0, mismatches(head(k.plain512, 128), k.spec(128, fn(*d), all, {}, SpecParams{4, {false, 0.0f}})));
+  EXPECT_EQ(0, mismatches(k.ref(128), k.spec(128, fn(*d), all, {}, SpecParams{4, {false, 0.0f}})));
   EXPECT_GT(all.blocks, 10);
   EXPECT_GT(all.partial + all.zero, 0);
 }
@@ -107,18 +107,20 @@ TEST(Speculative, SampledDecodingWithSeedMatchesPlain) {
 
 TEST(Speculative, EndOfTextInsideABlockEndsGenerationThere) {
   K3& k = K3::get();
+  const std::vector<GeneratedToken> pl = k.ref(128);
   // A stop id first emitted at plain position j: a replay block covering j must end there.
   size_t j = 40;
   auto first = [&](size_t i) {
     for (size_t q = 0; q < i; ++q)
-      if (k.plain512[q].id == k.plain512[i].id) return false;
+      if (pl[q].id == pl[i].id) return false;
     return true;
   };
-  while (!first(j)) ++j;
-  const int32_t eot = k.plain512[j].id;
+  while (j + 10 < pl.size() && !first(j)) ++j;
+  ASSERT_TRUE(first(j)) << "no token first seen between positions 40 and 118";
+  const int32_t eot = pl[j].id;
   const auto want = k.plain(512, {eot});
   ASSERT_EQ(want.size(), j + 1);
-  auto d = replay("");
+  auto d = replay("", 128);
   SpecStats st;
   const auto got = k.spec(512, fn(*d), st, {eot});
   EXPECT_EQ(0, mismatches(want, got));
@@ -130,21 +132,21 @@ TEST(Speculative, EndOfTextInsideABlockEndsGenerationThere) {
   pre.prefill = true;
   k.model->forward(*s, k.prompt, pre);
   std::vector<int32_t> drafts;
-  for (size_t i = 1; i <= 8; ++i) drafts.push_back(k.plain512[i].id);
+  for (size_t i = 1; i <= 8; ++i) drafts.push_back(pl[i].id);
   Sampler sm({});
   SpecStats bs;
-  const std::vector<int32_t> stop{k.plain512[3].id};
-  const BlockOutcome b = verify_block(*k.model, *s, k.plain512[0].id, drafts, sm, stop, 100, bs);
+  const std::vector<int32_t> stop{pl[3].id};
+  const BlockOutcome b = verify_block(*k.model, *s, pl[0].id, drafts, sm, stop, 100, bs);
   EXPECT_TRUE(b.stopped);
   size_t at = 1;
-  while (k.plain512[at].id != stop[0]) ++at;
+  while (pl[at].id != stop[0]) ++at;
   EXPECT_EQ(b.emitted.size(), at);
   EXPECT_EQ(s->len, static_cast<int64_t>(k.prompt.size() + at)) << "state rolled back to the stop row";
 }
 
 TEST(Speculative, RollbackLeavesExactlyThePlainState) {
   K3& k = K3::get();
-  auto d = replay(",reject=middle,len=6");
+  auto d = replay(",reject=middle,len=6", 150);
   const int64_t n = 150;
   auto sp = k.model->new_state(400), pl = k.model->new_state(400);
   GenerateParams gp;
@@ -177,7 +179,7 @@ TEST(Speculative, OutOfVocabularyDraftsNeverReachTheModel) {
     return std::optional<DraftProposal>(p);
   };
   SpecStats st;
-  EXPECT_EQ(0, mismatches(head(k.plain512, 64), k.spec(64, bad, st)));
+  EXPECT_EQ(0, mismatches(k.ref(64), k.spec(64, bad, st)));
   EXPECT_EQ(st.blocks, 0);
 }
 
