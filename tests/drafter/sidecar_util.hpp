@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -18,6 +20,15 @@ extern char** environ;
 namespace ferry::test {
 
 inline std::string drafter_exe() { return std::string(FERRY_BINARY_DIR) + "/apps/ferry-drafter"; }
+
+// These tests start the real sidecar: say so plainly when it was not built.
+struct DrafterBuilt : ::testing::Environment {
+  void SetUp() override {
+    ASSERT_TRUE(std::filesystem::exists(drafter_exe()))
+        << drafter_exe() << " is missing: build the ferry-drafter target before ferry_test_drafter";
+  }
+};
+inline ::testing::Environment* const kDrafterBuilt = ::testing::AddGlobalTestEnvironment(new DrafterBuilt);
 
 // A ferry-drafter on one end of a socketpair; `fd` is ours.
 struct RawSidecar {
