@@ -21,6 +21,8 @@ enum class errc : uint8_t {
   bad_request,       // a request outside the reader's limits (alignment, slot size) (context: why)
   restart_budget,    // a supervisor escalates: too many restarts in its window
   timeout,           // a read did not complete before its deadline
+  drafter_unavailable,  // the drafter sidecar is not running (starting, backing off) (context: why)
+  drafter_failed,       // the sidecar crashed, hung, or answered garbage (context: kind, detail)
 };
 
 std::string to_string(errc x);

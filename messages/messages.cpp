@@ -17,6 +17,8 @@ std::string to_string(errc x) {
     case errc::bad_request: return "bad_request";
     case errc::restart_budget: return "restart_budget";
     case errc::timeout: return "timeout";
+    case errc::drafter_unavailable: return "drafter_unavailable";
+    case errc::drafter_failed: return "drafter_failed";
   }
   return "errc(" + std::to_string(static_cast<int>(x)) + ")";
 }

@@ -168,6 +168,34 @@ struct trace_event {
   friend bool operator==(const trace_event&, const trace_event&) = default;
 };
 
+
+// ---- drafter bridge (actors/drafter_bridge.cpp) -------------------------------------------------------
+
+// To the drafter bridge: propose at most max_tokens tokens after `history` (target vocabulary), answer
+// by deadline_ns (steady_clock nanoseconds since its epoch) or not at all.
+struct draft_request {
+  std::vector<int32_t> history;
+  uint32_t max_tokens = 0;
+  float gate = 0;
+  int64_t deadline_ns = 0;
+  friend bool operator==(const draft_request&, const draft_request&) = default;
+};
+// Checked proposal in the target vocabulary (the bridge rejected anything malformed or out of range).
+struct draft_reply {
+  std::vector<int32_t> ids;
+  std::vector<float> conf;
+  friend bool operator==(const draft_reply&, const draft_reply&) = default;
+};
+// The bridge's counters. fallbacks: calls answered with no proposal because the drafter was down,
+// failed or late; restarts: sidecar (re)starts after the first.
+struct drafter_status {
+  uint64_t calls = 0, ok = 0, fallbacks = 0, restarts = 0;
+  uint64_t timeouts = 0, crashes = 0, garbage = 0, start_failures = 0, unavailable = 0;
+  int32_t pid = -1;  // the running sidecar, -1 when none
+  bool up = false;
+  friend bool operator==(const drafter_status&, const drafter_status&) = default;
+};
+
 }  // namespace ferry
 
 // clang-format off
@@ -202,6 +230,11 @@ CAF_BEGIN_TYPE_ID_BLOCK(ferry, caf::first_custom_type_id)
   CAF_ADD_ATOM(ferry, ferry::atoms, ready_atom, "ready")
   CAF_ADD_ATOM(ferry, ferry::atoms, prefetch_atom, "prefetch")
   CAF_ADD_ATOM(ferry, ferry::atoms, restart_atom, "restart")
+  CAF_ADD_TYPE_ID(ferry, (ferry::draft_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::draft_reply))
+  CAF_ADD_TYPE_ID(ferry, (ferry::drafter_status))
+  CAF_ADD_ATOM(ferry, ferry::atoms, propose_atom, "propose")
+  CAF_ADD_ATOM(ferry, ferry::atoms, kill_atom, "kill")
 CAF_END_TYPE_ID_BLOCK(ferry)
 // clang-format on
 
@@ -269,6 +302,20 @@ typename Inspector::result_type inspect(Inspector& f, trace_event& x) {
            x.dur_ns, x.rows, x.detail);
 }
 
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, draft_request& x) {
+  return f(caf::meta::type_name("draft_request"), x.history, x.max_tokens, x.gate, x.deadline_ns);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, draft_reply& x) {
+  return f(caf::meta::type_name("draft_reply"), x.ids, x.conf);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, drafter_status& x) {
+  return f(caf::meta::type_name("drafter_status"), x.calls, x.ok, x.fallbacks, x.restarts, x.timeouts, x.crashes,
+           x.garbage, x.start_failures, x.unavailable, x.pid, x.up);
+}
+
 using namespace atoms;
 
 // ---- typed-actor interfaces -------------------------------------------------------------------------
@@ -307,6 +354,16 @@ using layer_scheduler_actor = caf::typed_actor<                                 
 using tracer_actor = caf::typed_actor<            //
     caf::reacts_to<trace_atom, trace_event>,       //
     caf::replies_to<flush_atom>::with<uint64_t>>;
+
+// The drafter bridge (supervisor of the ferry-drafter sidecar): a proposal or an error by the request's
+// deadline; stats; kill = fault injection (kills the worker actor that owns the sidecar); restart and
+// ready (worker up, its sidecar pid) are internal.
+using drafter_bridge_actor = caf::typed_actor<                              //
+    caf::replies_to<propose_atom, draft_request>::with<draft_reply>,        //
+    caf::replies_to<stats_atom>::with<drafter_status>,                      //
+    caf::reacts_to<kill_atom>,                                              //
+    caf::reacts_to<restart_atom>,                                           //
+    caf::reacts_to<ready_atom, int32_t>>;
 
 }  // namespace ferry
 

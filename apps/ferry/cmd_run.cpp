@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "apps/ferry/commands.hpp"
+#include "apps/ferry/draft_run.hpp"
 #include "actors/model_loader.hpp"
 #include "io/errors.hpp"
 #include "kernels/model/generate.hpp"
@@ -24,6 +25,7 @@ struct RunOptions {
   float temp = 0.0f, top_p = 1.0f;
   uint64_t seed = 0;
   bool json = false, ignore_eos = false, no_bos = false;
+  DraftFlags draft;  // --draft (apps/ferry/draft_run.hpp)
 };
 
 std::vector<int32_t> parse_ids(const std::string& s) {
@@ -70,7 +72,7 @@ void add_model_flags(CLI::App* c, ModelOptions& o) {
 }
 
 void print_metrics(const RunOptions& o, const LoadedModel& m, const GenerateMetrics& g, double wall,
-                   const std::vector<GeneratedToken>& toks) {
+                   const std::vector<GeneratedToken>& toks, const DraftRun* draft) {
   if (o.json) {
     nlohmann::json j;
     j["model"] = o.model.dir;
@@ -87,6 +89,7 @@ void print_metrics(const RunOptions& o, const LoadedModel& m, const GenerateMetr
     std::vector<int32_t> ids;
     for (auto& t : toks) ids.push_back(t.id);
     j["ids"] = ids;
+    if (draft) j["draft"] = draft_json(*draft);
     std::printf("%s\n", j.dump().c_str());
     return;
   }
@@ -96,6 +99,7 @@ void print_metrics(const RunOptions& o, const LoadedModel& m, const GenerateMetr
                m.backend->name().c_str(), static_cast<long long>(g.prompt_tokens), g.prompt_s,
                g.prompt_s > 0 ? g.prompt_tokens / g.prompt_s : 0.0, static_cast<long long>(g.generated),
                g.steady_tok_s(), g.generation_tok_s(), m.load_s, wall);
+  if (draft) print_draft_stats(*draft);
 }
 
 void run_main(const RunOptions& o) {
@@ -125,7 +129,7 @@ void run_main(const RunOptions& o) {
     std::fflush(stdout);
   }
   GenerateMetrics g;
-  auto toks = generate(*m.model, *state, prompt, gp, g, [&](const GeneratedToken& t) {
+  auto on_token = [&](const GeneratedToken& t) {
     if (hash_out) *hash_out << t.pos << ' ' << t.id << ' ' << std::hex << t.logits_hash << std::dec << '\n';
     if (!o.json) {
       if (m.tokenizer)
@@ -135,13 +139,17 @@ void run_main(const RunOptions& o) {
       std::fflush(stdout);
     }
     return true;
-  });
+  };
+  DraftRun draft;
+  const bool drafting = !o.draft.spec.empty();
+  auto toks = drafting ? generate_with_drafter(o.draft, m, *state, prompt, gp, g, draft, on_token)
+                       : generate(*m.model, *state, prompt, gp, g, on_token);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!o.json && m.tokenizer) {
     std::fprintf(stderr, "\nferry: ids:");
     for (auto& t : toks) std::fprintf(stderr, " %d", t.id);
   }
-  print_metrics(o, m, g, wall, toks);
+  print_metrics(o, m, g, wall, toks, drafting ? &draft : nullptr);
 }
 
 }  // namespace
@@ -165,6 +173,7 @@ void add_run_command(CLI::App& app) {
   c->add_flag("--json", o->json, "Print the result and metrics as one JSON object");
   c->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past the end-of-text token");
   c->add_flag("--no-bos", o->no_bos, "Do not prepend the BOS token to a text prompt");
+  add_draft_flags(c, o->draft);
   c->callback([o, c] {
     if (o->prompt.empty() && o->prompt_file.empty() && o->prompt_ids.empty())
       throw CLI::RequiredError("one of -p, -f or --prompt-ids");

@@ -3,9 +3,14 @@
 #include <cstdio>
 #include <exception>
 
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
 #include "apps/ferry/commands.hpp"
 
 int main(int argc, char** argv) {
+  // Logs go to stderr so that --json output on stdout stays machine-readable.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("ferry"));
   CLI::App app{"ferry: run mixture-of-experts models with experts streamed from NVMe"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show the help of every subcommand");
@@ -16,6 +21,7 @@ int main(int argc, char** argv) {
   ferry::add_prepare_command(app);
   ferry::add_verify_command(app);
   ferry::add_inspect_command(app);
+  ferry::cli::add_faults_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

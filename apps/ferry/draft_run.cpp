@@ -1,0 +1,101 @@
+#include "apps/ferry/draft_run.hpp"
+
+#include <CLI/CLI.hpp>
+#include <caf/all.hpp>
+#include <cstdio>
+
+#include "actors/drafter_bridge.hpp"
+#include "io/errors.hpp"
+
+namespace ferry::cli {
+
+void add_draft_flags(CLI::App* c, DraftFlags& f) {
+  c->add_option("--draft", f.spec, "Speculative decoding with a drafter: ngram[:N], replay:FILE[,opts], qwen3:DIR");
+  c->add_option("--draft-gate", f.gate, "Confidence gate: a threshold in [0,1] or 'adaptive' (starts at 0.9)")
+      ->capture_default_str();
+  c->add_option("--draft-max", f.max, "Drafts per block (1-15; a block is the current token + drafts)")
+      ->capture_default_str();
+  c->add_option("--draft-deadline-ms", f.deadline_ms, "Per-call drafter deadline; late = a plain step")
+      ->capture_default_str();
+  c->add_option("--draft-threads", f.threads, "CPU threads of a checkpoint drafter")->capture_default_str();
+  c->add_option("--drafter-exe", f.exe, "The ferry-drafter binary (default: next to ferry, or $FERRY_DRAFTER)");
+}
+
+SpecParams spec_params(const DraftFlags& f) {
+  SpecParams sp;
+  if (f.max < 1 || f.max > 15) throw ConfigError("--draft-max " + std::to_string(f.max) + " is outside 1..15");
+  sp.draft_max = f.max;
+  if (f.gate == "adaptive") {
+    sp.gate.adaptive = true;
+  } else {
+    sp.gate.adaptive = false;
+    try {
+      sp.gate.fixed = std::stof(f.gate);
+    } catch (const std::logic_error&) {
+      throw ConfigError("--draft-gate '" + f.gate + "' is neither 'adaptive' nor a number");
+    }
+    if (!(sp.gate.fixed >= 0.0f && sp.gate.fixed <= 1.0f))
+      throw ConfigError("--draft-gate " + f.gate + " is outside [0, 1]");
+  }
+  return sp;
+}
+
+std::vector<GeneratedToken> generate_with_drafter(const DraftFlags& f, LoadedModel& m, SeqState& state,
+                                                  std::span<const int32_t> prompt, const GenerateParams& gp,
+                                                  GenerateMetrics& g, DraftRun& out,
+                                                  const std::function<bool(const GeneratedToken&)>& on_token) {
+  const SpecParams sp = spec_params(f);
+  caf::actor_system_config cfg;
+  register_ferry_types(cfg);
+  caf::actor_system sys{cfg};
+  DrafterBridgeOptions bo;
+  bo.sidecar = sidecar_for_spec(f.spec, f.threads, f.exe);
+  bo.target = {m.tokenizer.get(), static_cast<int32_t>(m.cfg.vocab)};
+  bo.deadline_ms = f.deadline_ms;
+  std::vector<GeneratedToken> toks;
+  {
+    DrafterClient client(sys, bo);
+    // Give the sidecar its start-up time before the clock of the run starts; it may still fail.
+    client.wait_up(std::chrono::milliseconds(bo.sidecar.start_timeout_ms));
+    toks = generate_speculative(*m.model, state, prompt, gp, sp, client.propose_fn(), g, out.spec, on_token);
+    out.bridge = client.status();
+  }
+  return toks;
+}
+
+nlohmann::json draft_json(const DraftRun& r) {
+  const SpecStats& s = r.spec;
+  nlohmann::json j;
+  j["blocks"] = s.blocks;
+  j["accepted"] = s.accepted;
+  j["drafts"] = s.drafts;
+  j["full"] = s.full;
+  j["partial"] = s.partial;
+  j["zero"] = s.zero;
+  j["calls"] = s.calls;
+  j["call_ms"] = s.mean_call_ms();
+  j["blk_tokens"] = s.blk_tokens;
+  j["plain_steps"] = s.plain_steps;
+  j["replayed_rows"] = s.replays;
+  j["acceptance"] = s.acceptance();
+  j["fallbacks"] = r.bridge.fallbacks;
+  j["restarts"] = r.bridge.restarts;
+  return j;
+}
+
+void print_draft_stats(const DraftRun& r) {
+  const SpecStats& s = r.spec;
+  std::fprintf(stderr,
+               "ferry: draft | blocks %lld | accepted %lld of %lld drafts (%.1f%%) | full %lld partial %lld zero %lld | "
+               "calls %lld, mean %.2f ms | blk_tokens %lld (%.2f per block) | plain steps %lld | fallbacks %llu "
+               "restarts %llu\n",
+               static_cast<long long>(s.blocks), static_cast<long long>(s.accepted), static_cast<long long>(s.drafts),
+               100.0 * s.acceptance(), static_cast<long long>(s.full), static_cast<long long>(s.partial),
+               static_cast<long long>(s.zero), static_cast<long long>(s.calls), s.mean_call_ms(),
+               static_cast<long long>(s.blk_tokens),
+               s.blocks ? static_cast<double>(s.blk_tokens) / static_cast<double>(s.blocks) : 0.0,
+               static_cast<long long>(s.plain_steps), static_cast<unsigned long long>(r.bridge.fallbacks),
+               static_cast<unsigned long long>(r.bridge.restarts));
+}
+
+}  // namespace ferry::cli
