@@ -11,6 +11,11 @@ int main(int argc, char** argv) {
   app.set_help_all_flag("--help-all", "Show the help of every subcommand");
   ferry::cli::add_run_command(app);
   ferry::cli::add_eval_command(app);
+  ferry::cli::add_trace_command(app);
+  ferry::add_synth_command(app);
+  ferry::add_prepare_command(app);
+  ferry::add_verify_command(app);
+  ferry::add_inspect_command(app);
   // demo: added with synth
   try {
     app.parse(argc, argv);

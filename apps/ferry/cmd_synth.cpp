@@ -1,0 +1,80 @@
+// ferry synth --arch ARCH --out HF_DIR [dimension overrides] [--usage FILE] [--seed S]
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "apps/ferry/commands.hpp"
+#include "io/sizing.hpp"
+#include "io/synth.hpp"
+
+namespace ferry {
+
+namespace {
+
+struct SynthArgs {
+  std::string arch = "kimi_k31", preset = "small", out, usage, shard_size;
+  SynthOptions opt;
+  bool quiet = false;
+};
+
+void print_tracking(const SynthResult& r) {
+  if (r.tracking.empty()) return;
+  double corr = 0, tv = 0;
+  fmt::print("router bias fit (selection on fresh random inputs vs usage shares):\n");
+  fmt::print("  layer  usage-layer  pearson-r  TV-distance  top-10% share target/measured\n");
+  for (const auto& t : r.tracking) {
+    fmt::print("  {:>5}  {:>11}  {:>9.3f}  {:>11.3f}  {:>6.1f}% / {:.1f}%\n", t.layer, t.usage_layer, t.correlation,
+               t.tv_distance, 100 * t.top10_target, 100 * t.top10_measured);
+    corr += t.correlation;
+    tv += t.tv_distance;
+  }
+  const double n = double(r.tracking.size());
+  fmt::print("  mean r {:.3f}, mean TV distance {:.3f}\n", corr / n, tv / n);
+}
+
+void run(SynthArgs& a) {
+  a.opt.arch = parse_synth_arch(a.arch);
+  a.opt.full_width = a.preset == "full";
+  a.opt.usage = a.usage;
+  a.opt.progress = !a.quiet;
+  if (!a.shard_size.empty()) a.opt.shard_bytes = parse_size(a.shard_size);
+  const auto r = synth_checkpoint(a.out, a.opt);
+  fmt::print("wrote {} tensors, {} in {} files to {}\n", r.tensors, format_bytes(r.bytes), r.files.size(), a.out);
+  print_tracking(r);
+}
+
+}  // namespace
+
+void add_synth_command(CLI::App& app) {
+  auto a = std::make_shared<SynthArgs>();
+  auto* c = app.add_subcommand("synth", "write a random checkpoint in the real Hugging Face layout");
+  c->add_option("--arch", a->arch, "kimi_k31 | kimi_k3 | kimi_linear | deepseek_v3 | deepseek_v32")->capture_default_str();
+  c->add_option("--out", a->out, "output directory (HF layout)")->required();
+  c->add_option("--preset", a->preset, "small (CPU-sized, default) | full (K3.1 width: hidden 7168, 896 experts)")
+      ->check(CLI::IsMember({"small", "full"}));
+  auto& d = a->opt.dims;
+  c->add_option("--layers", d.layers, "decoder layers (layer 0 is dense)");
+  c->add_option("--experts", d.experts, "routed experts per MoE layer");
+  c->add_option("--hidden", d.hidden, "hidden size");
+  c->add_option("--top-k", d.top_k, "experts per token");
+  c->add_option("--shared", d.shared, "shared experts");
+  c->add_option("--moe-inter", d.moe_inter, "routed expert intermediate size");
+  c->add_option("--latent", d.latent, "latent MoE width (K3 routed_expert_hidden_size; 0 = none)");
+  c->add_option("--dense-inter", d.dense_inter, "dense FFN width (layer 0)");
+  c->add_option("--heads", d.heads, "attention heads (MLA/DSA; KDA too unless --kda-heads)");
+  c->add_option("--kda-heads", d.kda_heads, "KDA heads");
+  c->add_option("--kda-head-dim", d.kda_head_dim, "KDA head dim");
+  c->add_option("--q-lora", d.q_lora, "q_lora_rank (0 = plain q_proj)");
+  c->add_option("--kv-lora", d.kv_lora, "kv_lora_rank");
+  c->add_option("--index-heads", d.index_heads, "DSA indexer heads");
+  c->add_option("--index-head-dim", d.index_head_dim, "DSA indexer head dim");
+  c->add_option("--index-topk", d.index_topk, "DSA indexer top-k");
+  c->add_option("--vocab", d.vocab, "vocabulary size (Kimi: at least the 1024-token test tokenizer)");
+  c->add_option("--usage", a->usage, "expert usage counts JSON; fits router biases to follow them")->check(CLI::ExistingFile);
+  c->add_option("--seed", a->opt.seed, "random seed")->capture_default_str();
+  c->add_option("--shard-size", a->shard_size, "max safetensors shard size (default 5GB, at least 3 shards)");
+  c->add_flag("--quiet", a->quiet, "no progress bar");
+  c->callback([a] { run(*a); });
+}
+
+}  // namespace ferry
