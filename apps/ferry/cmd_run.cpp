@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "apps/ferry/commands.hpp"
+#include "apps/ferry/streaming_flags.hpp"
 #include "actors/model_loader.hpp"
 #include "io/errors.hpp"
 #include "kernels/model/generate.hpp"
@@ -85,6 +86,7 @@ void print_metrics(const RunOptions& o, const LoadedModel& m, const GenerateMetr
     std::vector<int32_t> ids;
     for (auto& t : toks) ids.push_back(t.id);
     j["ids"] = ids;
+    report_streaming(m, &j);
     std::printf("%s\n", j.dump().c_str());
     return;
   }
@@ -94,6 +96,7 @@ void print_metrics(const RunOptions& o, const LoadedModel& m, const GenerateMetr
                m.backend->name().c_str(), static_cast<long long>(g.prompt_tokens), g.prompt_s,
                g.prompt_s > 0 ? g.prompt_tokens / g.prompt_s : 0.0, static_cast<long long>(g.generated),
                g.steady_tok_s(), g.generation_tok_s(), m.load_s, wall);
+  report_streaming(m, nullptr);
 }
 
 void run_main(const RunOptions& o) {
@@ -148,6 +151,7 @@ void add_run_command(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* c = app.add_subcommand("run", "Generate text from a prompt");
   add_model_flags(c, o->model);
+  add_streaming_flags(c, o->model);
   auto* p = c->add_option("-p,--prompt", o->prompt, "Prompt text");
   auto* f = c->add_option("-f,--file", o->prompt_file, "Read the prompt text from a file");
   auto* ids = c->add_option("--prompt-ids", o->prompt_ids, "Prompt as comma-separated token ids");
