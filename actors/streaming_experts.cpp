@@ -131,9 +131,9 @@ StreamingExperts::~StreamingExperts() {
   if (s.tracer) caf::anon_send_exit(s.tracer, caf::exit_reason::user_shutdown);
   s.self.reset();
   s.scheds.clear();
-  s.reads = {};
-  s.pool = {};
-  s.tracer = {};
+  s.reads = nullptr;
+  s.pool = nullptr;
+  s.tracer = nullptr;
   s.sys.reset();  // waits for every actor (readers drain their rings first)
 }
 

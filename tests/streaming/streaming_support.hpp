@@ -13,7 +13,6 @@
 #include <gtest/gtest.h>
 
 #include "actors/model_loader.hpp"
-#include "io/expert_store_prepare.hpp"
 #include "kernels/model/generate.hpp"
 
 namespace ferry::test {
@@ -28,43 +27,11 @@ inline const std::vector<int32_t> kPrompt = {768, 84, 257, 653, 384, 526, 659, 6
                                              277, 258, 525, 351, 286, 105, 99,  107, 115, 259, 473, 467};
 constexpr int64_t kGenerate = 12;
 
-// Usage counts that make every expert a replica candidate (placement orders replicas by usage).
-inline fs::path write_usage(const fs::path& root) {
-  fs::create_directories(root);
-  const fs::path p = root / "usage.json";
-  std::ofstream f(p);
-  f << "{";
-  bool first = true;
-  for (int l = 1; l < 6; ++l)
-    for (int e = 0; e < 32; ++e) {
-      f << (first ? "" : ",") << "\"L" << l << "-E" << e << ".bin\":" << (1000 - l * 32 - e);
-      first = false;
-    }
-  f << "}";
-  return p;
-}
-
 // Prepares the fixture into kRoot/<name> with `n_primary` primary expert directories and, when
-// `replica_dir` is set, one more directory holding a copy of every expert. Cached per process.
-inline fs::path prepared(const std::string& name, int n_primary, bool replica_dir) {
-  static std::map<std::string, fs::path> done;
-  if (auto it = done.find(name); it != done.end()) return it->second;
-  const fs::path root = kRoot / name;
-  fs::remove_all(root);
-  PrepareOptions o;
-  o.checkpoint = kHf;
-  o.out = root / "model";
-  for (int i = 0; i < n_primary; ++i) o.expert_dirs.push_back(root / ("nvme" + std::to_string(i)));
-  o.spine = SpineType::bf16;  // exact: the reference is also the Hugging Face checkpoint
-  o.progress = false;
-  if (replica_dir) {
-    o.replicas_usage = write_usage(root);
-    o.replica_budgets.push_back({root / "replica", int64_t(1) << 40});
-  }
-  prepare_model(o);
-  done[name] = o.out;
-  return o.out;
-}
+// `replica_dir` is set, one more directory holding a copy of every expert; returns the model directory.
+// Cached per process. Defined in prepare_fixture_test.cpp: io/expert_store_prepare.hpp cannot share a
+// translation unit with the model headers (two different ferry::SpineType enums).
+fs::path prepared(const std::string& name, int n_primary, bool replica_dir);
 
 struct RunResult {
   std::vector<int32_t> ids;
