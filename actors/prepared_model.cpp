@@ -8,17 +8,13 @@
 #include "actors/compute_tier.hpp"
 #include "actors/expert_catalog.hpp"
 #include "io/errors.hpp"
+#include "io/expert_store_prepare.hpp"
 #include "io/gguf.hpp"
 #include "io/mapped_file.hpp"
 
 namespace ferry {
 
 namespace fs = std::filesystem;
-
-// From io/expert_store_prepare.hpp, declared here because that header's io/sizing.hpp declares a
-// second ferry::SpineType that clashes with kernels/model/weights.hpp's (reported to the lead).
-std::string spine_gguf_name(const std::string& hf_name, const std::string& tensor_prefix);
-std::string hf_name_from_spine(const std::string& gguf_name, const std::string& tensor_prefix);
 
 bool is_prepared_model(const fs::path& dir) {
   return fs::exists(dir / "manifest.json") && fs::exists(dir / "spine.gguf");

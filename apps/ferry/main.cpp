@@ -1,4 +1,4 @@
-// ferry: run trillion-parameter MoE models on one GPU. `ferry --help` lists the subcommands.
+// ferry: run trillion-parameter MoE models on one GPU. `ferry --help-all` lists every subcommand.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
@@ -11,12 +11,12 @@ int main(int argc, char** argv) {
   app.set_help_all_flag("--help-all", "Show the help of every subcommand");
   ferry::cli::add_run_command(app);
   ferry::cli::add_eval_command(app);
+  ferry::cli::add_demo_command(app);
   ferry::cli::add_trace_command(app);
   ferry::add_synth_command(app);
   ferry::add_prepare_command(app);
   ferry::add_verify_command(app);
   ferry::add_inspect_command(app);
-  // demo: added with synth
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

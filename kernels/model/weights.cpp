@@ -8,14 +8,6 @@
 
 namespace ferry {
 
-const char* to_string(SpineType t) { return t == SpineType::q8_0 ? "q8_0" : "f32"; }
-
-SpineType parse_spine_type(const std::string& s) {
-  if (s == "f32" || s == "bf16" || s == "f16") return SpineType::f32;
-  if (s == "q8_0" || s == "q8") return SpineType::q8_0;
-  throw ConfigError("unknown spine type '" + s + "' (expected f32, bf16 or q8_0)");
-}
-
 std::string layer_prefix(const ModelConfig& cfg, int layer) {
   return cfg.tensor_prefix + "model.layers." + std::to_string(layer) + ".";
 }

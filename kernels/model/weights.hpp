@@ -11,15 +11,14 @@
 #include <vector>
 
 #include "io/model_config.hpp"
+#include "io/sizing.hpp"
 #include "io/tensor_source.hpp"
 #include "kernels/backend.hpp"
 
 namespace ferry {
 
-// How non-expert matrices are stored in back-end memory. f32 keeps checkpoint BF16 values exactly.
-enum class SpineType : uint8_t { f32, q8_0 };
-const char* to_string(SpineType t);
-SpineType parse_spine_type(const std::string& s);  // "f32", "bf16" (= f32 in memory), "q8_0"
+// Non-expert matrices are held as Q8_0 when the spine type is q8_0, else as F32 (which keeps BF16
+// checkpoint values exactly); SpineType itself is io/sizing.hpp's.
 
 struct MlpWeights {
   Weight gate, up, down;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -15,6 +16,7 @@
 #include "io/synth.hpp"
 #include "io/synth_layout.hpp"
 #include "io/synth_tokenizer_data.hpp"
+#include "io/synth_values.hpp"
 #include "store_test_util.hpp"
 
 namespace ferry {
@@ -132,6 +134,26 @@ TEST(Synth, ImpossibleDimensionsAreConfigErrors) {
   o.full_width = true;
   EXPECT_THROW(synth_config_json(o), ConfigError);
   EXPECT_THROW(parse_synth_arch("kimi_k9"), ConfigError);
+}
+
+}  // namespace
+}  // namespace ferry
+
+namespace ferry {
+namespace {
+
+TEST(SynthValues, FastExpertQuantizerAgreesWithConvertQuantizeMxfp4) {
+  // The synth path quantizes with its own fast loop; on random values (no exact ties) it must give
+  // the same blocks as the reference quantizer in io/convert.hpp.
+  const auto fast = synth_expert_blocks(64, 256, 5, "x");
+  SynthRng rng(5, "x");
+  const float s = 1.0f / 16.0f;
+  std::vector<float> v(64 * 256);
+  for (auto& x : v) x = rng.fast_normal() * s;
+  std::vector<BlockMxfp4> ref(v.size() / kQK);
+  quantize_mxfp4(v.data(), ref.data(), int64_t(v.size()));
+  ASSERT_EQ(ref.size(), fast.size());
+  EXPECT_EQ(std::memcmp(ref.data(), fast.data(), ref.size() * sizeof(BlockMxfp4)), 0);
 }
 
 }  // namespace

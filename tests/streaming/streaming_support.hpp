@@ -29,8 +29,7 @@ constexpr int64_t kGenerate = 12;
 
 // Prepares the fixture into kRoot/<name> with `n_primary` primary expert directories and, when
 // `replica_dir` is set, one more directory holding a copy of every expert; returns the model directory.
-// Cached per process. Defined in prepare_fixture_test.cpp: io/expert_store_prepare.hpp cannot share a
-// translation unit with the model headers (two different ferry::SpineType enums).
+// Cached per process. Defined in prepare_fixture_test.cpp.
 fs::path prepared(const std::string& name, int n_primary, bool replica_dir);
 
 struct RunResult {
