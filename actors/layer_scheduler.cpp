@@ -1,5 +1,6 @@
 #include "actors/layer_scheduler.hpp"
 
+#include <algorithm>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -41,6 +42,7 @@ struct Fill {
   uint32_t outstanding = 0;     // read parts not answered yet
   std::vector<uint32_t> dirs;   // copies still allowed (bad ones removed)
   std::vector<uint32_t> used;   // directories that served this round's parts
+  bool whole = false;           // read unsplit: set after a checksum mismatch of a split read
   caf::error error;
 };
 
@@ -137,7 +139,8 @@ void issue_reads(sched self, const expert_key& k) {
   auto& st = self->state;
   Fill& f = st.fills.at(k);
   const uint64_t fb = st.cfg.catalog->file_bytes;
-  const bool split = st.cfg.split_reads && f.block_rows <= 1 && !f.prefetch && f.dirs.size() >= 2 && fb >= 2 * 4096;
+  const bool split =
+      st.cfg.split_reads && !f.whole && f.block_rows <= 1 && !f.prefetch && f.dirs.size() >= 2 && fb >= 2 * 4096;
   const uint64_t half = split ? io::round_up(fb / 2, io::kDirectAlign) : fb;
   std::vector<std::pair<uint64_t, uint64_t>> parts{{0, half}};
   if (split) parts.push_back({half, fb - half});
@@ -225,12 +228,16 @@ void finish_fill(sched self, const expert_key& k) {
     const auto* p = st.cfg.arena->slot(f.where.slot) + f.where.offset;
     const uint64_t got = XXH64(p, st.cfg.catalog->file_bytes, 0), want = st.cfg.catalog->hash_of(k);
     if (got != want) {
-      std::string bad;
-      for (uint32_t d : f.used) {
-        bad += (bad.empty() ? "" : ", ") + st.cfg.catalog->path_of(k, d);
-        std::erase(f.dirs, d);
-      }
       auto detail = fmt::format("xxh64 {:016x} != manifest {:016x}", got, want);
+      std::sort(f.used.begin(), f.used.end());
+      f.used.erase(std::unique(f.used.begin(), f.used.end()), f.used.end());
+      if (f.used.size() > 1) {  // halves from two drives: re-read whole files to find the bad copy
+        spdlog::warn("layer scheduler: {}: {} (read in halves); re-reading whole copies", expert_file_name(k), detail);
+        f.whole = true;
+        return issue_reads(self, k);
+      }
+      const std::string bad = st.cfg.catalog->path_of(k, f.used.at(0));
+      std::erase(f.dirs, f.used[0]);
       spdlog::warn("layer scheduler: {}: {}{}", bad, detail, f.dirs.empty() ? "" : "; reading another copy");
       trace(self, trace::READ_FAILED, 0, k, 0, 0, bad + ": " + detail);
       if (!f.dirs.empty()) return issue_reads(self, k);

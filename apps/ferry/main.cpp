@@ -2,10 +2,14 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 
 #include "apps/ferry/commands.hpp"
 
 int main(int argc, char** argv) {
+  // Logs (reader engine choice, fall-backs, retries) go to stderr: stdout carries the text or --json.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("ferry"));
   CLI::App app{"ferry: run mixture-of-experts models with experts streamed from NVMe"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show the help of every subcommand");

@@ -26,10 +26,12 @@ TEST(StreamingExactness, BitIdenticalAtCacheSizesNoneOneAFewAndAll) {
     if (cache == 0) {
       EXPECT_EQ(r.metrics.host_hits, 0u);
     } else {
-      EXPECT_GT(r.metrics.host_hits, 0u);
+      EXPECT_GT(r.metrics.pool.admissions, 0u);
+      EXPECT_LE(r.metrics.pool.resident, cache);
     }
     if (cache == 160) {
       EXPECT_LE(r.metrics.disk_reads, 160u) << "with room for all, each expert is read once";
+      EXPECT_GT(r.metrics.host_hits, 0u);
     }
   }
 }

@@ -1,5 +1,10 @@
 // The prepared layouts the streaming tests run on (k3-tiny-a via `prepare_model`), and a check that
 // they hold what the tests assume: 1, 2 and 3 directories, and a replica directory with every expert.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -35,12 +40,36 @@ fs::path write_usage(const fs::path& root) {
   return p;
 }
 
+// Identifies this build of the test binary: layouts prepared by another build are redone.
+std::string build_stamp() {
+  struct stat st {};
+  ::stat("/proc/self/exe", &st);
+  return std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
+}
+
+// ctest runs the tests of this binary as parallel processes: one prepares a layout (under an flock),
+// the others reuse it.
+struct FileLock {
+  int fd;
+  explicit FileLock(const fs::path& p) : fd(::open(p.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644)) { ::flock(fd, LOCK_EX); }
+  ~FileLock() { ::close(fd); }
+};
+
 }  // namespace
 
 fs::path prepared(const std::string& name, int n_primary, bool replica_dir) {
   static std::map<std::string, fs::path> done;
   if (auto it = done.find(name); it != done.end()) return it->second;
+  fs::create_directories(kRootDir);
   const fs::path root = kRootDir / name;
+  FileLock lock(kRootDir / (name + ".lock"));
+  const fs::path ready = root / "ready";
+  if (fs::exists(ready)) {
+    std::ifstream f(ready);
+    std::string stamp;
+    std::getline(f, stamp);
+    if (stamp == build_stamp()) return done[name] = root / "model";
+  }
   fs::remove_all(root);
   PrepareOptions o;
   o.checkpoint = kHfDir;
@@ -53,8 +82,8 @@ fs::path prepared(const std::string& name, int n_primary, bool replica_dir) {
     o.replica_budgets.push_back({root / "replica", int64_t(1) << 40});
   }
   prepare_model(o);
-  done[name] = o.out;
-  return o.out;
+  std::ofstream(ready) << build_stamp() << "\n";
+  return done[name] = o.out;
 }
 
 TEST(StreamingFixture, LayoutsHoldTheirDirectoriesAndReplicas) {
