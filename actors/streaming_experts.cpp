@@ -32,7 +32,8 @@ struct StreamingExperts::Impl {
   host_pool_actor pool;
   tracer_actor tracer;
   std::vector<layer_scheduler_actor> scheds;      // [layer], empty handle for dense layers
-  std::vector<std::vector<uint32_t>> last_used;   // [layer]: last call's experts, most rows first
+  std::vector<std::vector<uint32_t>> last_used;   // [layer]: the last call's experts
+  std::vector<std::vector<uint64_t>> uses;        // [layer][expert]: rows routed to it so far
   StreamingMetrics m;
   uint64_t calls = 0;
   std::string failed;  // non-empty once an error ended generation
@@ -51,6 +52,18 @@ uint32_t cache_slots(const StreamingOptions& o, const ExpertCatalog& c) {
   n = std::max(n, o.cache_bytes / c.file_bytes);
   n = std::max(n, o.host_pool_bytes / c.file_bytes);
   return static_cast<uint32_t>(std::min<uint64_t>(n, uint64_t{c.n_layers} * c.n_experts));
+}
+
+// The next layer's likely experts: the most-used so far, leaving out those its last call used (they
+// were admitted then and are probably still resident, so reading them again would be wasted).
+std::vector<uint32_t> prefetch_guess(const std::vector<uint64_t>& counts, const std::vector<uint32_t>& recent,
+                                     uint32_t n) {
+  std::vector<uint32_t> order;
+  for (uint32_t e = 0; e < counts.size(); ++e)
+    if (counts[e] > 0 && std::find(recent.begin(), recent.end(), e) == recent.end()) order.push_back(e);
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return counts[a] > counts[b]; });
+  if (order.size() > n) order.resize(n);
+  return order;
 }
 
 }  // namespace
@@ -94,6 +107,7 @@ StreamingExperts::StreamingExperts(const ModelConfig& cfg, const Manifest& manif
 
   s.scheds.resize(size_t(cfg.n_layers));
   s.last_used.resize(size_t(cfg.n_layers));
+  s.uses.assign(size_t(cfg.n_layers), std::vector<uint64_t>(size_t(cfg.moe.n_experts), 0));
   for (int l = 0; l < cfg.n_layers; ++l) {
     if (cfg.ffn[size_t(l)] != Ffn::moe) continue;
     LayerSchedulerConfig lc;
@@ -163,15 +177,14 @@ void StreamingExperts::fetch(int layer, std::span<const ExpertUse> uses,
   auto& self = *s.self;
   self->send(s.scheds[size_t(layer)], schedule_atom_v, req,
              caf::actor_cast<expert_sink_actor>(self));
-  if (int next = s.next_moe_layer(layer); next >= 0 && s.opt.prefetch > 0 && !s.last_used[size_t(next)].empty())
-    self->send(s.scheds[size_t(next)], prefetch_atom_v, uint32_t(next), s.last_used[size_t(next)]);
-  {  // this call's experts, most-used first: the next step's prefetch guess for this layer
-    auto& lu = s.last_used[size_t(layer)];
-    std::vector<size_t> order(uses.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return uses[a].rows.size() > uses[b].rows.size(); });
-    lu.clear();
-    for (size_t i = 0; i < order.size() && i < s.opt.prefetch; ++i) lu.push_back(uint32_t(uses[order[i]].expert));
+  if (int next = s.next_moe_layer(layer); next >= 0 && s.opt.prefetch > 0) {
+    auto guess = prefetch_guess(s.uses[size_t(next)], s.last_used[size_t(next)], s.opt.prefetch);
+    if (!guess.empty()) self->send(s.scheds[size_t(next)], prefetch_atom_v, uint32_t(next), std::move(guess));
+  }
+  s.last_used[size_t(layer)].clear();
+  for (const auto& u : uses) {
+    s.last_used[size_t(layer)].push_back(uint32_t(u.expert));
+    s.uses[size_t(layer)][size_t(u.expert)] += u.rows.size();
   }
   if (s.opt.after_schedule) s.opt.after_schedule(uint32_t(layer), req.step);
 

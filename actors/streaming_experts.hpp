@@ -33,7 +33,9 @@ struct StreamingOptions {
   CachePolicy policy = CachePolicy::block_aware;
   uint32_t min_rows = 2;
   uint32_t stream_slots = 0;  // scratch slots for experts that are not admitted; 0 = 2 x top_k (>= 8)
-  uint32_t prefetch = 0;      // next-layer prefetch: experts per layer (0 = off)
+  // Next-layer prefetch: up to this many of the next MoE layer's most-used experts that its last call did
+  // not use (those are probably still cached), read into the host pool while this layer computes. 0 = off.
+  uint32_t prefetch = 0;
   io::EngineKind engine = io::EngineKind::automatic;
   io::EngineConfig engine_cfg;
   bool verify_reads = false;  // xxh64 of every read against the manifest; a mismatch is a bad copy

@@ -68,8 +68,7 @@ void add_streaming_flags(CLI::App* c, ModelOptions& o) {
       ->check(CLI::IsMember({"auto", "uring", "pread"}));
   c->add_flag("--verify-reads", s.verify_reads, "Check every expert read against manifest.json's xxh64");
   c->add_option("--trace", s.trace_path, "Record every scheduling event to FILE (read it with `ferry trace FILE`)");
-  s.prefetch = 4;  // shallow: a few of the next layer's last-used experts (needs a cache to land in)
-  c->add_option("--prefetch", s.prefetch, "Next-layer prefetch: experts per layer (0 = off)")->capture_default_str();
+  c->add_option("--prefetch", s.prefetch, "Next-layer prefetch: up to N likely experts per layer into the cache (0 = off; see the prefetch hit rate)")->capture_default_str();
   c->add_option("--min-rows", s.min_rows, "Block-aware admission: rows of a block that must use an expert")
       ->capture_default_str();
   c->add_option_function<std::string>(
