@@ -95,6 +95,15 @@ bool ExpertCache::insert(const expert_key& k, uint64_t bytes, uint32_t rows, uin
   return true;
 }
 
+bool ExpertCache::erase(const expert_key& k) {
+  auto it = entries_.find(k);
+  if (it == entries_.end() || it->second.pins > 0) return false;
+  order_.erase({it->second.key, k});
+  bytes_ -= it->second.bytes;
+  entries_.erase(it);
+  return true;
+}
+
 void ExpertCache::pin(const expert_key& k) {
   if (auto it = entries_.find(k); it != entries_.end()) ++it->second.pins;
 }

@@ -54,6 +54,9 @@ class ExpertCache {
   bool insert(const expert_key& k, uint64_t bytes, uint32_t rows, uint32_t block_rows,
               std::vector<expert_key>* evicted = nullptr);
 
+  // Drops a resident, unpinned entry (its bytes turned out bad); false when absent or pinned.
+  bool erase(const expert_key& k);
+
   void pin(const expert_key& k);    // no-op for a non-resident key
   void unpin(const expert_key& k);
   bool pinned(const expert_key& k) const;

@@ -2,8 +2,11 @@
 
 #include <chrono>
 
+#include "actors/expert_catalog.hpp"
+#include "actors/prepared_model.hpp"
 #include "io/checkpoint.hpp"
 #include "io/errors.hpp"
+#include "io/expert_store.hpp"
 #if FERRY_WITH_CUDA
 #include "kernels/cuda_backend.hpp"
 #endif
@@ -26,18 +29,45 @@ std::unique_ptr<Backend> make_backend(const std::string& name, int cpu_threads) 
   throw ConfigError("--backend: unknown back-end '" + name + "' (cpu, cuda or auto)");
 }
 
+namespace {
+
+void load_prepared(const ModelOptions& o, LoadedModel& m, LoadOptions& lo) {
+  const std::filesystem::path dir(o.dir);
+  m.prepared = true;
+  m.cfg = load_prepared_config(dir);
+  m.src = open_spine(dir, m.cfg);
+  lo.spine_type = SpineType::f32;  // BF16/F32 tensors exactly as f32, Q8_0 kept as stored
+  const Manifest manifest = read_manifest(dir / "manifest.json");
+  if (o.ssd_streaming) {
+    auto s = std::make_unique<StreamingExperts>(m.cfg, manifest, o.streaming);
+    m.streaming = s.get();
+    m.experts = std::move(s);
+  } else {
+    m.experts = std::make_unique<FileExperts>(m.cfg, make_catalog(manifest, o.streaming.expert_dirs), *m.backend);
+  }
+}
+
+}  // namespace
+
 LoadedModel load_model(const ModelOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::filesystem::path dir(o.dir);
   if (!std::filesystem::is_directory(dir)) throw Error("model directory " + o.dir + " does not exist");
   LoadedModel m;
-  m.cfg = load_model_config(dir);
-  m.src = open_safetensors_checkpoint(dir);
   m.backend = make_backend(o.backend, o.threads);
-  if (has_tokenizer(dir)) m.tokenizer = load_tokenizer(dir);
   LoadOptions lo;
-  lo.spine_type = parse_spine_type(o.spine_type);
-  m.model = std::make_unique<Model>(m.cfg, *m.src, *m.backend, lo);
+  if (is_prepared_model(dir)) {
+    load_prepared(o, m, lo);
+  } else {
+    if (o.ssd_streaming)
+      throw ConfigError("--ssd-streaming needs a prepared model directory (spine.gguf + manifest.json from `ferry "
+                        "prepare`); " + o.dir + " has none");
+    m.cfg = load_model_config(dir);
+    m.src = open_safetensors_checkpoint(dir);
+    lo.spine_type = parse_spine_type(o.spine_type);
+  }
+  if (has_tokenizer(dir)) m.tokenizer = load_tokenizer(dir);
+  m.model = std::make_unique<Model>(m.cfg, *m.src, *m.backend, lo, m.experts.get());
   m.load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return m;
 }

@@ -1,11 +1,15 @@
 // Opening a model directory for the apps: config, tensors, tokenizer, back-end and Model in one place,
-// so `ferry run`, `ferry-server` and `ferry bench` load models the same way.
+// so `ferry run`, `ferry-server` and `ferry bench` load models the same way. Two kinds of directory:
+// a Hugging Face checkpoint, and a prepared model (`ferry prepare`: spine.gguf + manifest.json +
+// expert directories), whose routed experts are either all read into memory or, with ssd_streaming,
+// streamed from the expert files by the actor runtime (actors/streaming_experts.hpp).
 #pragma once
 
 #include <filesystem>
 #include <memory>
 #include <string>
 
+#include "actors/streaming_experts.hpp"
 #include "io/model_config.hpp"
 #include "io/tensor_source.hpp"
 #include "io/tokenizer.hpp"
@@ -19,6 +23,8 @@ struct ModelOptions {
   std::string spine_type = "f32";  // for Hugging Face checkpoints; prepared models keep theirs
   int threads = 0;
   std::string backend = "cpu";  // cpu, cuda or auto (cuda when a device is present and built in)
+  bool ssd_streaming = false;      // prepared models only: stream routed experts from the expert files
+  StreamingOptions streaming;
 };
 
 struct LoadedModel {
@@ -26,6 +32,9 @@ struct LoadedModel {
   std::unique_ptr<TensorSource> src;
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Tokenizer> tokenizer;  // null when the directory has no tokenizer files
+  bool prepared = false;                 // a `ferry prepare` directory
+  std::unique_ptr<ExpertSource> experts;  // routed experts of a prepared model (outlives `model`)
+  StreamingExperts* streaming = nullptr;  // = experts when streaming, else null
   std::unique_ptr<Model> model;
   double load_s = 0;
 };

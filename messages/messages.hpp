@@ -140,7 +140,19 @@ struct layer_summary {
   uint32_t layer = 0;
   uint32_t device_hits = 0, host_hits = 0, disk_reads = 0, prefetch_hits = 0;
   uint64_t wait_ns = 0;  // time from the request to the last expert's arrival
+  uint64_t disk_bytes = 0;  // bytes read from drives for this call (prefetched bytes are not counted here)
+  uint32_t prefetch_issued = 0;  // prefetch reads this layer's scheduler started since its last summary
   friend bool operator==(const layer_summary&, const layer_summary&) = default;
+};
+
+// The host pool's counters and occupancy (its ExpertCache counters, plus scratch slots for experts
+// that stream through without being admitted).
+struct pool_stats {
+  uint64_t hits = 0, misses = 0, admissions = 0, refusals = 0, evictions = 0;
+  uint32_t resident = 0, capacity = 0;  // cached experts / cache slots
+  uint64_t resident_bytes = 0;
+  uint32_t scratch = 0, scratch_free = 0, waiting = 0;  // scratch slots, free ones, acquires waiting
+  friend bool operator==(const pool_stats&, const pool_stats&) = default;
 };
 
 // Host pool answers: a hit names the slot; a miss grants a slot to read into when admitted
@@ -215,6 +227,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(ferry, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(ferry, (ferry::host_grant))
   CAF_ADD_TYPE_ID(ferry, (ferry::trace_event))
   CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::dir_stats>))
+  CAF_ADD_TYPE_ID(ferry, (ferry::pool_stats))
   CAF_ADD_ATOM(ferry, ferry::atoms, read_atom, "read")
   CAF_ADD_ATOM(ferry, ferry::atoms, fetch_atom, "fetch")
   CAF_ADD_ATOM(ferry, ferry::atoms, stats_atom, "stats")
@@ -290,7 +303,12 @@ typename Inspector::result_type inspect(Inspector& f, expert_ready& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, layer_summary& x) {
   return f(caf::meta::type_name("layer_summary"), x.step, x.layer, x.device_hits, x.host_hits, x.disk_reads,
-           x.prefetch_hits, x.wait_ns);
+           x.prefetch_hits, x.wait_ns, x.disk_bytes, x.prefetch_issued);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, pool_stats& x) {
+  return f(caf::meta::type_name("pool_stats"), x.hits, x.misses, x.admissions, x.refusals, x.evictions, x.resident,
+           x.capacity, x.resident_bytes, x.scratch, x.scratch_free, x.waiting);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, host_grant& x) {
@@ -335,11 +353,15 @@ using read_service_actor = caf::typed_actor<                       //
     caf::reacts_to<retry_atom, uint64_t>>;                          // internal: re-dispatch after back-off
 
 // Host pool manager: pinned host slots, block-aware admission, eviction; in-use experts are pinned
-// between acquire and release.
+// between acquire and release. acquire(key, rows, block_rows): a hit pins the cached slot; a miss gets
+// a cache slot (admitted) or a scratch slot to stream through, and waits while no slot is free;
+// rows == 0 is a prefetch (never waits, never takes scratch, not counted as a hit or miss).
+// release(key, ok): done with the bytes; ok == false drops a cache entry whose fill failed.
 using host_pool_actor = caf::typed_actor<                                           //
     caf::replies_to<lookup_atom, expert_key>::with<host_grant>,                      //
     caf::replies_to<acquire_atom, expert_key, uint32_t, uint32_t>::with<host_grant>,  // key, rows, block rows
-    caf::reacts_to<release_atom, expert_key>>;
+    caf::reacts_to<release_atom, expert_key, bool>,                                  //
+    caf::replies_to<stats_atom>::with<pool_stats>>;
 
 // Receives each expert of a layer call as its bytes land (arrival order); the layer sums in rank order.
 using expert_sink_actor = caf::typed_actor<caf::reacts_to<ready_atom, expert_ready>>;

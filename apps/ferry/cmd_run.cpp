@@ -10,6 +10,7 @@
 
 #include "apps/ferry/commands.hpp"
 #include "apps/ferry/draft_run.hpp"
+#include "apps/ferry/streaming_flags.hpp"
 #include "actors/model_loader.hpp"
 #include "io/errors.hpp"
 #include "kernels/model/generate.hpp"
@@ -90,6 +91,7 @@ void print_metrics(const RunOptions& o, const LoadedModel& m, const GenerateMetr
     for (auto& t : toks) ids.push_back(t.id);
     j["ids"] = ids;
     if (draft) j["draft"] = draft_json(*draft);
+    report_streaming(m, &j);
     std::printf("%s\n", j.dump().c_str());
     return;
   }
@@ -100,6 +102,7 @@ void print_metrics(const RunOptions& o, const LoadedModel& m, const GenerateMetr
                g.prompt_s > 0 ? g.prompt_tokens / g.prompt_s : 0.0, static_cast<long long>(g.generated),
                g.steady_tok_s(), g.generation_tok_s(), m.load_s, wall);
   if (draft) print_draft_stats(*draft);
+  report_streaming(m, nullptr);
 }
 
 void run_main(const RunOptions& o) {
@@ -158,6 +161,7 @@ void add_run_command(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* c = app.add_subcommand("run", "Generate text from a prompt");
   add_model_flags(c, o->model);
+  add_streaming_flags(c, o->model);
   auto* p = c->add_option("-p,--prompt", o->prompt, "Prompt text");
   auto* f = c->add_option("-f,--file", o->prompt_file, "Read the prompt text from a file");
   auto* ids = c->add_option("--prompt-ids", o->prompt_ids, "Prompt as comma-separated token ids");

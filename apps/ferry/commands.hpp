@@ -17,6 +17,7 @@ void add_run_command(CLI::App& app);   // apps/ferry/cmd_run.cpp
 void add_eval_command(CLI::App& app);  // apps/ferry/cmd_run.cpp
 void add_demo_command(CLI::App& app);  // apps/ferry/cmd_demo.cpp
 void add_faults_command(CLI::App& app);  // apps/ferry/cmd_faults.cpp
+void add_trace_command(CLI::App& app); // apps/ferry/cmd_trace.cpp
 }  // namespace cli
 
 }  // namespace ferry

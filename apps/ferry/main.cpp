@@ -2,6 +2,8 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -9,7 +11,7 @@
 #include "apps/ferry/commands.hpp"
 
 int main(int argc, char** argv) {
-  // Logs go to stderr so that --json output on stdout stays machine-readable.
+  // Logs (reader engine choice, fall-backs, retries) go to stderr: stdout carries the text or --json.
   spdlog::set_default_logger(spdlog::stderr_color_mt("ferry"));
   CLI::App app{"ferry: run mixture-of-experts models with experts streamed from NVMe"};
   app.require_subcommand(1);
@@ -17,6 +19,7 @@ int main(int argc, char** argv) {
   ferry::cli::add_run_command(app);
   ferry::cli::add_eval_command(app);
   ferry::cli::add_demo_command(app);
+  ferry::cli::add_trace_command(app);
   ferry::add_synth_command(app);
   ferry::add_prepare_command(app);
   ferry::add_verify_command(app);

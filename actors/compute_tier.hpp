@@ -1,0 +1,50 @@
+// The tier compute reads expert weights from. On the CPU back-end that is the host pool itself: the
+// weights point straight into the pinned slot the bytes landed in (HostComputeTier). The CUDA back-end
+// puts a device cache above the host pool: its tier answers a device hit without touching the host
+// pool, and otherwise uploads the slot's bytes on one of its upload streams into a device slot and
+// returns device pointers (see docs/ARCHITECTURE.md, "Tiers").
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "io/model_config.hpp"
+#include "kernels/model/weights.hpp"
+#include "messages/messages.hpp"
+
+namespace ferry {
+
+// Byte layout of one expert file (docs/FORMATS.md): gate [inter, in], up [inter, in], down [in, inter],
+// MXFP4 ggml blocks back to back.
+struct ExpertGeometry {
+  int64_t in = 0, inter = 0;
+  uint64_t matrix_bytes(int64_t rows, int64_t cols) const;
+  uint64_t payload_bytes() const;
+  // Weights viewing `bytes` (any memory compute can read: host on the CPU back-end).
+  ExpertWeights view(const std::byte* bytes) const;
+};
+ExpertGeometry expert_geometry(const ModelConfig& cfg);
+
+class ComputeTier {
+ public:
+  virtual ~ComputeTier() = default;
+  virtual std::string name() const = 0;
+  // The weights of k, whose file bytes are at `host` (pinned, valid until the host pool release).
+  virtual ExpertWeights weights(const expert_key& k, const std::byte* host) = 0;
+  // Compute is done with k's weights.
+  virtual void done(const expert_key& k) = 0;
+};
+
+class HostComputeTier final : public ComputeTier {
+ public:
+  explicit HostComputeTier(ExpertGeometry g) : g_(g) {}
+  std::string name() const override { return "host"; }
+  ExpertWeights weights(const expert_key&, const std::byte* host) override { return g_.view(host); }
+  void done(const expert_key&) override {}
+
+ private:
+  ExpertGeometry g_;
+};
+
+}  // namespace ferry
