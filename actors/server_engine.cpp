@@ -114,6 +114,8 @@ void ServerEngine::execute(GenerationJob& job) {
     return;
   }
   metrics_.generations.add(1);
+  metrics_.busy.set(0);  // before the sink answers, so a client that sees its reply sees an idle engine
+  metrics_.live_rate.set(0);
   metrics_.prompt_seconds.add(gm.prompt_s);
   metrics_.decode_seconds.add(gm.decode_s);
   if (gm.generated > 1) metrics_.steady_rate.set(gm.steady_tok_s());

@@ -54,6 +54,7 @@ Handled route(ServerContext& c, const Request& req) {
   if (path == "/health") return only(get, "GET"), handle_health(c, req);
   if (path == "/metrics") return only(get, "GET"), handle_metrics(c, req);
   if (path == "/events") return only(get, "GET"), c.events->subscribe(req);
+  if (path == "/favicon.ico") return reply(c, req, 204, "", "image/x-icon");  // browsers ask; none is not an error
   if (path == "/" || path == "/index.html") {
     only(get, "GET");
     return reply(c, req, 200, std::string(embedded_index_html()), "text/html; charset=utf-8");
@@ -92,6 +93,11 @@ void run_http_server(ServerContext& c) {
                                         .max_field_value_size(16384)
                                         .max_body_size(hard_body_limit))
           .max_parallel_connections(1024)
+          // A second request slot keeps RESTinio reading while a request is in the engine, so a client
+          // that disconnects is noticed (EOF) and its generation cancelled even before any byte is written.
+          .max_pipelined_requests(2)
+          // SSE chunks are small writes: without TCP_NODELAY, Nagle + delayed ACK stall each by ~40 ms.
+          .socket_options_setter([](auto& options) { options.set_option(asio::ip::tcp::no_delay{true}); })
           .read_next_http_message_timelimit(seconds(15))
           .write_http_response_timelimit(seconds(30))
           .handle_request_timeout(seconds(c.opt.request_timeout_s))};

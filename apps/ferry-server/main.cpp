@@ -45,6 +45,8 @@ void add_options(CLI::App& app, ServerOptions& o) {
 std::string default_model_name(const std::string& dir) {
   auto p = std::filesystem::weakly_canonical(dir);
   if (p.filename().empty()) p = p.parent_path();
+  // Checkpoints often sit in MODEL/hf (the Hugging Face files of a prepared model): name it MODEL.
+  if (p.filename() == "hf" && p.has_parent_path()) p = p.parent_path();
   return p.filename().string();
 }
 

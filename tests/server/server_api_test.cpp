@@ -54,7 +54,7 @@ TEST_F(ServerApi, MissingOrWrongApiKeyGets401) {
 }
 
 TEST_F(ServerApi, InvalidJsonGets400) {
-  for (const std::string body : {"{", "[1,2]", "nul", "{\"messages\": [}", std::string("{\"a\":\"\xff\"}")}) {
+  for (const std::string& body : std::vector<std::string>{"{", "[1,2]", "nul", "{\"messages\": [}", "{\"a\":\"\xff\"}"}) {
     const json e = error_of(post("/v1/chat/completions", body), 400);
     EXPECT_EQ(e["code"], "invalid_json") << body;
   }

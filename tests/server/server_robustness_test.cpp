@@ -133,7 +133,13 @@ struct FuzzClient {
   }
 };
 
-TEST_F(Robustness, TenThousandMalformedRequestsGetWellFormedAnswersAndNoCrash) {
+TEST(RobustnessFuzz, TenThousandMalformedRequestsGetWellFormedAnswersAndNoCrash) {
+  // Mutated bodies that stay valid reach the engine; one token each and a queue of 2 keep them from
+  // dominating the run (the rest of those get a well-formed 429, which is part of what is checked).
+  // The plain template keeps their prompts short: this test is about the HTTP and JSON layers.
+  ServerProcess server({"--max-body-bytes", "65536", "--max-tokens-limit", "1", "--max-queue", "2", "--ctx", "64",
+                        "--chat-template", "plain"});
+  ServerProcess* server_ = &server;
   constexpr int kClients = 4, kPerClient = 2600;  // 10,400 requests
   std::vector<FuzzClient> clients;
   for (int c = 0; c < kClients; ++c) clients.push_back({server_->port(), std::mt19937(1234 + c)});
@@ -153,14 +159,17 @@ TEST_F(Robustness, TenThousandMalformedRequestsGetWellFormedAnswersAndNoCrash) {
   }
   EXPECT_GE(sent, 10000);
   EXPECT_GE(answered, 9500);
+  std::printf("fuzz: %d requests, %d answered, %.0f generations, %.0f queue-full\n", sent, answered,
+              server_->metric("ferry_generations_total"), server_->metric("ferry_rejected_queue_full_total"));
   ASSERT_TRUE(server_->alive()) << server_->log();
   EXPECT_EQ(http(server_->port(), "GET", "/health").status, 200);
 }
 
 TEST_F(Robustness, EightConcurrentClientsEachGetTheirOwnAnswer) {
   auto body = [](int i) {
-    return json{{"messages", {{{"role", "user"}, {"content", "client " + std::to_string(i) + " asks"}}}},
-                {"max_tokens", 12}, {"temperature", 0.9}, {"seed", 100 + i}, {"stream", i % 2 == 1}}.dump();
+    return json{{"messages", {{{"role", "system"}, {"content", "s"}},
+                              {{"role", "user"}, {"content", "client " + std::to_string(i) + " asks"}}}},
+                {"max_tokens", 8}, {"temperature", 0.9}, {"seed", 100 + i}, {"stream", i % 2 == 1}}.dump();
   };
   auto content = [](const HttpResponse& r) {
     if (r.header("Content-Type") != "text/event-stream") return r.json()["choices"][0]["message"]["content"].get<std::string>();
@@ -177,7 +186,7 @@ TEST_F(Robustness, EightConcurrentClientsEachGetTheirOwnAnswer) {
   }
   std::atomic<int> mismatches{0}, answers{0};
   std::vector<std::thread> threads;
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   for (int i = 0; i < 8; ++i)
     threads.emplace_back([&, i] {
       for (int round = 0; round < 2 || std::chrono::steady_clock::now() < end; ++round) {
@@ -210,7 +219,7 @@ TEST_F(Robustness, FullQueueAnswers429WithRetryAfter) {
   }
   EXPECT_EQ(ok + busy, 24);
   EXPECT_GE(busy, 1) << "1 running + 8 queued should leave some of 24 simultaneous requests out";
-  EXPECT_GE(ok, 9);
+  EXPECT_GE(ok, 8);  // 8 queued, plus the one the engine had already taken (if it had, when the rest came)
   EXPECT_GE(server_->metric("ferry_rejected_queue_full_total"), 1.0);
 }
 
