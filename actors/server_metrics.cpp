@@ -32,7 +32,10 @@ std::string format_value(double v) {
 
 std::string label_key(const MetricLabels& labels) {
   std::string k;
-  for (const auto& [n, v] : labels) k += (k.empty() ? "" : ",") + n + "=" + v;
+  for (const auto& [n, v] : labels) {
+    if (!k.empty()) k += ',';
+    k.append(n).append("=").append(v);
+  }
   return k;
 }
 
@@ -81,17 +84,19 @@ std::string MetricsRegistry::prometheus() const {
   std::string out;
   for (const auto& name : order_) {
     const Family& f = families_.at(name);
-    out += "# HELP " + name + " " + f.help + "\n";
-    out += "# TYPE " + name + (f.kind == MetricKind::counter ? " counter\n" : " gauge\n");
+    out.append("# HELP ").append(name).append(" ").append(f.help).append("\n");
+    out.append("# TYPE ").append(name).append(f.kind == MetricKind::counter ? " counter\n" : " gauge\n");
     for (const auto& [labels, m] : f.series) {
       out += name;
       if (!labels.empty()) {
         out += '{';
-        for (size_t i = 0; i < labels.size(); ++i)
-          out += (i ? "," : "") + labels[i].first + "=\"" + escape_label(labels[i].second) + "\"";
+        for (size_t i = 0; i < labels.size(); ++i) {
+          if (i) out += ',';
+          out.append(labels[i].first).append("=\"").append(escape_label(labels[i].second)).append("\"");
+        }
         out += '}';
       }
-      out += " " + format_value(m->value()) + "\n";
+      out.append(" ").append(format_value(m->value())).append("\n");
     }
   }
   return out;
