@@ -6,7 +6,8 @@ pkgs=(build-essential cmake ninja-build pkg-config git
       libcaf-dev liburing-dev libprotobuf-dev protobuf-compiler
       librestinio-dev libfmt-dev libasio-dev libhttp-parser-dev
       libgtest-dev libgmock-dev libcli11-dev libspdlog-dev nlohmann-json3-dev libxxhash-dev
-      libpcre2-dev libicu-dev)
+      libpcre2-dev libicu-dev
+      chromium)  # headless browser for ferry-server's web page test (driven by playwright-core)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

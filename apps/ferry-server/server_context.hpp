@@ -1,0 +1,55 @@
+// What every part of ferry-server shares: the options, the loaded model and its chat template, the
+// metrics registry, the engine and the dashboard feed.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/chat_template.hpp"
+#include "actors/model_loader.hpp"
+#include "actors/server_engine.hpp"
+#include "actors/server_metrics.hpp"
+#include "apps/ferry-server/api_request.hpp"
+
+namespace ferry::server {
+
+class EventsHub;
+
+struct ServerOptions {
+  ModelOptions model;
+  std::string host = "127.0.0.1";
+  uint16_t port = 8080;
+  std::string api_key;             // empty: no authentication
+  size_t max_queue = 8;            // requests that may wait while one generates
+  int64_t max_tokens_limit = 4096; // largest max_tokens a request may ask for
+  size_t max_body_bytes = 1 << 20; // larger request bodies get 413
+  int64_t ctx = 4096;              // context per generation (prompt + reply), tokens
+  std::string chat_template;       // name of a built-in template or a path to a template file
+  std::string model_name;          // the id /v1/models reports; default: the model directory's name
+  int http_threads = 2;
+  int events_interval_ms = 500;    // dashboard feed period
+  int request_timeout_s = 3600;    // longest a request may take (queue wait + generation)
+};
+
+struct ServerContext {
+  ServerOptions opt;
+  LoadedModel model;
+  ChatTemplate tmpl;
+  std::vector<int32_t> chat_stop_ids;  // end-of-text id + the template's stop tokens
+  std::string model_name;
+  int64_t started_unix = 0;
+  RequestLimits limits;
+  MetricsRegistry registry;
+  std::unique_ptr<EngineMetrics> metrics;
+  std::unique_ptr<ServerEngine> engine;
+  std::unique_ptr<EventsHub> events;
+  std::atomic<uint64_t> next_id{1};
+};
+
+// Runs the HTTP server until SIGINT or SIGTERM (blocks). Throws when the address cannot be bound.
+void run_http_server(ServerContext& c);
+
+}  // namespace ferry::server
