@@ -39,7 +39,17 @@ void load_prepared(const ModelOptions& o, LoadedModel& m, LoadOptions& lo) {
   lo.spine_type = SpineType::f32;  // BF16/F32 tensors exactly as f32, Q8_0 kept as stored
   const Manifest manifest = read_manifest(dir / "manifest.json");
   if (o.ssd_streaming) {
-    auto s = std::make_unique<StreamingExperts>(m.cfg, manifest, o.streaming);
+    StreamingOptions so = o.streaming;
+    if (m.backend->name().rfind("cuda", 0) == 0) {
+      // CUDA: --cache-experts sizes the device cache (the compute tier); the host pool below it is
+      // --host-pool alone.
+      so.device = m.backend.get();
+      so.device_cache_experts = so.cache_experts ? so.cache_experts
+                                                 : (manifest.expert_bytes ? so.cache_bytes / uint64_t(manifest.expert_bytes) : 0);
+      so.cache_experts = 0;
+      so.cache_bytes = 0;
+    }
+    auto s = std::make_unique<StreamingExperts>(m.cfg, manifest, so);
     m.streaming = s.get();
     m.experts = std::move(s);
   } else {

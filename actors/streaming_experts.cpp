@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/compute_tier.hpp"
+#include "actors/device_tier.hpp"
 #include "actors/expert_catalog.hpp"
 #include "actors/host_pool.hpp"
 #include "actors/layer_scheduler.hpp"
@@ -24,6 +25,7 @@ struct StreamingExperts::Impl {
   StreamingOptions opt;
   std::shared_ptr<const ExpertCatalog> catalog;
   std::unique_ptr<ComputeTier> tier;
+  DeviceComputeTier* dev = nullptr;  // the tier when it is the CUDA device cache
   caf::actor_system_config sys_cfg;
   std::unique_ptr<caf::actor_system> sys;
   std::unique_ptr<caf::scoped_actor> self;  // the calling thread's mailbox: the expert sink
@@ -78,11 +80,19 @@ StreamingExperts::StreamingExperts(const ModelConfig& cfg, const Manifest& manif
   if (geo.payload_bytes() != s.catalog->expert_bytes)
     throw FormatError(fmt::format("manifest.json: expert_bytes {} but the model config makes experts of {} bytes",
                                   s.catalog->expert_bytes, geo.payload_bytes()));
-  s.tier = std::make_unique<HostComputeTier>(geo);
+  if (s.opt.device) {
+    auto t = std::make_unique<DeviceComputeTier>(geo, *s.opt.device, s.opt.device_cache_experts, s.opt.min_rows);
+    s.dev = t.get();
+    s.tier = std::move(t);
+  } else {
+    s.tier = std::make_unique<HostComputeTier>(geo);
+  }
   const uint32_t top_k = static_cast<uint32_t>(cfg.moe.top_k);
   const uint32_t cache = cache_slots(s.opt, *s.catalog);
   const uint32_t scratch = s.opt.stream_slots ? s.opt.stream_slots : std::max<uint32_t>(8, 2 * top_k);
   s.arena = std::make_shared<io::PinnedArena>(size_t{cache} + scratch, s.catalog->file_bytes);
+  // Uploads from page-locked memory run at the bus's full rate (~55 GB/s vs ~9 GB/s pageable).
+  if (s.opt.device) s.opt.device->register_host(s.arena->base(), s.arena->bytes());
   register_ferry_types(s.sys_cfg);
   s.sys = std::make_unique<caf::actor_system>(s.sys_cfg);
   if (!s.opt.trace_path.empty()) s.tracer = spawn_tracer(*s.sys, s.opt.trace_path, s.catalog->dirs);
@@ -144,6 +154,7 @@ StreamingExperts::~StreamingExperts() {
   caf::anon_send_exit(s.reads, caf::exit_reason::user_shutdown);
   if (s.tracer) caf::anon_send_exit(s.tracer, caf::exit_reason::user_shutdown);
   s.self.reset();
+  if (s.opt.device) s.opt.device->unregister_host(s.arena->base());
   s.scheds.clear();
   s.reads = nullptr;
   s.pool = nullptr;
@@ -164,7 +175,18 @@ void StreamingExperts::fetch(int layer, std::span<const ExpertUse> uses,
   req.step = ++s.calls;
   req.layer = uint32_t(layer);
   std::unordered_map<uint32_t, size_t> index;
+  uint32_t block_rows = 0;
+  for (const auto& u : uses)
+    for (int32_t r : u.rows) block_rows = std::max(block_rows, uint32_t(r) + 1);
+  size_t computed = 0;
   for (size_t i = 0; i < uses.size(); ++i) {
+    ExpertWeights w;
+    if (s.dev && s.dev->resident(expert_key{uint32_t(layer), uint32_t(uses[i].expert)}, w)) {
+      compute(i, w);  // device hit: no read, no upload
+      ++computed;
+      ++s.m.device_hits;
+      continue;
+    }
     expert_use u;
     u.expert = uint32_t(uses[i].expert);
     for (int32_t r : uses[i].rows) {
@@ -175,6 +197,13 @@ void StreamingExperts::fetch(int layer, std::span<const ExpertUse> uses,
     req.experts.push_back(std::move(u));
   }
   auto& self = *s.self;
+  if (req.experts.empty()) {  // everything was on the device
+    s.m.layer_calls += 1;
+    s.m.requested += uses.size();
+    s.m.calls_by_layer[size_t(layer)] += 1;
+    for (const auto& u : uses) s.uses[size_t(layer)][size_t(u.expert)] += u.rows.size();
+    return;
+  }
   self->send(s.scheds[size_t(layer)], schedule_atom_v, req,
              caf::actor_cast<expert_sink_actor>(self));
   if (int next = s.next_moe_layer(layer); next >= 0 && s.opt.prefetch > 0) {
@@ -188,7 +217,6 @@ void StreamingExperts::fetch(int layer, std::span<const ExpertUse> uses,
   }
   if (s.opt.after_schedule) s.opt.after_schedule(uint32_t(layer), req.step);
 
-  size_t computed = 0;
   bool done = false;
   std::string error;
   layer_summary sum;
@@ -202,6 +230,8 @@ void StreamingExperts::fetch(int layer, std::span<const ExpertUse> uses,
             return;
           }
           const std::byte* host = s.arena->slot(r.where.slot) + r.where.offset;
+          if (s.dev)
+            s.dev->admit_next(block_rows <= 1 || uses[it->second].rows.size() >= s.dev->min_rows());
           compute(it->second, s.tier->weights(k, host));
           s.tier->done(k);
           self->send(s.pool, release_atom_v, k, true);
@@ -244,6 +274,10 @@ void StreamingExperts::fetch(int layer, std::span<const ExpertUse> uses,
 StreamingMetrics StreamingExperts::metrics() {
   Impl& s = *impl_;
   StreamingMetrics m = s.m;
+  if (s.dev) {
+    m.uploads = s.dev->uploads();
+    m.upload_bytes = s.dev->upload_bytes();
+  }
   auto& self = *s.self;
   const auto t = std::chrono::seconds(10);
   auto err = [&](caf::error& e) { spdlog::warn("streaming metrics: {}", s.sys->render(e)); };

@@ -18,6 +18,7 @@
 #include "actors/streaming_metrics.hpp"
 #include "io/model_config.hpp"
 #include "io/uring_reader.hpp"
+#include "kernels/backend.hpp"
 #include "kernels/model/weights.hpp"
 #include "messages/messages.hpp"
 
@@ -41,6 +42,10 @@ struct StreamingOptions {
   bool verify_reads = false;  // xxh64 of every read against the manifest; a mismatch is a bad copy
   bool split_reads = true;    // decode fills of experts with two copies read half from each
   std::string trace_path;     // --trace FILE
+  // CUDA: the back-end whose memory holds a device cache of this many experts above the host pool
+  // (DeviceComputeTier); the host pool is then host_pool_bytes (or cache_experts when 0).
+  Backend* device = nullptr;
+  uint64_t device_cache_experts = 0;
   std::chrono::milliseconds read_timeout{30000};
   std::chrono::milliseconds layer_timeout{300000};
   // Test hook: runs right after a layer's request went out (its reads are being issued).

@@ -21,8 +21,9 @@ nlohmann::json to_json(const StreamingMetrics& m) {
   j["hits"] = {{"device", m.device_hits}, {"host", m.host_hits}, {"prefetch", m.prefetch_hits}};
   j["hit_rate"] = {{"device", m.hit_rate(m.device_hits)}, {"host", m.hit_rate(m.host_hits)}};
   j["disk_reads"] = m.disk_reads;
-  j["bytes"] = {{"device", 0}, {"host", m.host_bytes()}, {"disk", m.disk_bytes()},
-                {"disk_demand", m.demand_disk_bytes}};
+  j["bytes"] = {{"device", m.device_bytes()}, {"host", m.host_bytes()}, {"disk", m.disk_bytes()},
+                {"disk_demand", m.demand_disk_bytes}, {"upload", m.upload_bytes}};
+  j["uploads"] = m.uploads;
   j["prefetch"] = {{"issued", m.prefetch_issued}, {"hits", m.prefetch_hits},
                    {"hit_rate", m.prefetch_issued ? double(m.prefetch_hits) / double(m.prefetch_issued) : 0.0}};
   j["layer_wait_s"] = m.layer_wait_s;
@@ -49,9 +50,10 @@ nlohmann::json to_json(const StreamingMetrics& m) {
 std::string format_metrics(const StreamingMetrics& m) {
   constexpr double MB = 1e6;
   std::string s = fmt::format(
-      "ferry: experts {} requested in {} layer calls | host hits {} ({:.1f}%) | disk reads {} | prefetch {} issued, "
-      "{} hits\n",
-      m.requested, m.layer_calls, m.host_hits, 100 * m.hit_rate(m.host_hits), m.disk_reads, m.prefetch_issued,
+      "ferry: experts {} requested in {} layer calls | device hits {} ({:.1f}%) | host hits {} ({:.1f}%) | disk reads "
+      "{} | uploads {} ({:.1f} MB) | prefetch {} issued, {} hits\n",
+      m.requested, m.layer_calls, m.device_hits, 100 * m.hit_rate(m.device_hits), m.host_hits,
+      100 * m.hit_rate(m.host_hits), m.disk_reads, m.uploads, double(m.upload_bytes) / 1e6, m.prefetch_issued,
       m.prefetch_hits);
   s += fmt::format("ferry: expert bytes: host {:.1f} MB, disk {:.1f} MB ({} engine{}) | layer wait {:.3f} s (max {:.2f} ms)\n",
                    double(m.host_bytes()) / MB, double(m.disk_bytes()) / MB, m.engine, m.direct ? ", O_DIRECT" : "",

@@ -19,6 +19,7 @@ struct StreamingMetrics {
   uint64_t layer_calls = 0;
   uint64_t requested = 0;       // experts asked for, over all calls
   uint64_t device_hits = 0, host_hits = 0, disk_reads = 0, prefetch_hits = 0, prefetch_issued = 0;
+  uint64_t uploads = 0, upload_bytes = 0;  // CUDA: host slot -> device slot copies
   uint64_t demand_disk_bytes = 0;  // bytes read for requests (the rest of the drive bytes is prefetch)
   double layer_wait_s = 0;         // total time layers waited for their last expert
   double max_layer_wait_s = 0;
@@ -30,6 +31,7 @@ struct StreamingMetrics {
 
   uint64_t disk_bytes() const;  // sum over drives (demand + prefetch)
   uint64_t host_bytes() const { return host_hits * file_bytes; }  // served from the host pool
+  uint64_t device_bytes() const { return device_hits * file_bytes; }  // served from the device cache
   double hit_rate(uint64_t hits) const { return requested ? double(hits) / double(requested) : 0.0; }
 };
 

@@ -87,6 +87,9 @@ class Backend {
   virtual void download(void* dst_host, const void* src, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // within back-end memory
   virtual void synchronize() = 0;
+  // Page-locks host memory that uploads read from (CUDA: cudaHostRegister); a no-op on the CPU.
+  virtual void register_host(void* p, size_t bytes) { (void)p; (void)bytes; }
+  virtual void unregister_host(void* p) { (void)p; }
 
   // ---- dense algebra ------------------------------------------------------------------------
   // y[n, w.rows] = x[n, w.cols] @ W^T. Row-invariant (see the exactness rule above).

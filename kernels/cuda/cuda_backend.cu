@@ -95,6 +95,17 @@ void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
   FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
 }
 
+void CudaBackend::register_host(void* p, size_t bytes) {
+  bind();
+  FERRY_CUDA_CHECK(cudaHostRegister(p, bytes, cudaHostRegisterDefault));
+}
+
+void CudaBackend::unregister_host(void* p) {
+  bind();
+  cudaHostUnregister(p);  // best effort at shutdown: nothing to do if it fails
+  cudaGetLastError();
+}
+
 void CudaBackend::synchronize() {
   bind();
   FERRY_CUDA_CHECK(cudaStreamSynchronize(stream_));

@@ -26,6 +26,8 @@ class CudaBackend final : public Backend {
   void download(void* dst_host, const void* src, size_t bytes) override;
   void copy(void* dst, const void* src, size_t bytes) override;
   void synchronize() override;
+  void register_host(void* p, size_t bytes) override;
+  void unregister_host(void* p) override;
 
   void matmul(const Weight& w, const float* x, int64_t n, float* y) override;
   void embed(const Weight& table, const int32_t* ids_host, int64_t n, float* y) override;
