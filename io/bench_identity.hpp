@@ -25,12 +25,13 @@ struct Identity {
   int64_t over = 0;        // positions compared and equal (identical) / before the first difference
   int64_t first_diff = -1; // index into the generated tokens of the first difference, -1 if none
   int64_t position = -1;   // its sequence position (prompt tokens + index)
-  std::string what;        // "token", "logits" or "length"
+  std::string what;        // "token" or "logits"
   std::string text;        // "identical over 128" / "differs at generated token 3 (position 27): token 5 vs 9"
 
   nlohmann::json to_json() const;
 };
 
+// Compares over the shorter sequence (a shorter run is checked as a prefix of the reference).
 Identity compare_traces(const std::vector<TraceRow>& reference, const std::vector<TraceRow>& run);
 
 }  // namespace ferry::bench
