@@ -113,7 +113,7 @@ void Runner::probe() {
     const auto missing = missing_flags(run_args(a, "x", "x"), known_);
     if (missing.empty()) continue;
     const std::string why = "unsupported flag " + fmt::format("{}", fmt::join(missing, ", ")) +
-                            ": this ferry run does not list it in --help";
+                            std::string(missing.size() > 1 ? ": this ferry run does not list them" : ": this ferry run does not list it") + " in --help";
     results_["unsupported"][a.tag] = why;
     log(fmt::format("arm {}: {}{}", a.tag, why, o_.skip_unsupported ? " (skipped)" : ""));
   }
