@@ -121,7 +121,10 @@ std::string command_line(const fs::path& exe, const std::vector<std::string>& ar
     return q + "'";
   };
   std::string line = quote(exe.string());
-  for (const auto& a : args) line += " " + quote(a);
+  for (const auto& a : args) {
+    line += ' ';
+    line += quote(a);
+  }
   return line;
 }
 

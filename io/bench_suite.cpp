@@ -78,7 +78,10 @@ void parse_prompt(const JsonFields& f, Arm& a, const Paths& p) {
     if (ids->is_string()) {
       a.prompt_ids = ids->get<std::string>();
     } else {
-      for (int64_t id : f.req_int_list("prompt_ids")) a.prompt_ids += (a.prompt_ids.empty() ? "" : ",") + std::to_string(id);
+      for (int64_t id : f.req_int_list("prompt_ids")) {
+        if (!a.prompt_ids.empty()) a.prompt_ids += ',';
+        a.prompt_ids += std::to_string(id);
+      }
     }
   }
   const int given = !a.prompt.empty() + !a.prompt_file.empty() + !a.prompt_ids.empty();
