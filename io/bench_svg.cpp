@@ -56,7 +56,12 @@ SvgChart bytes_by_tier(const std::vector<ArmSummary>& arms) {
   std::set<std::string> tiers;
   for (const auto& a : arms)
     for (const auto& [t, v] : a.bytes_per_token) tiers.insert(t);
-  std::vector<std::string> labels, names(tiers.begin(), tiers.end());
+  // The three tiers partition the bytes; other entries (e.g. streaming's "disk_demand", a part of
+  // "disk") would count twice in a stack.
+  std::vector<std::string> labels, names;
+  for (const char* t : {"device", "host", "disk"})
+    if (tiers.count(t)) names.push_back(t);
+  if (names.empty()) names.assign(tiers.begin(), tiers.end());
   std::vector<std::vector<double>> stacks;
   for (const auto& a : arms) {
     if (a.bytes_per_token.empty()) continue;
