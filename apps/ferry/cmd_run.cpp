@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "apps/ferry/chat_prompt.hpp"
 #include "apps/ferry/commands.hpp"
 #include "apps/ferry/draft_run.hpp"
 #include "apps/ferry/streaming_flags.hpp"
@@ -27,6 +28,8 @@ struct RunOptions {
   uint64_t seed = 0;
   bool json = false, ignore_eos = false, no_bos = false;
   DraftFlags draft;  // --draft (apps/ferry/draft_run.hpp)
+  bool chat = false;   // --chat: wrap the prompt in the Kimi chat template (apps/ferry/chat_prompt.hpp)
+  std::string system;  // --system: its system message
 };
 
 std::vector<int32_t> parse_ids(const std::string& s) {
@@ -54,6 +57,7 @@ std::vector<int32_t> prompt_tokens(const RunOptions& o, const LoadedModel& m) {
     text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
   }
   if (!m.tokenizer) throw Error("model directory " + o.model.dir + " has no tokenizer: use --prompt-ids");
+  if (o.chat) return kimi_chat_ids(*m.tokenizer, text, o.system);
   std::vector<int32_t> ids;
   if (!o.no_bos && m.tokenizer->bos_id() >= 0) ids.push_back(m.tokenizer->bos_id());
   auto t = m.tokenizer->encode(text, true);
@@ -73,13 +77,15 @@ void add_model_flags(CLI::App* c, ModelOptions& o) {
 }
 
 void print_metrics(const RunOptions& o, const LoadedModel& m, const GenerateMetrics& g, double wall,
-                   const std::vector<GeneratedToken>& toks, const DraftRun* draft) {
+                   const std::vector<int32_t>& prompt, const std::vector<GeneratedToken>& toks,
+                   const DraftRun* draft) {
   if (o.json) {
     nlohmann::json j;
     j["model"] = o.model.dir;
     j["backend"] = m.backend->name();
     j["n"] = o.n_predict;
     j["prompt_tokens"] = g.prompt_tokens;
+    j["prompt_ids"] = prompt;
     j["generated"] = g.generated;
     j["steady"] = g.steady_tok_s();
     j["steady_s"] = g.last_token_s - g.first_token_s;
@@ -117,6 +123,7 @@ void run_main(const RunOptions& o) {
   gp.n_predict = o.n_predict;
   gp.sampling = {o.temp, o.top_p, o.seed};
   if (!o.ignore_eos && m.cfg.eos_id >= 0) gp.stop_ids.push_back(static_cast<int32_t>(m.cfg.eos_id));
+  if (!o.ignore_eos && o.chat) gp.stop_ids.push_back(kimi_end_of_turn(*m.tokenizer));
   std::unique_ptr<std::ofstream> hash_out;
   if (!o.trace_hash.empty()) {
     hash_out = std::make_unique<std::ofstream>(o.trace_hash);
@@ -152,7 +159,7 @@ void run_main(const RunOptions& o) {
     std::fprintf(stderr, "\nferry: ids:");
     for (auto& t : toks) std::fprintf(stderr, " %d", t.id);
   }
-  print_metrics(o, m, g, wall, toks, drafting ? &draft : nullptr);
+  print_metrics(o, m, g, wall, prompt, toks, drafting ? &draft : nullptr);
 }
 
 }  // namespace
@@ -178,6 +185,9 @@ void add_run_command(CLI::App& app) {
   c->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past the end-of-text token");
   c->add_flag("--no-bos", o->no_bos, "Do not prepend the BOS token to a text prompt");
   add_draft_flags(c, o->draft);
+  auto* chat = c->add_flag("--chat", o->chat, "Wrap the prompt in the Kimi chat template (as a user turn)");
+  c->add_option("--system", o->system, "System message of --chat (default: the template's)")->needs(chat);
+  chat->excludes(ids);
   c->callback([o, c] {
     if (o->prompt.empty() && o->prompt_file.empty() && o->prompt_ids.empty())
       throw CLI::RequiredError("one of -p, -f or --prompt-ids");

@@ -18,6 +18,7 @@ void add_eval_command(CLI::App& app);  // apps/ferry/cmd_run.cpp
 void add_demo_command(CLI::App& app);  // apps/ferry/cmd_demo.cpp
 void add_faults_command(CLI::App& app);  // apps/ferry/cmd_faults.cpp
 void add_trace_command(CLI::App& app); // apps/ferry/cmd_trace.cpp
+void add_bench_command(CLI::App& app, int argc, char** argv);  // apps/ferry/cmd_bench.cpp (argv: recorded)
 }  // namespace cli
 
 }  // namespace ferry

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   ferry::cli::add_eval_command(app);
   ferry::cli::add_demo_command(app);
   ferry::cli::add_trace_command(app);
+  ferry::cli::add_bench_command(app, argc, argv);
   ferry::add_synth_command(app);
   ferry::add_prepare_command(app);
   ferry::add_verify_command(app);
