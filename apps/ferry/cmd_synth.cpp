@@ -17,7 +17,7 @@ namespace ferry {
 namespace {
 
 struct SynthArgs {
-  std::string arch = "kimi_k31", preset = "small", out, usage, shard_size, prepared, spine_type = "q8_0";
+  std::string arch = "kimi_k31", preset = "small", out, usage, shard_size, prepared, spine_type;
   std::vector<std::string> expert_dirs;
   int threads = 0;
   SynthOptions opt;
@@ -46,7 +46,7 @@ void run_prepared(const SynthArgs& a) {
   o.synth = a.opt;
   o.out = a.prepared;
   for (const auto& d : a.expert_dirs) o.expert_dirs.emplace_back(d);
-  o.spine = parse_spine_type(a.spine_type);
+  o.spine = parse_spine_type(a.spine_type.empty() ? "q8_0" : a.spine_type);
   o.threads = a.threads;
   const auto t0 = std::chrono::steady_clock::now();
   const auto r = synth_prepared(o);
@@ -66,8 +66,8 @@ void run(SynthArgs& a) {
   a.opt.progress = !a.quiet;
   if (a.out.empty() == a.prepared.empty()) throw ConfigError("synth: give exactly one of --out HF_DIR and --prepared MODEL_DIR");
   if (!a.prepared.empty()) return run_prepared(a);
-  if (!a.expert_dirs.empty() || a.threads != 0)
-    throw ConfigError("synth: --expert-dir and --threads go with --prepared (for --out, run ferry prepare afterwards)");
+  if (!a.expert_dirs.empty() || a.threads != 0 || !a.spine_type.empty())
+    throw ConfigError("synth: --expert-dir, --spine-type and --threads go with --prepared (for --out, run ferry prepare afterwards)");
   if (!a.shard_size.empty()) a.opt.shard_bytes = parse_size(a.shard_size);
   const auto r = synth_checkpoint(a.out, a.opt);
   fmt::print("wrote {} tensors, {} in {} files to {}\n", r.tensors, format_bytes(r.bytes), r.files.size(), a.out);
@@ -85,7 +85,7 @@ void add_synth_command(CLI::App& app) {
                 "write the prepared layout (spine.gguf, manifest, expert files) into this MODEL_DIR directly, "
                 "the bytes synth --out + prepare would write");
   c->add_option("--expert-dir", a->expert_dirs, "with --prepared: directory for expert files; several split one copy");
-  c->add_option("--spine-type", a->spine_type, "with --prepared: q8_0 | bf16 | f32 for spine matrices")->capture_default_str();
+  c->add_option("--spine-type", a->spine_type, "with --prepared: q8_0 (default) | bf16 | f32 for spine matrices");
   c->add_option("--threads", a->threads, "with --prepared: expert generator/writer threads (default: all cores)")
       ->check(CLI::NonNegativeNumber);
   c->add_option("--preset", a->preset, "small (CPU-sized, default) | full (K3.1 width: hidden 7168, 896 experts)")

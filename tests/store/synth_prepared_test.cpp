@@ -155,6 +155,30 @@ TEST(SynthPrepared, K3WithUsageFitsTheSameRouterBiasesAsSynth) {
   fs::remove_all(ref);
 }
 
+// Under 1 MB synth writes one model.safetensors, which prepare reads in write order rather than
+// sorted by name: the spine's tensor order must follow.
+TEST(SynthPrepared, TinySingleFileDeepSeekKeepsCheckpointOrder) {
+  const auto root = test::fresh_dir("tiny");
+  auto s = small(Arch::deepseek_v3);
+  s.dims = SynthDims{};
+  s.dims.layers = 2;
+  s.dims.hidden = 64;
+  s.dims.experts = 4;
+  s.dims.top_k = 2;
+  s.dims.moe_inter = 32;
+  s.dims.dense_inter = 64;
+  s.dims.vocab = 512;
+  s.dims.heads = 2;
+  s.dims.q_lora = 32;
+  s.dims.kv_lora = 32;
+  synth_then_prepare(root, s, 1, SpineType::q8_0);
+  ASSERT_TRUE(fs::exists(root / "hf/model.safetensors")) << "the case under test: a single-file checkpoint";
+  const auto ref = move_aside(root);
+  synth_direct(root, s, 1, SpineType::q8_0, 2);
+  expect_same_model(ref, root, 1);
+  fs::remove_all(ref);
+}
+
 TEST(SynthPrepared, OneThreadAndFourThreadsWriteTheSameModel) {
   const auto root = test::fresh_dir("threads");
   auto s = small(Arch::kimi_k31);
