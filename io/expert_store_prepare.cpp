@@ -116,27 +116,6 @@ struct Plan {
   int64_t payload = 0, file_bytes = 0;
 };
 
-std::vector<PlacementDir> plan_dirs(const PrepareOptions& o) {
-  std::vector<PlacementDir> dirs;
-  auto find = [&](const fs::path& p) -> PlacementDir* {
-    for (auto& d : dirs)
-      if (d.path == p) return &d;
-    return nullptr;
-  };
-  for (const auto& d : o.expert_dirs) {
-    const fs::path p = fs::weakly_canonical(fs::absolute(d));
-    if (!find(p)) dirs.push_back({p, true, -1});
-  }
-  for (const auto& [d, budget] : o.replica_budgets) {
-    const fs::path p = fs::weakly_canonical(fs::absolute(d));
-    if (auto* x = find(p)) x->budget = budget;
-    else dirs.push_back({p, false, budget});
-  }
-  if (!o.replica_budgets.empty() && o.replicas_usage.empty())
-    throw ConfigError("--replica-budget needs --replicas USAGE.json (replicas are chosen by usage)");
-  return dirs;
-}
-
 Plan make_plan(const PrepareOptions& o) {
   Plan p;
   p.config_text = read_text(o.checkpoint / "config.json");
@@ -145,7 +124,7 @@ Plan make_plan(const PrepareOptions& o) {
   for (int64_t l = 0; l < p.cfg.n_layers; ++l)
     if (p.cfg.ffn[size_t(l)] == Ffn::moe)
       for (int64_t e = 0; e < p.cfg.moe.n_experts; ++e) p.experts.push_back({int32_t(l), int32_t(e)});
-  p.dirs = plan_dirs(o);
+  p.dirs = prepare_placement_dirs(o);
   if (!p.experts.empty()) {
     p.payload = expert_payload_bytes(p.cfg);
     p.file_bytes = expert_file_bytes(p.cfg);
@@ -203,6 +182,27 @@ void copy_side_files(const PrepareOptions& o, const std::string& config_text) {
 }
 
 }  // namespace
+
+std::vector<PlacementDir> prepare_placement_dirs(const PrepareOptions& o) {
+  std::vector<PlacementDir> dirs;
+  auto find = [&](const fs::path& p) -> PlacementDir* {
+    for (auto& d : dirs)
+      if (d.path == p) return &d;
+    return nullptr;
+  };
+  for (const auto& d : o.expert_dirs) {
+    const fs::path p = fs::weakly_canonical(fs::absolute(d));
+    if (!find(p)) dirs.push_back({p, true, -1});
+  }
+  for (const auto& [d, budget] : o.replica_budgets) {
+    const fs::path p = fs::weakly_canonical(fs::absolute(d));
+    if (auto* x = find(p)) x->budget = budget;
+    else dirs.push_back({p, false, budget});
+  }
+  if (!o.replica_budgets.empty() && o.replicas_usage.empty())
+    throw ConfigError("--replica-budget needs --replicas USAGE.json (replicas are chosen by usage)");
+  return dirs;
+}
 
 PrepareResult prepare_model(const PrepareOptions& o) {
   if (o.expert_dirs.empty()) throw ConfigError("prepare: give at least one --expert-dir");

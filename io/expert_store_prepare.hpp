@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "io/expert_store.hpp"
 #include "io/sizing.hpp"
 
 namespace ferry {
@@ -39,6 +40,10 @@ struct PrepareResult {
 };
 
 PrepareResult prepare_model(const PrepareOptions& opt);
+
+// The placement directories prepare uses: expert dirs then replica dirs, absolute and canonical,
+// duplicates merged (the manifest's `dirs`). Throws ConfigError for budgets without a usage file.
+std::vector<PlacementDir> prepare_placement_dirs(const PrepareOptions& opt);
 
 // spine.gguf tensor names: the checkpoint name without the wrapper prefix ("language_model.") and
 // without the leading "model." (K3.1's "model.layers.92.block_sparse_moe.shared_experts.gate_proj.weight"

@@ -58,4 +58,11 @@ std::string synth_config_json(const SynthOptions& opt);
 // Writes the checkpoint into out_dir (created). Throws ConfigError for impossible dimensions.
 SynthResult synth_checkpoint(const std::filesystem::path& out_dir, const SynthOptions& opt);
 
+// The safetensors shard size synth_checkpoint uses for `total` tensor bytes (opt.shard_bytes, else
+// a third of the model within [1 MB, 5 GB]).
+int64_t synth_shard_bytes(const SynthOptions& opt, int64_t total);
+// Writes config.json (cfg_text) and, for Kimi archs, the tokenizer files into dir; returns their paths.
+std::vector<std::filesystem::path> write_synth_side_files(const std::filesystem::path& dir, const ModelConfig& c,
+                                                          const std::string& cfg_text);
+
 }  // namespace ferry

@@ -36,5 +36,7 @@ void synth_fill_plain(const TensorSpec& t, const ModelConfig& c, uint64_t seed, 
 // One routed expert matrix as ggml MXFP4 blocks [rows, cols/32]: N(0,1)/sqrt(cols), quantized.
 // `stream` is the matrix's base name (without .weight_packed).
 std::vector<BlockMxfp4> synth_expert_blocks(int64_t rows, int64_t cols, uint64_t seed, const std::string& stream);
+// The same blocks written into out (rows * cols / 32 of them), e.g. straight into an expert file buffer.
+void synth_expert_blocks(int64_t rows, int64_t cols, uint64_t seed, const std::string& stream, BlockMxfp4* out);
 
 }  // namespace ferry
