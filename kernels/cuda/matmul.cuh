@@ -42,6 +42,9 @@ int matmul_group_rows(WType t);
 
 // Whether the fast path takes this weight and x (type, cols % 512, alignment).
 bool matmul_fast_supported(const Weight& w, const float* x);
+// Benchmark knob of the fast path: weight rows per warp (1, 2 or 4; 0 = the default per row count).
+// It changes speed only, never results.
+void matmul_fast_tune(int rows_per_warp);
 // The fast path (matmul_fast.cu); only for matmul_fast_supported(w, x).
 void launch_matmul_fast(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t stream);
 

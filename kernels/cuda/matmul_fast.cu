@@ -2,12 +2,13 @@
 // 16-byte aligned data (every spine and expert matrix of the real models). See matmul.cuh for the
 // fixed reduction order that makes a row's result independent of the row count.
 //
-// Thread block: 4 warps x 4 weight rows (a 16-row tile) against a group of NR activation rows. The K
+// Thread block: a 16-row weight tile (16/O warps x O rows) against a group of NR activation rows. The K
 // dimension runs in chunks of 512 columns = 16 quant blocks; lane l owns half h = l & 1 of block
 // b = l >> 1 of every chunk (16 consecutive weights). Per chunk, cp.async copies the tile's weight
 // bytes and the group's x columns into one of S shared-memory stages (S - 1 chunks in flight, so
 // every SM keeps tens of KB of HBM reads outstanding), then each warp decodes its lane's 16 weights
-// of its 4 rows into registers once and applies them to all NR rows of x.
+// of its O rows into registers once and applies them to all NR rows of x. O changes which warp
+// computes which row, never the arithmetic of an output.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -20,10 +21,7 @@ namespace ferry::cuda {
 
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kRowsPerWarp = 4;
-constexpr int kTileRows = kWarps * kRowsPerWarp;
-constexpr int kThreads = kWarps * 32;
+constexpr int kTileRows = 16;  // weight rows per thread block: O rows per warp, 16 / O warps
 constexpr int kChunk = 512;  // columns per chunk: 32 lanes x 16 weights
 constexpr size_t kStageBudget = 88 * 1024;  // shared memory aimed at per block (2 blocks per SM)
 
@@ -156,7 +154,7 @@ struct Args {
 };
 
 // Copy chunk c of the tile's weights and the group's x rows into stage memory `st`.
-template <class F, int NR>
+template <class F, int NR, int kThreads>
 __device__ __forceinline__ void load_chunk(const Args& a, uint8_t* st, int c, int row0, int64_t r0, int nr) {
   constexpr int G = F::kChunkBytes / 16;
   for (int i = threadIdx.x; i < kTileRows * G; i += kThreads) {
@@ -176,9 +174,10 @@ __device__ __forceinline__ void load_chunk(const Args& a, uint8_t* st, int c, in
   }
 }
 
-template <class F, int NR>
-__global__ void __launch_bounds__(kThreads) matmul_fast_kernel(Args a) {
+template <class F, int NR, int O>
+__global__ void __launch_bounds__(kTileRows / O * 32) matmul_fast_kernel(Args a) {
   constexpr int S = stages<F, NR>();
+  constexpr int kThreads = kTileRows / O * 32;
   extern __shared__ __align__(16) uint8_t smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int row0 = blockIdx.x * kTileRows;
@@ -187,29 +186,28 @@ __global__ void __launch_bounds__(kThreads) matmul_fast_kernel(Args a) {
   const int nchunks = a.cols / kChunk;
   const Lane ln = F::lane(lane >> 1, lane & 1);
 
-  float acc[kRowsPerWarp][NR];
+  float acc[O][NR];
 #pragma unroll
-  for (int o = 0; o < kRowsPerWarp; ++o)
+  for (int o = 0; o < O; ++o)
 #pragma unroll
     for (int r = 0; r < NR; ++r) acc[o][r] = 0.0f;
 
   for (int s = 0; s < S - 1; ++s) {
-    if (s < nchunks) load_chunk<F, NR>(a, smem + s * stage_bytes<F, NR>(), s, row0, r0, nr);
+    if (s < nchunks) load_chunk<F, NR, kThreads>(a, smem + s * stage_bytes<F, NR>(), s, row0, r0, nr);
     cp_async_commit();
   }
   for (int c = 0; c < nchunks; ++c) {
     cp_async_wait<S - 2>();  // this thread's copies of chunk c are done
     __syncthreads();         // everyone's are; everyone is done with chunk c-1's stage
     const int nc = c + S - 1;
-    if (nc < nchunks) load_chunk<F, NR>(a, smem + (nc % S) * stage_bytes<F, NR>(), nc, row0, r0, nr);
+    if (nc < nchunks) load_chunk<F, NR, kThreads>(a, smem + (nc % S) * stage_bytes<F, NR>(), nc, row0, r0, nr);
     cp_async_commit();
 
     const uint8_t* st = smem + (c % S) * stage_bytes<F, NR>();
     const float* xs = reinterpret_cast<const float*>(st + kTileRows * F::kChunkBytes + 16);
-    float wv[kRowsPerWarp][16], sc[kRowsPerWarp];
+    float wv[O][16], sc[O];
 #pragma unroll
-    for (int o = 0; o < kRowsPerWarp; ++o)
-      sc[o] = F::decode(st + (warp * kRowsPerWarp + o) * F::kChunkBytes, ln, wv[o]);
+    for (int o = 0; o < O; ++o) sc[o] = F::decode(st + (warp * O + o) * F::kChunkBytes, ln, wv[o]);
 #pragma unroll
     for (int r = 0; r < NR; ++r) {
       float xv[16];
@@ -220,7 +218,7 @@ __global__ void __launch_bounds__(kThreads) matmul_fast_kernel(Args a) {
       }
       // The fixed order: 16 products of this lane's half block in index order, then one scaled add.
 #pragma unroll
-      for (int o = 0; o < kRowsPerWarp; ++o) {
+      for (int o = 0; o < O; ++o) {
         float s = 0.0f;
 #pragma unroll
         for (int k = 0; k < 16; ++k) s = fmaf(xv[k], wv[o][k], s);
@@ -232,8 +230,8 @@ __global__ void __launch_bounds__(kThreads) matmul_fast_kernel(Args a) {
 
   // Fixed butterfly over the 32 lanes (every lane ends with the same bits: IEEE addition commutes).
 #pragma unroll
-  for (int o = 0; o < kRowsPerWarp; ++o) {
-    const int row = row0 + warp * kRowsPerWarp + o;
+  for (int o = 0; o < O; ++o) {
+    const int row = row0 + warp * O + o;
 #pragma unroll
     for (int r = 0; r < NR; ++r) {
       float v = acc[o][r];
@@ -244,18 +242,30 @@ __global__ void __launch_bounds__(kThreads) matmul_fast_kernel(Args a) {
   }
 }
 
-template <class F, int NR>
-void launch(const Args& a, cudaStream_t st) {
+template <class F, int NR, int O>
+void launch_o(const Args& a, cudaStream_t st) {
   constexpr size_t smem = stage_bytes<F, NR>() * stages<F, NR>();
   static const bool raised = [] {
-    FERRY_CUDA_CHECK(cudaFuncSetAttribute(matmul_fast_kernel<F, NR>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    FERRY_CUDA_CHECK(cudaFuncSetAttribute(matmul_fast_kernel<F, NR, O>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
     return true;
   }();
   (void)raised;
   const dim3 grid(static_cast<unsigned>((a.rows + kTileRows - 1) / kTileRows), static_cast<unsigned>((a.n + NR - 1) / NR));
-  matmul_fast_kernel<F, NR><<<grid, kThreads, smem, st>>>(a);
+  matmul_fast_kernel<F, NR, O><<<grid, kTileRows / O * 32, smem, st>>>(a);
   FERRY_CUDA_LAUNCHED(matmul_fast_kernel);
+}
+
+int g_rows_per_warp = 0;  // matmul_fast_tune
+
+// Weight rows per warp (O): more rows per warp reuse each x value from shared memory more often (what
+// many activation rows need), fewer rows give more warps per SM to hide latency (what one row needs).
+template <class F, int NR>
+void launch(const Args& a, cudaStream_t st) {
+  const int o = g_rows_per_warp ? g_rows_per_warp : NR <= 2 ? 1 : NR <= 4 ? 2 : 4;
+  if (o == 1) return launch_o<F, NR, 1>(a, st);
+  if (o == 2) return launch_o<F, NR, 2>(a, st);
+  return launch_o<F, NR, 4>(a, st);
 }
 
 // NR only sets how many rows share one weight read; the arithmetic of each output is the same.
@@ -270,6 +280,8 @@ void launch_typed(const Args& a, int group, cudaStream_t st) {
 }
 
 }  // namespace
+
+void matmul_fast_tune(int rows_per_warp) { g_rows_per_warp = rows_per_warp; }
 
 bool matmul_fast_supported(const Weight& w, const float* x) {
   if (w.type != WType::q8_0 && w.type != WType::mxfp4) return false;

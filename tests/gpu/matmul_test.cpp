@@ -245,10 +245,9 @@ double copy_bandwidth(Backend& be) {  // device copy, bytes read + written per s
 }
 #endif
 
-TEST_F(Ops, MatmulBenchWeightBandwidth) {
 #if FERRY_WITH_CUDA
-  const double copy_bw = copy_bandwidth(gpu());
-  std::printf("[bench] device copy (read+write): %.0f GB/s; HBM floor below uses 4800 GB/s\n", copy_bw / 1e9);
+// Time the benchmark matrices at 1..16 rows; `label` prefixes each line.
+void bench_matrices(Backend& be, const std::string& label) {
   struct Case { const char* name; WType t; int64_t rows, cols; int copies; };
   for (const Case c : {Case{"mxfp4 expert 3072x3584", WType::mxfp4, 3072, 3584, 24},
                        Case{"q8_0 spine 7168x7168", WType::q8_0, 7168, 7168, 3}}) {
@@ -256,22 +255,45 @@ TEST_F(Ops, MatmulBenchWeightBandwidth) {
     std::vector<void*> bufs;
     std::vector<Weight> ws;
     for (int i = 0; i < c.copies; ++i) {
-      bufs.push_back(gpu().alloc(bytes.size()));
-      gpu().upload(bufs.back(), bytes.data(), bytes.size());
+      bufs.push_back(be.alloc(bytes.size()));
+      be.upload(bufs.back(), bytes.data(), bytes.size());
       ws.push_back(Weight{c.t, c.rows, c.cols, bufs.back()});
     }
-    auto x = both(random_floats(static_cast<size_t>(16 * c.cols), 10));
-    auto y = poisoned_pair(static_cast<size_t>(16 * c.rows));
+    const auto xv = random_floats(static_cast<size_t>(16 * c.cols), 10);
+    Buf x(be, xv.size()), y(be, static_cast<size_t>(16 * c.rows));
+    be.upload(x, xv.data(), xv.size() * 4);
     const double floor_s = static_cast<double>(bytes.size()) / 4.8e12;
     for (int64_t n : {1, 2, 4, 8, 16}) {
-      const double s = time_matmul(gpu(), ws, x.gpu(), n, y.gpu());
-      std::printf("[bench] %-24s n=%2lld  %8.2f us  %7.0f GB/s  floor %6.2f us  time/floor %5.2f\n", c.name,
-                  static_cast<long long>(n), s * 1e6, bytes.size() / s / 1e9, floor_s * 1e6, s / floor_s);
+      const double s = time_matmul(be, ws, x.get(), n, y.get());
+      std::printf("[bench] %s%-24s n=%2lld  %8.2f us  %7.0f GB/s  floor %6.2f us  time/floor %5.2f\n", label.c_str(),
+                  c.name, static_cast<long long>(n), s * 1e6, bytes.size() / s / 1e9, floor_s * 1e6, s / floor_s);
     }
-    const auto out = get(gpu(), y.gpu(), static_cast<size_t>(c.rows));
+    std::vector<float> out(static_cast<size_t>(c.rows));
+    be.download(out.data(), y.get(), out.size() * 4);
     for (float v : out) ASSERT_TRUE(std::isfinite(v));
-    for (void* p : bufs) gpu().release(p);
+    for (void* p : bufs) be.release(p);
   }
+}
+#endif
+
+TEST_F(Ops, MatmulBenchWeightBandwidth) {
+#if FERRY_WITH_CUDA
+  const double copy_bw = copy_bandwidth(gpu());
+  std::printf("[bench] device copy (read+write): %.0f GB/s; HBM floor below uses 4800 GB/s\n", copy_bw / 1e9);
+  bench_matrices(gpu(), "");
+#else
+  GTEST_SKIP() << "no CUDA back-end in this build";
+#endif
+}
+
+// The fast path's speed knob (weight rows per warp), for tuning its default; results never change.
+TEST_F(Ops, MatmulBenchRowsPerWarpSweep) {
+#if FERRY_WITH_CUDA
+  for (int o : {1, 2, 4}) {
+    cuda::matmul_fast_tune(o);
+    bench_matrices(gpu(), "O=" + std::to_string(o) + " ");
+  }
+  cuda::matmul_fast_tune(0);
 #else
   GTEST_SKIP() << "no CUDA back-end in this build";
 #endif
