@@ -20,13 +20,20 @@
 //    pairwise), bit-identical to the CPU back-end. A block of 4 warps stages chunks of 1024 columns of
 //    the group's x rows in shared memory, each warp stages its 2 weight rows' bytes.
 //
-// Measured on the H200 (tests/gpu MatmulBench, graph replays, weights rotated past L2):
-//   before (generic path for everything, 2026-11-29):
-//     mxfp4 3072x3584 (5.5 MB, floor 1.22 us at 4.8 TB/s): n=1 25 us (233 GB/s), n=16 89 us
-//     q8_0 7168x7168 (54.6 MB, floor 11.4 us):             n=1 43 us (1270 GB/s), n=16 375 us
-//   Nsight Compute then: instruction-issue bound (one warp per weight row, byte decode per lane,
-//   separate multiply and add), 18% occupancy. The fast path's numbers: docs/BENCHMARKS.md and the
-//   cudaperf report (MatmulBench prints them).
+// Measured on the H200 (tests/gpu MatmulBench: graph replays of 96 calls, weights rotated past L2;
+// floor = bytes / 4.8 TB/s; device copy measured 4.25 TB/s), 2026-11-29, time in us (GB/s):
+//   rows n                        1            2            4            8            16
+//   mxfp4 3072x3584 (5.5 MB, floor 1.22 us)
+//     before (generic path)   25.1 (233)   28.7 (204)   35.2 (166)   56.3 (104)   89.4 (65)
+//     after (fast path)        6.9 (845)    8.9 (657)   12.4 (473)   17.5 (334)   28.4 (206)
+//   q8_0 7168x7168 (54.6 MB, floor 11.4 us)
+//     before (generic path)   43.0 (1270)  65.4 (835) 100.1 (545)  214.1 (255)  375.4 (145)
+//     after (fast path)       27.9 (1959)  33.9 (1610) 40.1 (1362)  58.8 (929)   95.4 (572)
+// The fast path is still instruction-bound at one row: more warps per SM (O = 1 in matmul_fast.cu)
+// made it slower. Per weight it spends ~3 instructions on decode (nibble -> fp16 bits -> float, or
+// byte -> float) besides the FMA, plus shared-memory loads, cp.async address arithmetic and one
+// barrier per 512-column chunk. Next steps: cheaper decode and staging, then Nsight Compute on
+// matmul_fast_kernel (not yet profiled).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -258,11 +258,13 @@ void launch_o(const Args& a, cudaStream_t st) {
 
 int g_rows_per_warp = 0;  // matmul_fast_tune
 
-// Weight rows per warp (O): more rows per warp reuse each x value from shared memory more often (what
-// many activation rows need), fewer rows give more warps per SM to hide latency (what one row needs).
+// Weight rows per warp (O): more rows per warp reuse each x value from shared memory more often and
+// cost fewer instructions per weight; fewer give more warps per SM. Measured on the H200 (MatmulBench
+// RowsPerWarpSweep, 2026-11-29): O = 4 is fastest or within 5% at every row count for both matrices
+// (O = 1 is 20-90% slower: the kernel is bound by instruction count, not by warps in flight).
 template <class F, int NR>
 void launch(const Args& a, cudaStream_t st) {
-  const int o = g_rows_per_warp ? g_rows_per_warp : NR <= 2 ? 1 : NR <= 4 ? 2 : 4;
+  const int o = g_rows_per_warp ? g_rows_per_warp : 4;
   if (o == 1) return launch_o<F, NR, 1>(a, st);
   if (o == 2) return launch_o<F, NR, 2>(a, st);
   return launch_o<F, NR, 4>(a, st);
