@@ -29,7 +29,7 @@ rc=${PIPESTATUS[0]}
 # 2. Memory errors and races in the kernels: the op tests (small shapes) under compute-sanitizer.
 if command -v compute-sanitizer > /dev/null && [ "${GPU_CHECK_MEMCHECK:-1}" = 1 ]; then
   timeout "${GPU_CHECK_MEMCHECK_TIMEOUT:-150}" compute-sanitizer --tool memcheck --leak-check no \
-    "$T" --gtest_filter='Ops.*:Shapes/*:-*Bench*:*SixteenRowBlock*' > "$OUT/memcheck.log" 2>&1
+    "$T" --gtest_filter="${GPU_CHECK_MEMCHECK_FILTER:-Ops.*:Shapes/*:-*Bench*:*SixteenRowBlock*}" > "$OUT/memcheck.log" 2>&1
   echo "memcheck exit $? : $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)" | tee -a "$OUT/gpu_tests.log"
 fi
 
@@ -38,11 +38,11 @@ fi
 #    n=1 call is launch 0, mxfp4 n=16 starts at 2720, q8_0 n=1 at 3400). Clocks are left alone.
 if [ "${GPU_CHECK_NCU:-0}" = 1 ] && command -v ncu > /dev/null; then
   for skip in 0 2720 3400; do
-    timeout 90 ncu --clock-control none --kernel-name regex:matmul_kernel --launch-skip "$skip" --launch-count 1 \
+    timeout 90 ncu --clock-control none --kernel-name 'regex:matmul_(fast_)?kernel' --launch-skip "$skip" --launch-count 1 \
       --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
       --section SchedulerStats "$T" --gtest_filter='Ops.MatmulBenchWeightBandwidth' >> "$OUT/ncu.txt" 2>&1
   done
-  grep -E 'matmul_kernel|Duration|SM Frequency|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Issued Warp|No Eligible|Registers Per|Stall|Waves Per SM' \
+  grep -E 'matmul_(fast_)?kernel|Duration|SM Frequency|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Issued Warp|No Eligible|Registers Per|Stall|Waves Per SM' \
     "$OUT/ncu.txt" | grep -v '^\[bench\]' | head -80 > "$OUT/ncu_key.txt"
 fi
 

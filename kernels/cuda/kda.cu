@@ -1,4 +1,4 @@
-// KDA: conv1d_silu, kda_gate, kda_recurrent, kda_chunked (see kda.cuh).
+// KDA: conv1d_silu, kda_gate, kda_recurrent, and the kda_chunked entry (kernel in kda_chunked.cu; see kda.cuh).
 #include <string>
 
 #include "kernels/cuda/common.cuh"
@@ -130,8 +130,12 @@ void CudaBackend::kda_recurrent(const float* q, const float* k, const float* v, 
 }
 
 void CudaBackend::kda_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta,
-                              int64_t T, int64_t H, int64_t K, int64_t V, int64_t /*chunk*/, float* state, float* o) {
-  kda_recurrent(q, k, v, g, beta, T, H, K, V, state, o);  // see kda.cuh
+                              int64_t T, int64_t H, int64_t K, int64_t V, int64_t chunk, float* state, float* o) {
+  if (T <= 0 || H <= 0) return;
+  if (chunk <= 0) chunk = 64;  // the CPU back-end's default
+  if (kda_chunked_smem(K, chunk) > kKdaChunkedMaxSmem) return kda_recurrent(q, k, v, g, beta, T, H, K, V, state, o);
+  bind();
+  launch_kda_chunked(q, k, v, g, beta, T, H, K, V, chunk, state, o, stream_);
 }
 
 }  // namespace ferry::cuda

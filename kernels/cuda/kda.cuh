@@ -4,12 +4,26 @@
 // The delta rule runs one thread per value column j of one head: column j of the state S[K, V] is
 // independent of every other column (u_j, the update and o_j read only column j and the shared q, k,
 // g of the token), so a thread carries its column through all T tokens with the CPU's exact sequence
-// of separately rounded products and sums over d; only exp() differs (CUDA's expf). kda_chunked runs
-// this same recurrent kernel: the chunked form is an optimisation for long prompts that this back-end
-// does not have yet (its results equal the chunked CPU form up to float rounding, as the interface asks).
+// of separately rounded products and sums over d; only exp() differs (CUDA's expf).
+//
+// kda_chunked (prefill) is the chunked form of kda_chunked.cu, the CPU's equations and precision
+// (results equal the chunked CPU form up to float rounding). Shapes whose chunk buffers exceed
+// kKdaChunkedMaxSmem of shared memory (K * chunk beyond ~128 * 64) run the recurrent kernel instead.
 #pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
 
 namespace ferry::cuda {
 constexpr int kKdaCols = 32;   // value columns per thread block of the delta rule
 constexpr int kMaxConvWidth = 16;
+constexpr size_t kKdaChunkedMaxSmem = 200 * 1024;
+
+// Shared memory of the chunked kernel for key dim K and chunk length `chunk`.
+size_t kda_chunked_smem(int64_t K, int64_t chunk);
+// The chunked delta rule on `st`; only when kda_chunked_smem(K, chunk) <= kKdaChunkedMaxSmem.
+void launch_kda_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t T,
+                        int64_t H, int64_t K, int64_t V, int64_t chunk, float* state, float* o, cudaStream_t st);
 }  // namespace ferry::cuda

@@ -1,4 +1,4 @@
-// Matmul and embed (see matmul.cuh for the reduction order and the weight-reuse scheme).
+// Matmul (generic path) and embed; see matmul.cuh for both matmul paths and their reduction orders.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -203,6 +203,7 @@ __global__ void embed_kernel(const uint8_t* __restrict__ table, size_t row_bytes
 int matmul_group_rows(WType t) { return t == WType::mxfp4 ? 16 : 8; }
 
 void launch_matmul(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t st) {
+  if (matmul_fast_supported(w, x)) return launch_matmul_fast(w, x, n, y, st);
   switch (w.type) {
     case WType::f32:
       if (w.cols % 32 != 0) {

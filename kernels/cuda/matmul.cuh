@@ -1,25 +1,39 @@
 // Matmul and embedding kernels of the CUDA back-end.
 //
-// y[r, o] = dot(x[r, :], W[o, :]) in kernels/cpu/dot.hpp's order: lane l of one warp accumulates
-// columns l, l+32, ... in increasing order (separately rounded multiply and add), then the 32 lanes
-// fold pairwise. Each output element is computed by one warp lane set whatever the row count, so a row's
-// result is bit-identical alone or in a block -- and equal to the CPU back-end's bits, because weights
-// decode exactly (q8_0: int8 x fp16; mxfp4: small integer x 2^k) on both.
+// y[r, o] = dot(x[r, :], W[o, :]) with a FIXED reduction order per output element that depends only
+// on the weight (type, shape, alignment), never on the row count n, so a row's result is bit-identical
+// alone or in a block of 16. Two paths, chosen by matmul_fast_supported():
 //
-// Weights are read once per group of rows: a thread block of 4 warps stages a chunk of 1024 columns of
-// the group's x rows in shared memory; each warp copies the chunk's bytes of its 2 weight rows into
-// shared memory with 16-byte loads and applies every decoded element to all rows of the group (up to
-// 16 rows for mxfp4 experts, 8 for q8_0 and f32; larger calls run further groups as grid rows).
+// 1. Fast path (matmul_fast.cu: q8_0 and mxfp4, cols % 512 == 0, 16-byte aligned weight and x; every
+//    spine and expert matrix of the real models). K runs in chunks of 512 columns = 16 quant blocks;
+//    lane l of the warp that owns a weight row takes half (l & 1) of block (l >> 1) of every chunk.
+//    Per chunk and row the lane forms s = sum of its 16 products x*q in index order (one FMA chain; q
+//    the block's exact small integers / E2M1 values * 2^-14), then acc = fma(s, block scale, acc);
+//    chunks in increasing K; finally a fixed xor butterfly (16, 8, 4, 2, 1) over the 32 lanes.
+//    Weights are read once per group of up to 16 rows (mxfp4) / 8 rows (q8_0): a thread block of 4
+//    warps x 4 weight rows stages each chunk's weight bytes and the group's x columns in shared memory
+//    with cp.async (several chunks in flight), decodes each weight once and applies it to every row.
+//    This order differs from the CPU back-end's, so results agree with it to ~1e-6 relative, not bits.
 //
-// Measured on the H200 (2026-11-29, tests/gpu MatmulBench, graph replays, weights rotated past L2):
-//   mxfp4 3072x3584 (5.5 MB, floor 1.22 us at 4.8 TB/s): n=1 25 us (233 GB/s), n=16 89 us (65 GB/s)
-//   q8_0 7168x7168 (54.6 MB, floor 11.4 us):             n=1 43 us (1270 GB/s), n=16 375 us (145 GB/s)
-// Nsight Compute: instruction-issue bound, not memory bound (DRAM 5% / 27% busy). Keeping the CPU's
-// lane order (lane l owns columns l mod 32) gives one warp per weight row at most -- 1536 warps for
-// the expert, 0.3 waves -- and ~35 instructions per 32 weights (byte decode from shared memory, one
-// multiply and one add per row). The next step is a different fixed order (each lane owning 16-32
-// contiguous weights from 16-byte loads, a fixed shuffle tree, FMA): still row-invariant, no longer
-// bit-identical to the CPU back-end.
+// 2. Generic path (below, f32 weights and other shapes): kernels/cpu/dot.hpp's order (lane l
+//    accumulates columns l, l+32, ... with separately rounded multiply and add, then the lanes fold
+//    pairwise), bit-identical to the CPU back-end. A block of 4 warps stages chunks of 1024 columns of
+//    the group's x rows in shared memory, each warp stages its 2 weight rows' bytes.
+//
+// Measured on the H200 (tests/gpu MatmulBench: graph replays of 96 calls, weights rotated past L2;
+// floor = bytes / 4.8 TB/s; device copy measured 4.25 TB/s), 2026-11-29, time in us (GB/s):
+//   rows n                        1            2            4            8            16
+//   mxfp4 3072x3584 (5.5 MB, floor 1.22 us)
+//     before (generic path)   25.1 (233)   28.7 (204)   35.2 (166)   56.3 (104)   89.4 (65)
+//     after (fast path)        6.9 (845)    8.9 (657)   12.4 (473)   17.5 (334)   28.4 (206)
+//   q8_0 7168x7168 (54.6 MB, floor 11.4 us)
+//     before (generic path)   43.0 (1270)  65.4 (835) 100.1 (545)  214.1 (255)  375.4 (145)
+//     after (fast path)       27.9 (1959)  33.9 (1610) 40.1 (1362)  58.8 (929)   95.4 (572)
+// The fast path is still instruction-bound at one row: more warps per SM (O = 1 in matmul_fast.cu)
+// made it slower. Per weight it spends ~3 instructions on decode (nibble -> fp16 bits -> float, or
+// byte -> float) besides the FMA, plus shared-memory loads, cp.async address arithmetic and one
+// barrier per 512-column chunk. Next steps: cheaper decode and staging, then Nsight Compute on
+// matmul_fast_kernel (not yet profiled).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -32,6 +46,14 @@ namespace ferry::cuda {
 
 // Rows per group (one weight read serves this many rows) for a weight type.
 int matmul_group_rows(WType t);
+
+// Whether the fast path takes this weight and x (type, cols % 512, alignment).
+bool matmul_fast_supported(const Weight& w, const float* x);
+// Benchmark knob of the fast path: weight rows per warp (1, 2 or 4; 0 = the default per row count).
+// It changes speed only, never results.
+void matmul_fast_tune(int rows_per_warp);
+// The fast path (matmul_fast.cu); only for matmul_fast_supported(w, x).
+void launch_matmul_fast(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t stream);
 
 // Launch y = x @ W^T on `stream` (all pointers device memory).
 void launch_matmul(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t stream);
