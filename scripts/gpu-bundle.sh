@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Packs the binaries the GPU machine runs (built here with CUDA) into .bundle/ for one device call with
+# carry [".bundle"]: `bash scripts/gpu-bench.sh` (checks + benchmark) or `bash scripts/gpu-check.sh .bundle`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SHARED=${FERRY_SHARED:-../shared}
+rm -rf .bundle
+bash "$SHARED/tools/device-bundle.sh" .bundle build/apps/ferry build/apps/ferry-drafter build/tests/ferry_test_gpu
+strip .bundle/bin/* 2>/dev/null || true
+# The device call carries at most 64 MiB with the tree: ship it compressed (ICU's data shrinks ~6x).
+tar cJf /tmp/ferry-bundle.tar.xz -C .bundle . && rm -rf .bundle && mkdir .bundle && mv /tmp/ferry-bundle.tar.xz .bundle/
+grep -qx '/.bundle/' .git/info/exclude 2>/dev/null || echo '/.bundle/' >> .git/info/exclude
+du -sh .bundle
