@@ -52,13 +52,13 @@ du -sh "$M" "$E"
 NEXP=$((896 * NMOE))
 EXB=17547264
 
-# 3. Ceiling: O_DIRECT reads of 96 expert files, 8 at a time.
+# 3. Ceiling: O_DIRECT reads of 256 expert files (4.5 GB), 16 at a time, 16 MB requests.
 stamp "O_DIRECT read ceiling"
 sync; echo 3 > /proc/sys/vm/drop_caches
 t0=$(date +%s.%N)
-ls "$E"/*.bin | shuf -n 96 --random-source=<(yes) | xargs -P 8 -I{} dd if={} of=/dev/null bs=8M iflag=direct status=none
+ls "$E"/*.bin | shuf -n 256 --random-source=<(yes) | xargs -P 16 -I{} dd if={} of=/dev/null bs=16M iflag=direct status=none
 t1=$(date +%s.%N)
-DISK=$(python3 -c "print(96*$EXB/($t1-$t0)/1e9)")
+DISK=$(python3 -c "print(256*$EXB/($t1-$t0)/1e9)")
 echo "O_DIRECT read: $DISK GB/s"
 
 # 4. Streaming at the reference machine's cache fractions: device 27.5 GB and host 53.7 GB of 1.45 TB.
@@ -74,6 +74,7 @@ run_stream() {  # name, extra args
   echo "exit $?"; tail -3 "$R/$name.err"
   python3 -c "import json;j=json.load(open('$R/$name.json'));s=j.get('streaming',{});print('steady',j['steady'],'generated',j['generated'],'prompt_s',j['prompt_s'],'bytes',s.get('bytes'),'hits',s.get('hits'),'wait',s.get('layer_wait_s'),'draft',j.get('draft'))"
 }
+run_stream prompt -n 1      # the prompt pass alone: its bytes are subtracted to get decode bytes per token
 run_stream plain -n 33
 "$F" trace "$R/plain.trace" > "$R/plain.trace.txt" 2>&1; head -40 "$R/plain.trace.txt"
 "$F" trace "$R/plain.trace" --svg "$R/svg" > /dev/null 2>&1
@@ -84,11 +85,15 @@ python3 -c "import json;j=json.load(open('$R/plain.json'));json.dump({'ids':j['p
 run_stream block -n 33 --draft "replay:$R/replay.json,rate=1,conf=1" --draft-gate 0 --draft-max 15
 "$F" trace diff "$R/plain.hash" "$R/block.hash"
 
-# 6. All experts resident on the GPU (the slice fits in 141 GB).
+# 6. All experts resident on the GPU (the slice fits in 141 GB), plain and in 16-row blocks.
 stamp "resident run"
-timeout 200 "$F" run -m "$M" --backend cuda -p "$P" -n 33 --json --trace-hash "$R/resident.hash" > "$R/resident.json" 2> "$R/resident.err"
+timeout 200 "$F" run -m "$M" --backend cuda -p "$P" -n 65 --json --trace-hash "$R/resident.hash" > "$R/resident.json" 2> "$R/resident.err"
 echo "exit $?"; tail -2 "$R/resident.err"
 "$F" trace diff "$R/plain.hash" "$R/resident.hash"
+python3 -c "import json;j=json.load(open('$R/resident.json'));json.dump({'ids':j['prompt_ids']+j['ids']},open('$R/replay65.json','w'))"
+timeout 200 "$F" run -m "$M" --backend cuda -p "$P" -n 65 --json --trace-hash "$R/resblock.hash" \
+  --draft "replay:$R/replay65.json,rate=1,conf=1" --draft-gate 0 --draft-max 15 > "$R/resblock.json" 2> "$R/resblock.err"
+echo "exit $?"; "$F" trace diff "$R/resident.hash" "$R/resblock.hash"
 
 stamp "summary"
 python3 - "$R" "$NMOE" "$DISK" "$H2D" "$HBM" "$M" <<'EOF' | tee "$OUT/results.json"
@@ -97,19 +102,23 @@ R, nmoe, disk, h2d, hbm, M = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), 
 def load(n):
     try: return json.load(open(f"{R}/{n}.json"))
     except Exception as e: return {"error": str(e)}
-plain, block, res = load("plain"), load("block"), load("resident")
+plain, block, res, prompt, resblock = load("plain"), load("block"), load("resident"), load("prompt"), load("resblock")
 out = {"moe_layers": nmoe, "ceilings_GBps": {"o_direct_read": disk, "pinned_h2d": h2d, "device_copy_rw": hbm}}
 def per_token(j):
     return 1.0 / j["steady"] if j.get("steady") else None
 s = plain.get("streaming", {})
 if "steady" in plain and s:
-    b = s["bytes"]; n = plain["generated"]; calls = s["layer_calls"] or 1
-    # bytes per token by tier, over the whole run (prompt pass included), per generated token
-    disk_b = b["disk"] / max(n, 1); up_b = b.get("upload", 0) / max(n, 1)
+    b = s["bytes"]; n = plain["generated"]
+    # decode bytes per token by tier: this run minus the prompt pass alone (same cold start), per step
+    pb = prompt.get("streaming", {}).get("bytes", {"disk": 0, "upload": 0})
+    disk_b = (b["disk"] - pb["disk"]) / max(n - 1, 1); up_b = (b.get("upload", 0) - pb.get("upload", 0)) / max(n - 1, 1)
+    drive = s.get("drives", [{}])[0].get("rate_bps", 0) / 1e9
+    out["ceilings_GBps"]["engine_reader_est"] = drive
     floor = disk_b / (disk * 1e9) + up_b / (h2d * 1e9)
     t = per_token(plain)
     out["streaming"] = {"steady_tok_s": plain["steady"], "time_per_token_s": t, "disk_bytes_per_token": disk_b,
                         "upload_bytes_per_token": up_b, "io_floor_s": floor, "ratio_to_floor": t / floor if floor else None,
+                        "io_floor_at_reader_rate_s": (disk_b / (drive * 1e9) + up_b / (h2d * 1e9)) if drive else None,
                         "layer_wait_s": s.get("layer_wait_s"), "hits": s.get("hits"), "hit_rate": s.get("hit_rate"),
                         "per_moe_layer_s": t / nmoe, "extrapolated_92_layers_s_per_token": t / nmoe * 92}
 if "steady" in plain and "steady" in block:
@@ -120,6 +129,9 @@ if "steady" in res:
     active = 16 * nmoe * 17547264
     floor = (spine + active) / (hbm * 1e9) if hbm else None
     t = per_token(res)
+    if "steady" in resblock:
+        out["resident_block16"] = {"plain_steady": res["steady"], "block_steady": resblock["steady"],
+                                   "block_time_over_16_plain_steps": res["steady"] / resblock["steady"], "draft": resblock.get("draft")}
     out["resident"] = {"steady_tok_s": res["steady"], "time_per_token_s": t, "spine_bytes": spine,
                        "active_expert_bytes": active, "hbm_floor_s": floor, "ratio_to_floor": t / floor if floor else None}
 print(json.dumps(out, indent=1))
