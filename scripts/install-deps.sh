@@ -20,8 +20,14 @@ if ! command -v npm >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nodejs npm
 fi
-# npm packages for tests written against other implementations (tokenizers, GGUF parser).
+# npm packages the tests use: implementations written by others (tokenizers, GGUF parser) and the
+# clients that drive ferry-server (openai, playwright-core). Re-run whenever the lock file changes.
 here=$(cd "$(dirname "$0")/.." && pwd)
-if [ -f "$here/tests/js/package.json" ] && [ ! -d "$here/tests/js/node_modules" ]; then
-  (cd "$here/tests/js" && npm install --no-audit --no-fund --silent) || echo "warning: npm install failed; the cross-implementation tests will be skipped" >&2
+js="$here/tests/js"
+if [ -f "$js/package.json" ] && ! cmp -s "$js/package-lock.json" "$js/node_modules/.ferry-installed-lock" 2>/dev/null; then
+  if (cd "$js" && npm install --no-audit --no-fund --silent); then
+    cp "$js/package-lock.json" "$js/node_modules/.ferry-installed-lock" 2>/dev/null || true
+  else
+    echo "warning: npm install failed in tests/js; the cross-implementation and server client tests will fail" >&2
+  fi
 fi
