@@ -48,6 +48,10 @@ try {
   await page.waitForFunction((before) => Number(document.getElementById("m-tokens").textContent) > before,
                              tokensBefore, { timeout: 10000 });
   const tokensAfter = Number(await page.textContent("#m-tokens"));
+  // The steady rate is published when a generation ends, so it can trail the token count by one
+  // snapshot: wait for it rather than read it once (a loaded CI machine showed "0.0 tok/s" here).
+  await page.waitForFunction(() => parseFloat(document.getElementById("m-steady-rate").textContent) > 0,
+                             null, { timeout: 10000 }).catch(() => {});
   const rate = await page.textContent("#m-steady-rate");
   if (!/^[0-9.]+ tok\/s$/.test(rate) || parseFloat(rate) <= 0) fail("steady rate not shown: " + rate);
   if (errors.length) fail("page errors: " + errors.join("; "));
