@@ -29,25 +29,6 @@ namespace {
 
 constexpr const char* kJournal = ".prepare-journal";
 
-fs::path nearest_existing(fs::path p) {
-  p = fs::absolute(p);
-  while (!fs::exists(p) && p.has_parent_path() && p != p.parent_path()) p = p.parent_path();
-  return p;
-}
-
-int64_t statvfs_free(const fs::path& p) {
-  struct statvfs st{};
-  const fs::path e = nearest_existing(p);
-  if (::statvfs(e.c_str(), &st) != 0) throw FormatError(fmt::format("{}: statvfs failed", e.string()));
-  return int64_t(st.f_bavail) * int64_t(st.f_frsize);
-}
-
-uint64_t device_of(const fs::path& p) {
-  struct stat st{};
-  const fs::path e = nearest_existing(p);
-  return ::stat(e.c_str(), &st) == 0 ? uint64_t(st.st_dev) : 0;
-}
-
 std::string read_text(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   if (!in) throw ConfigError(fmt::format("{}: cannot read", p.string()));
@@ -288,6 +269,25 @@ PrepareResult prepare_model(const PrepareOptions& o) {
   write_manifest(r.manifest, m);
   progress.finish();
   return r;
+}
+
+static fs::path nearest_existing(fs::path p) {
+  p = fs::absolute(p);
+  while (!fs::exists(p) && p.has_parent_path() && p != p.parent_path()) p = p.parent_path();
+  return p;
+}
+
+int64_t statvfs_free(const fs::path& p) {
+  struct statvfs st{};
+  const fs::path e = nearest_existing(p);
+  if (::statvfs(e.c_str(), &st) != 0) throw FormatError(fmt::format("{}: statvfs failed", e.string()));
+  return int64_t(st.f_bavail) * int64_t(st.f_frsize);
+}
+
+uint64_t device_of(const fs::path& p) {
+  struct stat st{};
+  const fs::path e = nearest_existing(p);
+  return ::stat(e.c_str(), &st) == 0 ? uint64_t(st.st_dev) : 0;
 }
 
 }  // namespace ferry

@@ -60,4 +60,9 @@ int64_t write_spine_gguf(const std::filesystem::path& file, const class TensorSo
 // Bytes spine.gguf's tensor data will take (without header), for the free-space check.
 int64_t spine_data_bytes(const class TensorSource& src, const struct ModelConfig& c, SpineType spine);
 
+// Free bytes on the filesystem that holds `p` (or, for a path not created yet, its nearest existing
+// parent), and an id of that filesystem: prepare and synth --prepared check space per filesystem.
+int64_t statvfs_free(const std::filesystem::path& p);
+uint64_t device_of(const std::filesystem::path& p);
+
 }  // namespace ferry

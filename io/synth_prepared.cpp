@@ -3,8 +3,6 @@
 // non-routed tensor exists; the manifest is written last, so a model dir with a manifest is complete.
 #include "io/synth_prepared.hpp"
 
-#include <sys/stat.h>
-#include <sys/statvfs.h>
 
 #include <fmt/format.h>
 
@@ -68,25 +66,6 @@ Plan make_plan(const SynthPreparedOptions& o) {
     p.placement = place_experts(p.experts, p.file_bytes, p.dirs, nullptr);
   }
   return p;
-}
-
-fs::path nearest_existing(fs::path p) {
-  p = fs::absolute(p);
-  while (!fs::exists(p) && p.has_parent_path() && p != p.parent_path()) p = p.parent_path();
-  return p;
-}
-
-int64_t statvfs_free(const fs::path& p) {
-  struct statvfs st{};
-  const fs::path e = nearest_existing(p);
-  if (::statvfs(e.c_str(), &st) != 0) throw FormatError(fmt::format("{}: statvfs failed", e.string()));
-  return int64_t(st.f_bavail) * int64_t(st.f_frsize);
-}
-
-uint64_t device_of(const fs::path& p) {
-  struct stat st{};
-  const fs::path e = nearest_existing(p);
-  return ::stat(e.c_str(), &st) == 0 ? uint64_t(st.st_dev) : 0;
 }
 
 // Free space per filesystem, before anything is written. Files we overwrite give their space back
