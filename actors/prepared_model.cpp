@@ -81,9 +81,14 @@ FileExperts::FileExperts(const ModelConfig& cfg, const ExpertCatalog& cat, Backe
   }
 }
 
-void FileExperts::fetch(int layer, std::span<const ExpertUse> uses,
-                        const std::function<void(size_t, const ExpertWeights&)>& compute) {
-  for (size_t i = 0; i < uses.size(); ++i) compute(i, experts_[size_t(layer * n_experts_ + uses[i].expert)]);
+void FileExperts::fetch(int layer, std::span<const ExpertUse> uses, const ExpertCompute& compute) {
+  std::vector<size_t> idx(uses.size());
+  std::vector<ExpertWeights> w(uses.size());
+  for (size_t i = 0; i < uses.size(); ++i) {
+    idx[i] = i;
+    w[i] = experts_[size_t(layer * n_experts_ + uses[i].expert)];
+  }
+  compute(idx, w);
 }
 
 }  // namespace ferry

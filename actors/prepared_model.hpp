@@ -31,8 +31,7 @@ std::unique_ptr<TensorSource> open_spine(const std::filesystem::path& dir, const
 class FileExperts final : public ExpertSource {
  public:
   FileExperts(const ModelConfig& cfg, const ExpertCatalog& catalog, Backend& be);
-  void fetch(int layer, std::span<const ExpertUse> uses,
-             const std::function<void(size_t, const ExpertWeights&)>& compute) override;
+  void fetch(int layer, std::span<const ExpertUse> uses, const ExpertCompute& compute) override;
 
  private:
   int64_t n_experts_ = 0;

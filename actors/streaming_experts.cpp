@@ -165,8 +165,7 @@ StreamingExperts::~StreamingExperts() {
 caf::actor_system& StreamingExperts::system() { return *impl_->sys; }
 read_service_actor StreamingExperts::read_service() const { return impl_->reads; }
 
-void StreamingExperts::fetch(int layer, std::span<const ExpertUse> uses,
-                             const std::function<void(size_t i, const ExpertWeights&)>& compute) {
+void StreamingExperts::fetch(int layer, std::span<const ExpertUse> uses, const ExpertCompute& compute) {
   Impl& s = *impl_;
   if (!s.failed.empty()) throw Error("streaming experts stopped after an earlier error: " + s.failed);
   if (layer < 0 || layer >= s.cfg.n_layers || !s.scheds[size_t(layer)])
@@ -182,7 +181,7 @@ void StreamingExperts::fetch(int layer, std::span<const ExpertUse> uses,
   for (size_t i = 0; i < uses.size(); ++i) {
     ExpertWeights w;
     if (s.dev && s.dev->resident(expert_key{uint32_t(layer), uint32_t(uses[i].expert)}, w)) {
-      compute(i, w);  // device hit: no read, no upload
+      compute(std::span<const size_t>(&i, 1), std::span<const ExpertWeights>(&w, 1));  // device hit: no read, no upload
       ++computed;
       ++s.m.device_hits;
       continue;
@@ -232,7 +231,8 @@ void StreamingExperts::fetch(int layer, std::span<const ExpertUse> uses,
           const std::byte* host = s.arena->slot(r.where.slot) + r.where.offset;
           if (s.dev)
             s.dev->admit_next(block_rows <= 1 || uses[it->second].rows.size() >= s.dev->min_rows());
-          compute(it->second, s.tier->weights(k, host));
+          const ExpertWeights w = s.tier->weights(k, host);
+          compute(std::span<const size_t>(&it->second, 1), std::span<const ExpertWeights>(&w, 1));
           s.tier->done(k);
           self->send(s.pool, release_atom_v, k, true);
           ++computed;

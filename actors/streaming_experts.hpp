@@ -61,8 +61,7 @@ class StreamingExperts final : public ExpertSource {
   StreamingExperts(const StreamingExperts&) = delete;
   StreamingExperts& operator=(const StreamingExperts&) = delete;
 
-  void fetch(int layer, std::span<const ExpertUse> uses,
-             const std::function<void(size_t i, const ExpertWeights&)>& compute) override;
+  void fetch(int layer, std::span<const ExpertUse> uses, const ExpertCompute& compute) override;
 
   // Counters so far, with per-drive bytes and the host pool's occupancy (asks the actors).
   StreamingMetrics metrics();

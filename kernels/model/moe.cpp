@@ -112,7 +112,7 @@ void Model::moe(int il, Ctx& c, const float* x, float* out) {
   // arrive; the sum below runs in rank order, so the result never depends on arrival order.
   Buf y(be_, static_cast<size_t>(n * k * in));
   const int64_t inter = cfg_.moe.moe_inter;
-  experts_->fetch(il, uses, [&](size_t i, const ExpertWeights& ew) {
+  auto one = [&](size_t i, const ExpertWeights& ew) {
     const ExpertUse& u = uses[i];
     const int64_t m = static_cast<int64_t>(u.rows.size());
     Buf xin(be_, static_cast<size_t>(m * in)), g(be_, static_cast<size_t>(m * inter)),
@@ -130,6 +130,9 @@ void Model::moe(int il, Ctx& c, const float* x, float* out) {
       const int64_t row = u.rows[static_cast<size_t>(r)], rank = u.ranks[static_cast<size_t>(r)];
       be_.copy(y.get() + (row * k + rank) * in, yo.get() + r * in, static_cast<size_t>(in) * sizeof(float));
     }
+  };
+  experts_->fetch(il, uses, [&](std::span<const size_t> idx, std::span<const ExpertWeights> ws) {
+    for (size_t j = 0; j < idx.size(); ++j) one(idx[j], ws[j]);
   });
   Buf acc(be_, static_cast<size_t>(n * in));  // zero-filled
   for (int64_t t = 0; t < n; ++t)

@@ -215,9 +215,14 @@ const ExpertWeights& ResidentExperts::get(int layer, int expert) const {
   return experts_[static_cast<size_t>(layer * n_experts_ + expert)];
 }
 
-void ResidentExperts::fetch(int layer, std::span<const ExpertUse> uses,
-                            const std::function<void(size_t, const ExpertWeights&)>& compute) {
-  for (size_t i = 0; i < uses.size(); ++i) compute(i, get(layer, uses[i].expert));
+void ResidentExperts::fetch(int layer, std::span<const ExpertUse> uses, const ExpertCompute& compute) {
+  std::vector<size_t> idx(uses.size());
+  std::vector<ExpertWeights> w(uses.size());
+  for (size_t i = 0; i < uses.size(); ++i) {
+    idx[i] = i;
+    w[i] = get(layer, uses[i].expert);
+  }
+  compute(idx, w);
 }
 
 }  // namespace ferry

@@ -76,14 +76,19 @@ struct ExpertUse {
   std::vector<int32_t> ranks;  // routing rank of this expert in each of those rows
 };
 
-// Where the MoE layer gets routed experts from. fetch() must call compute(i, weights) exactly once
-// for every uses[i], in any order (e.g. as bytes arrive from disk), and return once all calls have
-// returned. The weights only need to stay valid during their compute call.
+// A batch of experts ready to compute: uses[idx[j]] with weights w[j]. A batch lets the back-end run
+// several experts in one launch (every device hit of a layer at once); one that arrives alone is a
+// batch of one.
+using ExpertCompute = std::function<void(std::span<const size_t> idx, std::span<const ExpertWeights> w)>;
+
+// Where the MoE layer gets routed experts from. fetch() must pass every uses[i] to compute exactly
+// once, in batches, in any order (e.g. as bytes arrive from disk), and return once all calls have
+// returned. The weights must stay valid until the work compute queued on the back-end has run
+// (a device source orders its slot reuse after that work; host memory is read synchronously).
 class ExpertSource {
  public:
   virtual ~ExpertSource() = default;
-  virtual void fetch(int layer, std::span<const ExpertUse> uses,
-                     const std::function<void(size_t i, const ExpertWeights&)>& compute) = 0;
+  virtual void fetch(int layer, std::span<const ExpertUse> uses, const ExpertCompute& compute) = 0;
 };
 
 struct SpineWeights {
@@ -110,8 +115,7 @@ SpineWeights load_spine(const ModelConfig& cfg, const TensorSource& src, Backend
 class ResidentExperts final : public ExpertSource {
  public:
   ResidentExperts(const ModelConfig& cfg, const TensorSource& src, Backend& be);
-  void fetch(int layer, std::span<const ExpertUse> uses,
-             const std::function<void(size_t, const ExpertWeights&)>& compute) override;
+  void fetch(int layer, std::span<const ExpertUse> uses, const ExpertCompute& compute) override;
   const ExpertWeights& get(int layer, int expert) const;
 
  private:

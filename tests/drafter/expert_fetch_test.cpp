@@ -11,8 +11,7 @@ namespace {
 class CountingExperts final : public ExpertSource {
  public:
   explicit CountingExperts(ExpertSource& inner) : inner_(inner) {}
-  void fetch(int layer, std::span<const ExpertUse> uses,
-             const std::function<void(size_t, const ExpertWeights&)>& compute) override {
+  void fetch(int layer, std::span<const ExpertUse> uses, const ExpertCompute& compute) override {
     std::set<int32_t> distinct;
     for (const ExpertUse& u : uses) distinct.insert(u.expert);
     if (distinct.size() != uses.size()) ++duplicate_calls;
