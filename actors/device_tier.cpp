@@ -1,44 +1,52 @@
 #include "actors/device_tier.hpp"
 
+#include "io/errors.hpp"
+
 namespace ferry {
-namespace {
-uint64_t key_of(const expert_key& k) { return (uint64_t(k.layer) << 32) | k.expert; }
-}  // namespace
 
-DeviceComputeTier::DeviceComputeTier(ExpertGeometry g, Backend& be, uint64_t cache_experts, uint32_t min_rows)
-    : g_(g), be_(be), bytes_(g.payload_bytes()), capacity_(size_t(cache_experts)), min_rows_(min_rows) {
-  base_ = static_cast<std::byte*>(be_.alloc(bytes_ * (capacity_ + 1)));
-}
-
-DeviceComputeTier::~DeviceComputeTier() { be_.release(base_); }
-
-bool DeviceComputeTier::resident(const expert_key& k, ExpertWeights& w) {
-  auto it = map_.find(key_of(k));
-  if (it == map_.end()) return false;
-  lru_.splice(lru_.begin(), lru_, it->second.pos);
-  w = g_.view(slot(it->second.slot));
-  ++hits_;
-  return true;
-}
-
-ExpertWeights DeviceComputeTier::weights(const expert_key& k, const std::byte* host) {
-  size_t s = capacity_;  // scratch
-  if (admit_next_ && capacity_ > 0) {
-    if (map_.size() < capacity_) {
-      s = map_.size();
-    } else {  // evict the least recently used expert (none is in use: one expert computes at a time)
-      const expert_key victim = lru_.back();
-      lru_.pop_back();
-      auto v = map_.find(key_of(victim));
-      s = v->second.slot;
-      map_.erase(v);
-    }
-    lru_.push_front(k);
-    map_[key_of(k)] = Entry{s, lru_.begin()};
+DeviceTier::DeviceTier(ExpertGeometry g, Backend& be, uint32_t slots, uint32_t upload_queues)
+    : g_(g), be_(be), bytes_(g.payload_bytes()), slots_(slots), queues_(upload_queues) {
+  if (slots_ == 0) throw ConfigError("device tier: needs at least one slot");
+  if (queues_ == 0) throw ConfigError("device tier: --upload-streams must be >= 1");
+  base_ = static_cast<std::byte*>(be_.alloc(bytes_ * slots_));
+  be_.set_upload_queues(queues_);
+  arrived_.resize(slots_);
+  released_.resize(slots_);
+  for (uint32_t s = 0; s < slots_; ++s) {
+    arrived_[s] = be_.create_event();
+    released_[s] = be_.create_event();
+    // The allocation (and its zero fill) is ordered on the compute queue: the first upload into each
+    // slot waits for it like it waits for any earlier reader.
+    be_.record_event(released_[s], Backend::kComputeQueue);
   }
-  be_.upload(slot(s), host, bytes_);
-  ++uploads_;
-  return g_.view(slot(s));
 }
+
+DeviceTier::~DeviceTier() {
+  be_.synchronize();
+  for (uint32_t s = 0; s < slots_; ++s) {
+    be_.sync_event(arrived_[s]);
+    be_.destroy_event(arrived_[s]);
+    be_.destroy_event(released_[s]);
+  }
+  be_.release(base_);
+}
+
+ExpertWeights DeviceTier::upload(uint32_t slot, const std::byte* host) {
+  if (slot >= slots_) throw LimitError("device tier: slot " + std::to_string(slot) + " of " + std::to_string(slots_));
+  const int q = static_cast<int>(next_queue_);
+  next_queue_ = (next_queue_ + 1) % queues_;
+  be_.wait_event(q, released_[slot]);
+  be_.upload_async(q, slot_ptr(slot), host, bytes_);
+  be_.record_event(arrived_[slot], q);
+  be_.wait_event(Backend::kComputeQueue, arrived_[slot]);
+  ++uploads_;
+  return g_.view(slot_ptr(slot));
+}
+
+void DeviceTier::computed(uint32_t slot) { be_.record_event(released_[slot], Backend::kComputeQueue); }
+
+bool DeviceTier::uploaded(uint32_t slot) { return be_.event_done(arrived_[slot]); }
+
+void DeviceTier::wait_uploaded(uint32_t slot) { be_.sync_event(arrived_[slot]); }
 
 }  // namespace ferry

@@ -1,53 +1,58 @@
-// The device tier for the CUDA back-end: a cache of expert slots in GPU memory above the host pool.
-// A device hit needs neither a read nor an upload; any other expert is uploaded from the pinned slot
-// its bytes landed in, into an admitted cache slot (LRU) or a scratch slot. Admission is block-aware
-// like the host pool's: in a block, only experts used by at least min_rows rows enter the cache; a
-// plain step always admits. Only one expert computes at a time, so a slot in use is never evicted.
+// The model thread's side of the device tier (the CUDA back-end's GPU expert cache; docs/ARCHITECTURE.md
+// "Tiers"): the device memory of every slot the device-cache manager hands out, and the upload queues
+// (default 8) that copy expert bytes from the pinned host arena into those slots.
+//
+// Ordering is done with back-end events, so the host never waits for a copy or a kernel:
+//   upload(slot): upload queue q waits for `released[slot]` (the compute that last read the slot),
+//                 copies the bytes, records `arrived[slot]`; the compute queue waits for `arrived[slot]`.
+//   computed(slot): records `released[slot]` on the compute queue after the work that reads the slot.
+// So an expert's compute starts on the GPU the moment its own bytes land, uploads of later experts
+// overlap it on other queues, and a slot (an evicted cache slot, or a scratch slot reused inside one
+// call) is overwritten only after every kernel that read its previous contents. The host learns that
+// an upload finished (so the pinned host slot can go back to the host pool) by polling uploaded().
 #pragma once
 
 #include <cstdint>
-#include <list>
-#include <unordered_map>
+#include <vector>
 
 #include "actors/compute_tier.hpp"
 #include "kernels/backend.hpp"
 
 namespace ferry {
 
-class DeviceComputeTier final : public ComputeTier {
+class DeviceTier {
  public:
-  DeviceComputeTier(ExpertGeometry g, Backend& be, uint64_t cache_experts, uint32_t min_rows);
-  ~DeviceComputeTier() override;
-  std::string name() const override { return "device"; }
+  // slots = cache + scratch slots of the device-cache manager; upload_queues >= 1.
+  DeviceTier(ExpertGeometry g, Backend& be, uint32_t slots, uint32_t upload_queues);
+  ~DeviceTier();
+  DeviceTier(const DeviceTier&) = delete;
+  DeviceTier& operator=(const DeviceTier&) = delete;
 
-  // A device hit: weights in GPU memory (counted), or false.
-  bool resident(const expert_key& k, ExpertWeights& w);
-  // Sets whether the next uploaded expert may enter the cache (block-aware admission).
-  void admit_next(bool admit) { admit_next_ = admit; }
-  ExpertWeights weights(const expert_key& k, const std::byte* host) override;
-  void done(const expert_key&) override {}
+  // The weights in a slot whose bytes are already on the device (a hit).
+  ExpertWeights at(uint32_t slot) const { return g_.view(slot_ptr(slot)); }
+  // Queues the upload of an expert's bytes (pinned host memory) into `slot` on the next upload
+  // queue, and makes compute wait for it; returns the weights compute may use at once.
+  ExpertWeights upload(uint32_t slot, const std::byte* host);
+  // Compute has queued everything that reads `slot`.
+  void computed(uint32_t slot);
+  // The last upload into `slot` has completed: its host bytes may be reused. wait_uploaded blocks.
+  bool uploaded(uint32_t slot);
+  void wait_uploaded(uint32_t slot);
 
-  uint64_t hits() const { return hits_; }
+  uint32_t slots() const { return slots_; }
+  uint32_t upload_queues() const { return queues_; }
   uint64_t uploads() const { return uploads_; }
   uint64_t upload_bytes() const { return uploads_ * bytes_; }
-  uint32_t min_rows() const { return min_rows_; }
 
  private:
-  std::byte* slot(size_t i) const { return base_ + i * bytes_; }
+  std::byte* slot_ptr(uint32_t s) const { return base_ + size_t(s) * bytes_; }
   ExpertGeometry g_;
   Backend& be_;
   uint64_t bytes_ = 0;
-  size_t capacity_ = 0;
-  uint32_t min_rows_ = 2;
-  std::byte* base_ = nullptr;  // capacity_ + 1 slots (the last is scratch)
-  std::list<expert_key> lru_;  // front = most recent
-  struct Entry {
-    size_t slot;
-    std::list<expert_key>::iterator pos;
-  };
-  std::unordered_map<uint64_t, Entry> map_;
-  bool admit_next_ = true;
-  uint64_t hits_ = 0, uploads_ = 0;
+  uint32_t slots_ = 0, queues_ = 1, next_queue_ = 0;
+  std::byte* base_ = nullptr;
+  std::vector<Backend::Event> arrived_, released_;
+  uint64_t uploads_ = 0;
 };
 
 }  // namespace ferry

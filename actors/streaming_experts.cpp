@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/compute_tier.hpp"
+#include "actors/device_cache.hpp"
 #include "actors/device_tier.hpp"
 #include "actors/expert_catalog.hpp"
 #include "actors/host_pool.hpp"
@@ -24,8 +25,9 @@ struct StreamingExperts::Impl {
   ModelConfig cfg;
   StreamingOptions opt;
   std::shared_ptr<const ExpertCatalog> catalog;
-  std::unique_ptr<ComputeTier> tier;
-  DeviceComputeTier* dev = nullptr;  // the tier when it is the CUDA device cache
+  std::unique_ptr<HostComputeTier> host_tier;  // no device: compute reads the host slots
+  std::unique_ptr<DeviceTier> dev;             // device slots and upload queues (CUDA)
+  device_cache_actor dcache;                   // the device-cache manager (with dev)
   caf::actor_system_config sys_cfg;
   std::unique_ptr<caf::actor_system> sys;
   std::unique_ptr<caf::scoped_actor> self;  // the calling thread's mailbox: the expert sink
@@ -80,13 +82,13 @@ StreamingExperts::StreamingExperts(const ModelConfig& cfg, const Manifest& manif
   if (geo.payload_bytes() != s.catalog->expert_bytes)
     throw FormatError(fmt::format("manifest.json: expert_bytes {} but the model config makes experts of {} bytes",
                                   s.catalog->expert_bytes, geo.payload_bytes()));
-  if (s.opt.device) {
-    auto t = std::make_unique<DeviceComputeTier>(geo, *s.opt.device, s.opt.device_cache_experts, s.opt.min_rows);
-    s.dev = t.get();
-    s.tier = std::move(t);
-  } else {
-    s.tier = std::make_unique<HostComputeTier>(geo);
-  }
+  const uint32_t dev_cache = static_cast<uint32_t>(
+      std::min<uint64_t>(s.opt.device_cache_experts, uint64_t{s.catalog->n_layers} * s.catalog->n_experts));
+  const uint32_t dev_scratch = s.opt.device_scratch ? s.opt.device_scratch : 2 * std::max<uint32_t>(1, s.opt.upload_streams);
+  if (s.opt.device)
+    s.dev = std::make_unique<DeviceTier>(geo, *s.opt.device, dev_cache + dev_scratch, s.opt.upload_streams);
+  else
+    s.host_tier = std::make_unique<HostComputeTier>(geo);
   const uint32_t top_k = static_cast<uint32_t>(cfg.moe.top_k);
   const uint32_t cache = cache_slots(s.opt, *s.catalog);
   const uint32_t scratch = s.opt.stream_slots ? s.opt.stream_slots : std::max<uint32_t>(8, 2 * top_k);
@@ -114,6 +116,18 @@ StreamingExperts::StreamingExperts(const ModelConfig& cfg, const Manifest& manif
   pc.min_rows = s.opt.min_rows;
   pc.tracer = s.tracer;
   s.pool = spawn_host_pool(*s.sys, pc);
+  if (s.dev) {
+    DeviceCacheConfig dc;
+    dc.cache_slots = dev_cache;
+    dc.scratch_slots = dev_scratch;
+    dc.expert_bytes = s.catalog->file_bytes;
+    dc.policy = s.opt.policy;
+    dc.min_rows = s.opt.min_rows;
+    dc.tracer = s.tracer;
+    s.dcache = spawn_device_cache(*s.sys, dc);
+    spdlog::info("device cache: {} cached + {} scratch slots, {} upload streams", dev_cache, dev_scratch,
+                 s.opt.upload_streams);
+  }
 
   s.scheds.resize(size_t(cfg.n_layers));
   s.last_used.resize(size_t(cfg.n_layers));
@@ -151,11 +165,14 @@ StreamingExperts::~StreamingExperts() {
   for (auto& h : s.scheds)
     if (h) caf::anon_send_exit(h, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(s.pool, caf::exit_reason::user_shutdown);
+  if (s.dcache) caf::anon_send_exit(s.dcache, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(s.reads, caf::exit_reason::user_shutdown);
   if (s.tracer) caf::anon_send_exit(s.tracer, caf::exit_reason::user_shutdown);
   s.self.reset();
+  s.dev.reset();  // waits for its uploads (they read the arena), frees the device slots
   if (s.opt.device) s.opt.device->unregister_host(s.arena->base());
   s.scheds.clear();
+  s.dcache = nullptr;
   s.reads = nullptr;
   s.pool = nullptr;
   s.tracer = nullptr;
@@ -165,25 +182,55 @@ StreamingExperts::~StreamingExperts() {
 caf::actor_system& StreamingExperts::system() { return *impl_->sys; }
 read_service_actor StreamingExperts::read_service() const { return impl_->reads; }
 
+// One MoE layer call. With a device tier: one plan from the device-cache manager classifies every
+// expert; the device hits compute at once as one batch; the rest go to the layer scheduler, and each
+// arrival is uploaded on the next upload queue and its compute queued behind that upload (the host does
+// not wait for the copy). A host slot goes back to the host pool once its upload has completed, polled
+// while waiting for arrivals; the call ends after every upload is done and the manager is told so.
 void StreamingExperts::fetch(int layer, std::span<const ExpertUse> uses, const ExpertCompute& compute) {
   Impl& s = *impl_;
   if (!s.failed.empty()) throw Error("streaming experts stopped after an earlier error: " + s.failed);
   if (layer < 0 || layer >= s.cfg.n_layers || !s.scheds[size_t(layer)])
     throw LimitError(fmt::format("streaming experts: layer {} is not a MoE layer", layer));
+  auto& self = *s.self;
   layer_request req;
   req.step = ++s.calls;
   req.layer = uint32_t(layer);
-  std::unordered_map<uint32_t, size_t> index;
   uint32_t block_rows = 0;
   for (const auto& u : uses)
     for (int32_t r : u.rows) block_rows = std::max(block_rows, uint32_t(r) + 1);
-  size_t computed = 0;
+
+  // The device plan: hits compute now, in one batch; misses know their device slot.
+  std::vector<uint32_t> dslot(uses.size(), 0);
+  std::vector<size_t> hit_idx;
+  std::vector<ExpertWeights> hit_w;
+  if (s.dev) {
+    device_request dr{req.step, req.layer, std::max<uint32_t>(block_rows, 1), {}, {}};
+    for (const auto& u : uses) {
+      dr.experts.push_back(uint32_t(u.expert));
+      dr.rows.push_back(uint32_t(u.rows.size()));
+    }
+    device_plan plan;
+    std::string error;
+    self->request(s.dcache, std::chrono::seconds(30), plan_atom_v, std::move(dr))
+        .receive([&](device_plan& p) { plan = std::move(p); }, [&](caf::error& e) { error = s.sys->render(e); });
+    if (!error.empty() || plan.places.size() != uses.size()) {
+      s.failed = "device cache: " + (error.empty() ? std::string("malformed plan") : error);
+      throw Error("streaming experts: " + s.failed);
+    }
+    for (size_t i = 0; i < uses.size(); ++i) {
+      dslot[i] = plan.places[i].slot;
+      if (plan.places[i].hit) {
+        hit_idx.push_back(i);
+        hit_w.push_back(s.dev->at(dslot[i]));
+      }
+    }
+  }
+  std::unordered_map<uint32_t, size_t> index;
+  size_t next_hit = 0;
   for (size_t i = 0; i < uses.size(); ++i) {
-    ExpertWeights w;
-    if (s.dev && s.dev->resident(expert_key{uint32_t(layer), uint32_t(uses[i].expert)}, w)) {
-      compute(std::span<const size_t>(&i, 1), std::span<const ExpertWeights>(&w, 1));  // device hit: no read, no upload
-      ++computed;
-      ++s.m.device_hits;
+    if (next_hit < hit_idx.size() && hit_idx[next_hit] == i) {
+      ++next_hit;
       continue;
     }
     expert_use u;
@@ -195,17 +242,14 @@ void StreamingExperts::fetch(int layer, std::span<const ExpertUse> uses, const E
     index[u.expert] = i;
     req.experts.push_back(std::move(u));
   }
-  auto& self = *s.self;
-  if (req.experts.empty()) {  // everything was on the device
-    s.m.layer_calls += 1;
-    s.m.requested += uses.size();
-    s.m.calls_by_layer[size_t(layer)] += 1;
-    for (const auto& u : uses) s.uses[size_t(layer)][size_t(u.expert)] += u.rows.size();
-    return;
+  if (!req.experts.empty())
+    self->send(s.scheds[size_t(layer)], schedule_atom_v, req, caf::actor_cast<expert_sink_actor>(self));
+  if (!hit_idx.empty()) {  // device hits: no read, no upload; computed while the reads run
+    compute(hit_idx, hit_w);
+    for (size_t i : hit_idx) s.dev->computed(dslot[i]);
   }
-  self->send(s.scheds[size_t(layer)], schedule_atom_v, req,
-             caf::actor_cast<expert_sink_actor>(self));
-  if (int next = s.next_moe_layer(layer); next >= 0 && s.opt.prefetch > 0) {
+  size_t computed = hit_idx.size();
+  if (int next = s.next_moe_layer(layer); next >= 0 && s.opt.prefetch > 0 && !req.experts.empty()) {
     auto guess = prefetch_guess(s.uses[size_t(next)], s.last_used[size_t(next)], s.opt.prefetch);
     if (!guess.empty()) self->send(s.scheds[size_t(next)], prefetch_atom_v, uint32_t(next), std::move(guess));
   }
@@ -214,12 +258,37 @@ void StreamingExperts::fetch(int layer, std::span<const ExpertUse> uses, const E
     s.last_used[size_t(layer)].push_back(uint32_t(u.expert));
     s.uses[size_t(layer)][size_t(u.expert)] += u.rows.size();
   }
-  if (s.opt.after_schedule) s.opt.after_schedule(uint32_t(layer), req.step);
+  if (s.opt.after_schedule && !req.experts.empty()) s.opt.after_schedule(uint32_t(layer), req.step);
 
-  bool done = false;
+  // Host slots whose bytes are being uploaded: released to the host pool once the upload is done.
+  struct Pending {
+    expert_key key;
+    uint32_t slot;
+  };
+  std::vector<Pending> pending;
+  auto release_uploaded = [&](bool wait) {
+    size_t kept = 0;
+    for (const Pending& p : pending) {
+      if (wait) s.dev->wait_uploaded(p.slot);
+      if (wait || s.dev->uploaded(p.slot))
+        self->send(s.pool, release_atom_v, p.key, true);
+      else
+        pending[kept++] = p;
+    }
+    pending.resize(kept);
+  };
+
+  bool done = req.experts.empty();
   std::string error;
   layer_summary sum;
+  const auto deadline = std::chrono::steady_clock::now() + s.opt.layer_timeout;
   while (!done) {
+    // With uploads in flight, wake up often to hand their host slots back (the scheduler may be
+    // waiting for a free slot to read the next expert into).
+    const auto now = std::chrono::steady_clock::now();
+    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - now);
+    const auto wait = pending.empty() ? left : std::min(left, std::chrono::microseconds(200));
+    bool timed_out = false;
     self->receive(
         [&](ready_atom, const expert_ready& r) {
           const expert_key k{r.layer, r.expert};
@@ -228,13 +297,18 @@ void StreamingExperts::fetch(int layer, std::span<const ExpertUse> uses, const E
             self->send(s.pool, release_atom_v, k, true);
             return;
           }
+          const size_t i = it->second;
           const std::byte* host = s.arena->slot(r.where.slot) + r.where.offset;
-          if (s.dev)
-            s.dev->admit_next(block_rows <= 1 || uses[it->second].rows.size() >= s.dev->min_rows());
-          const ExpertWeights w = s.tier->weights(k, host);
-          compute(std::span<const size_t>(&it->second, 1), std::span<const ExpertWeights>(&w, 1));
-          s.tier->done(k);
-          self->send(s.pool, release_atom_v, k, true);
+          if (s.dev) {
+            const ExpertWeights w = s.dev->upload(dslot[i], host);
+            compute(std::span<const size_t>(&i, 1), std::span<const ExpertWeights>(&w, 1));
+            s.dev->computed(dslot[i]);
+            pending.push_back({k, dslot[i]});
+          } else {
+            const ExpertWeights w = s.host_tier->weights(k, host);
+            compute(std::span<const size_t>(&i, 1), std::span<const ExpertWeights>(&w, 1));
+            self->send(s.pool, release_atom_v, k, true);
+          }
           ++computed;
         },
         [&](layer_summary& x) {
@@ -245,10 +319,16 @@ void StreamingExperts::fetch(int layer, std::span<const ExpertUse> uses, const E
           error = s.sys->render(e);
           done = true;
         },
-        caf::after(s.opt.layer_timeout) >> [&] {
-          error = fmt::format("layer {} waited {} ms for its experts", layer, s.opt.layer_timeout.count());
-          done = true;
-        });
+        caf::after(std::max(wait, std::chrono::microseconds(0))) >> [&] { timed_out = true; });
+    if (s.dev) release_uploaded(false);
+    if (timed_out && std::chrono::steady_clock::now() >= deadline) {
+      error = fmt::format("layer {} waited {} ms for its experts", layer, s.opt.layer_timeout.count());
+      done = true;
+    }
+  }
+  if (s.dev) {
+    release_uploaded(true);
+    self->send(s.dcache, done_atom_v, req.step);
   }
   if (error.empty() && computed != uses.size())
     error = fmt::format("layer {}: {} of {} experts arrived", layer, computed, uses.size());
@@ -258,7 +338,7 @@ void StreamingExperts::fetch(int layer, std::span<const ExpertUse> uses, const E
   }
   s.m.layer_calls += 1;
   s.m.requested += uses.size();
-  s.m.device_hits += sum.device_hits;
+  s.m.device_hits += hit_idx.size();
   s.m.host_hits += sum.host_hits;
   s.m.disk_reads += sum.disk_reads;
   s.m.prefetch_hits += sum.prefetch_hits;
@@ -274,13 +354,15 @@ void StreamingExperts::fetch(int layer, std::span<const ExpertUse> uses, const E
 StreamingMetrics StreamingExperts::metrics() {
   Impl& s = *impl_;
   StreamingMetrics m = s.m;
-  if (s.dev) {
-    m.uploads = s.dev->uploads();
-    m.upload_bytes = s.dev->upload_bytes();
-  }
   auto& self = *s.self;
   const auto t = std::chrono::seconds(10);
   auto err = [&](caf::error& e) { spdlog::warn("streaming metrics: {}", s.sys->render(e)); };
+  if (s.dev) {
+    m.uploads = s.dev->uploads();
+    m.upload_bytes = s.dev->upload_bytes();
+    m.upload_streams = s.dev->upload_queues();
+    self->request(s.dcache, t, stats_atom_v).receive([&](device_stats& d) { m.device = d; }, err);
+  }
   self->request(s.reads, t, stats_atom_v).receive([&](std::vector<dir_stats>& d) { m.drives = d; }, err);
   self->request(s.pool, t, stats_atom_v).receive([&](pool_stats& p) { m.pool = p; }, err);
   reader_actor r;

@@ -43,9 +43,13 @@ struct StreamingOptions {
   bool split_reads = true;    // decode fills of experts with two copies read half from each
   std::string trace_path;     // --trace FILE
   // CUDA: the back-end whose memory holds a device cache of this many experts above the host pool
-  // (DeviceComputeTier); the host pool is then host_pool_bytes (or cache_experts when 0).
+  // (device-cache manager + DeviceTier); the host pool is then host_pool_bytes (or cache_experts when
+  // 0). Any back-end works here (on the CPU the "device" slots are host memory: tests use that).
   Backend* device = nullptr;
   uint64_t device_cache_experts = 0;
+  bool device_tier = false;      // model loader: put the device tier on any back-end (CUDA always has it)
+  uint32_t upload_streams = 8;   // upload queues copying host slots to device slots
+  uint32_t device_scratch = 0;   // device slots for experts that are not admitted; 0 = 2 x upload_streams
   std::chrono::milliseconds read_timeout{30000};
   std::chrono::milliseconds layer_timeout{300000};
   // Test hook: runs right after a layer's request went out (its reads are being issued).

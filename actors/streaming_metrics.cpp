@@ -44,6 +44,11 @@ nlohmann::json to_json(const StreamingMetrics& m) {
   j["host_pool"] = {{"capacity", m.pool.capacity}, {"resident", m.pool.resident}, {"scratch", m.pool.scratch},
                     {"admissions", m.pool.admissions}, {"refusals", m.pool.refusals},
                     {"evictions", m.pool.evictions}};
+  if (m.upload_streams)
+    j["device_cache"] = {{"capacity", m.device.capacity}, {"resident", m.device.resident},
+                         {"scratch", m.device.scratch}, {"hits", m.device.hits}, {"misses", m.device.misses},
+                         {"admissions", m.device.admissions}, {"refusals", m.device.refusals},
+                         {"evictions", m.device.evictions}, {"upload_streams", m.upload_streams}};
   return j;
 }
 
@@ -65,6 +70,11 @@ std::string format_metrics(const StreamingMetrics& m) {
   s += fmt::format("ferry: host pool {} of {} slots used (+{} scratch) | admissions {}, refusals {}, evictions {}\n",
                    m.pool.resident, m.pool.capacity, m.pool.scratch, m.pool.admissions, m.pool.refusals,
                    m.pool.evictions);
+  if (m.upload_streams)
+    s += fmt::format("ferry: device cache {} of {} slots used (+{} scratch, {} upload streams) | admissions {}, "
+                     "refusals {}, evictions {}\n",
+                     m.device.resident, m.device.capacity, m.device.scratch, m.upload_streams, m.device.admissions,
+                     m.device.refusals, m.device.evictions);
   return s;
 }
 

@@ -28,6 +28,8 @@ struct StreamingMetrics {
   std::vector<std::string> dirs;
   std::vector<dir_stats> drives;           // per directory: reads, bytes, failures, restarts, rate
   pool_stats pool;
+  device_stats device;             // the device-cache manager's counters (CUDA)
+  uint32_t upload_streams = 0;     // 0 = no device tier
 
   uint64_t disk_bytes() const;  // sum over drives (demand + prefetch)
   uint64_t host_bytes() const { return host_hits * file_bytes; }  // served from the host pool

@@ -91,6 +91,30 @@ class Backend {
   virtual void register_host(void* p, size_t bytes) { (void)p; (void)bytes; }
   virtual void unregister_host(void* p) { (void)p; }
 
+  // ---- ordering and asynchronous uploads (expert streaming) -----------------------------------
+  // Work runs on queues: the compute queue (every op of this interface; kComputeQueue) and upload
+  // queues 0..upload_queues()-1 (CUDA: one stream each). An event marks a point in one queue; a queue
+  // told to wait for an event runs its later work after that point, without the host waiting. The
+  // CPU back-end does everything at once in call order: uploads are memcpy and every event is
+  // complete as soon as it is recorded, so the defaults below are its implementation.
+  using Event = struct EventTag*;  // opaque; null on the CPU back-end
+  static constexpr int kComputeQueue = -1;
+  virtual uint32_t upload_queues() const { return 0; }
+  // Creates n upload queues (destroying earlier ones: only while none has work queued).
+  virtual void set_upload_queues(uint32_t n) { (void)n; }
+  virtual Event create_event() { return nullptr; }
+  virtual void destroy_event(Event e) { (void)e; }
+  virtual void record_event(Event e, int queue) { (void)e; (void)queue; }
+  virtual void wait_event(int queue, Event e) { (void)queue; (void)e; }
+  virtual bool event_done(Event e) { (void)e; return true; }  // non-blocking; never recorded = done
+  virtual void sync_event(Event e) { (void)e; }               // the host waits for the event
+  // Queues an upload on upload queue `queue`; src_host must stay unchanged until an event recorded
+  // on that queue after this call is done.
+  virtual void upload_async(int queue, void* dst, const void* src_host, size_t bytes) {
+    (void)queue;
+    upload(dst, src_host, bytes);
+  }
+
   // ---- dense algebra ------------------------------------------------------------------------
   // y[n, w.rows] = x[n, w.cols] @ W^T. Row-invariant (see the exactness rule above).
   virtual void matmul(const Weight& w, const float* x, int64_t n, float* y) = 0;

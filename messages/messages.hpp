@@ -155,6 +155,35 @@ struct pool_stats {
   friend bool operator==(const pool_stats&, const pool_stats&) = default;
 };
 
+// One MoE layer call as the device-cache manager sees it: the experts not yet known to be on the
+// device and how many rows of the block use each (block-aware admission).
+struct device_request {
+  uint64_t step = 0;
+  uint32_t layer = 0;
+  uint32_t block_rows = 1;
+  std::vector<uint32_t> experts;
+  std::vector<uint32_t> rows;  // same length as experts
+  friend bool operator==(const device_request&, const device_request&) = default;
+};
+// Where each expert of a device_request computes from: a cache hit (bytes already in `slot`), an
+// admitted miss (upload into cache `slot`) or a refused one (upload into scratch `slot`). The call's
+// cache slots stay pinned until done(step).
+struct device_place {
+  uint32_t slot = 0;
+  bool hit = false;
+  bool admitted = false;
+  friend bool operator==(const device_place&, const device_place&) = default;
+};
+struct device_plan {
+  std::vector<device_place> places;  // one per device_request expert, same order
+  friend bool operator==(const device_plan&, const device_plan&) = default;
+};
+struct device_stats {
+  uint64_t hits = 0, misses = 0, admissions = 0, refusals = 0, evictions = 0;
+  uint32_t resident = 0, capacity = 0, scratch = 0;
+  friend bool operator==(const device_stats&, const device_stats&) = default;
+};
+
 // Host pool answers: a hit names the slot; a miss grants a slot to read into when admitted
 // (block-aware admission may refuse: then the expert streams through a scratch slot).
 struct host_grant {
@@ -228,6 +257,10 @@ CAF_BEGIN_TYPE_ID_BLOCK(ferry, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(ferry, (ferry::trace_event))
   CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::dir_stats>))
   CAF_ADD_TYPE_ID(ferry, (ferry::pool_stats))
+  CAF_ADD_TYPE_ID(ferry, (ferry::device_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::device_place))
+  CAF_ADD_TYPE_ID(ferry, (ferry::device_plan))
+  CAF_ADD_TYPE_ID(ferry, (ferry::device_stats))
   CAF_ADD_ATOM(ferry, ferry::atoms, read_atom, "read")
   CAF_ADD_ATOM(ferry, ferry::atoms, fetch_atom, "fetch")
   CAF_ADD_ATOM(ferry, ferry::atoms, stats_atom, "stats")
@@ -248,6 +281,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(ferry, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(ferry, (ferry::drafter_status))
   CAF_ADD_ATOM(ferry, ferry::atoms, propose_atom, "propose")
   CAF_ADD_ATOM(ferry, ferry::atoms, kill_atom, "kill")
+  CAF_ADD_ATOM(ferry, ferry::atoms, plan_atom, "plan")
+  CAF_ADD_ATOM(ferry, ferry::atoms, done_atom, "done")
 CAF_END_TYPE_ID_BLOCK(ferry)
 // clang-format on
 
@@ -311,6 +346,23 @@ typename Inspector::result_type inspect(Inspector& f, pool_stats& x) {
            x.capacity, x.resident_bytes, x.scratch, x.scratch_free, x.waiting);
 }
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, device_request& x) {
+  return f(caf::meta::type_name("device_request"), x.step, x.layer, x.block_rows, x.experts, x.rows);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, device_place& x) {
+  return f(caf::meta::type_name("device_place"), x.slot, x.hit, x.admitted);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, device_plan& x) {
+  return f(caf::meta::type_name("device_plan"), x.places);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, device_stats& x) {
+  return f(caf::meta::type_name("device_stats"), x.hits, x.misses, x.admissions, x.refusals, x.evictions, x.resident,
+           x.capacity, x.scratch);
+}
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, host_grant& x) {
   return f(caf::meta::type_name("host_grant"), x.hit, x.admitted, x.where);
 }
@@ -362,6 +414,14 @@ using host_pool_actor = caf::typed_actor<                                       
     caf::replies_to<acquire_atom, expert_key, uint32_t, uint32_t>::with<host_grant>,  // key, rows, block rows
     caf::reacts_to<release_atom, expert_key, bool>,                                  //
     caf::replies_to<stats_atom>::with<pool_stats>>;
+
+// Device-cache manager: which GPU expert slot each expert of a layer call computes from. plan pins the
+// call's cached experts (hits and admitted misses) so nothing evicts them while they compute;
+// done(step) unpins them. The slots' memory and the uploads belong to the model thread (DeviceTier).
+using device_cache_actor = caf::typed_actor<                        //
+    caf::replies_to<plan_atom, device_request>::with<device_plan>,  //
+    caf::reacts_to<done_atom, uint64_t>,                            //
+    caf::replies_to<stats_atom>::with<device_stats>>;
 
 // Receives each expert of a layer call as its bytes land (arrival order); the layer sums in rank order.
 using expert_sink_actor = caf::typed_actor<caf::reacts_to<ready_atom, expert_ready>>;

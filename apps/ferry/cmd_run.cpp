@@ -27,6 +27,7 @@ struct RunOptions {
   float temp = 0.0f, top_p = 1.0f;
   uint64_t seed = 0;
   bool json = false, ignore_eos = false, no_bos = false;
+  bool profile = false;  // --profile: section times (Model::set_profile)
   DraftFlags draft;  // --draft (apps/ferry/draft_run.hpp)
   bool chat = false;   // --chat: wrap the prompt in the Kimi chat template (apps/ferry/chat_prompt.hpp)
   std::string system;  // --system: its system message
@@ -97,6 +98,11 @@ void print_metrics(const RunOptions& o, const LoadedModel& m, const GenerateMetr
     for (auto& t : toks) ids.push_back(t.id);
     j["ids"] = ids;
     if (draft) j["draft"] = draft_json(*draft);
+    if (o.profile) {
+      nlohmann::json p = nlohmann::json::object();
+      for (const auto& [name, e] : m.model->profile()) p[name] = {{"seconds", e.seconds}, {"calls", e.calls}};
+      j["profile"] = p;
+    }
     report_streaming(m, &j);
     std::printf("%s\n", j.dump().c_str());
     return;
@@ -108,6 +114,15 @@ void print_metrics(const RunOptions& o, const LoadedModel& m, const GenerateMetr
                g.prompt_s > 0 ? g.prompt_tokens / g.prompt_s : 0.0, static_cast<long long>(g.generated),
                g.steady_tok_s(), g.generation_tok_s(), m.load_s, wall);
   if (draft) print_draft_stats(*draft);
+  if (o.profile) {
+    double total = 0;
+    for (const auto& [name, e] : m.model->profile()) total += e.seconds;
+    std::fprintf(stderr, "ferry: profile (back-end synchronised at each section edge, prompt included):\n");
+    for (const auto& [name, e] : m.model->profile())
+      std::fprintf(stderr, "ferry:   %-10s %9.3f ms in %6llu calls (%.3f ms each, %4.1f%%)\n", name.c_str(),
+                   e.seconds * 1e3, static_cast<unsigned long long>(e.calls), e.seconds * 1e3 / double(e.calls),
+                   total > 0 ? 100 * e.seconds / total : 0.0);
+  }
   report_streaming(m, nullptr);
 }
 
@@ -119,6 +134,7 @@ void run_main(const RunOptions& o) {
     throw LimitError("prompt (" + std::to_string(prompt.size()) + " tokens) + -n " + std::to_string(o.n_predict) +
                      " exceeds the context size -c " + std::to_string(o.ctx));
   auto state = m.model->new_state(o.ctx);
+  m.model->set_profile(o.profile);
   GenerateParams gp;
   gp.n_predict = o.n_predict;
   gp.sampling = {o.temp, o.top_p, o.seed};
@@ -182,6 +198,9 @@ void add_run_command(CLI::App& app) {
   c->add_option("--trace-hash", o->trace_hash,
                 "Write 'position token FNV-1a-64(logits)' per generated position to FILE");
   c->add_flag("--json", o->json, "Print the result and metrics as one JSON object");
+  c->add_flag("--profile", o->profile,
+              "Time each section (embedding, mixer and feed-forward by kind, head) with a back-end sync at its "
+              "edges; slows decoding");
   c->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past the end-of-text token");
   c->add_flag("--no-bos", o->no_bos, "Do not prepend the BOS token to a text prompt");
   add_draft_flags(c, o->draft);

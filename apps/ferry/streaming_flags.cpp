@@ -77,6 +77,10 @@ void add_streaming_flags(CLI::App* c, ModelOptions& o) {
       ->check(CLI::IsMember({"block", "lru"}));
   c->add_option("--stream-slots", s.stream_slots, "Scratch slots for experts that stream through (0 = 2 x top-k)");
   c->add_option("--io-depth", s.engine_cfg.max_inflight, "Reads in flight per drive")->capture_default_str();
+  c->add_option("--upload-streams", s.upload_streams,
+                "CUDA: upload streams copying expert bytes from the host pool to device slots")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
 }
 
 void report_streaming(const LoadedModel& m, nlohmann::json* j) {

@@ -1,5 +1,6 @@
 // Memory, scratch and the factory of the CUDA back-end.
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "kernels/cuda/cuda_backend.cuh"
@@ -31,6 +32,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   bind();
   FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
   FERRY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  FERRY_CUDA_CHECK(cudaMallocHost(&ring_, kRingBytes));
   // Keep freed blocks in the stream-ordered pool: the model allocates and frees temporaries every op.
   cudaMemPool_t pool;
   FERRY_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device_));
@@ -41,9 +43,14 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 CudaBackend::~CudaBackend() {
   // No throwing from a destructor: errors here only mean the device is already gone.
   cudaSetDevice(device_);
+  for (cudaStream_t s : uploads_) {
+    cudaStreamSynchronize(s);
+    cudaStreamDestroy(s);
+  }
   for (void* p : scratch_)
     if (p) cudaFreeAsync(p, stream_);
   cudaStreamSynchronize(stream_);
+  if (ring_) cudaFreeHost(ring_);
   cudaStreamDestroy(stream_);
 }
 
@@ -111,6 +118,64 @@ void CudaBackend::synchronize() {
   FERRY_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
+// ---- upload queues and events ------------------------------------------------------------------
+
+cudaStream_t CudaBackend::queue(int q) const {
+  if (q == kComputeQueue) return stream_;
+  if (q < 0 || static_cast<size_t>(q) >= uploads_.size())
+    throw LimitError("cuda back-end: upload queue " + std::to_string(q) + " of " + std::to_string(uploads_.size()));
+  return uploads_[static_cast<size_t>(q)];
+}
+
+void CudaBackend::set_upload_queues(uint32_t n) {
+  bind();
+  for (cudaStream_t s : uploads_) {
+    FERRY_CUDA_CHECK(cudaStreamSynchronize(s));
+    FERRY_CUDA_CHECK(cudaStreamDestroy(s));
+  }
+  uploads_.assign(n, nullptr);
+  for (cudaStream_t& s : uploads_) FERRY_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+}
+
+Backend::Event CudaBackend::create_event() {
+  bind();
+  cudaEvent_t e = nullptr;
+  FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  return reinterpret_cast<Event>(e);
+}
+
+void CudaBackend::destroy_event(Event e) {
+  if (e) cudaEventDestroy(reinterpret_cast<cudaEvent_t>(e));  // best effort, like release at shutdown
+}
+
+void CudaBackend::record_event(Event e, int q) {
+  bind();
+  FERRY_CUDA_CHECK(cudaEventRecord(reinterpret_cast<cudaEvent_t>(e), queue(q)));
+}
+
+void CudaBackend::wait_event(int q, Event e) {
+  bind();
+  FERRY_CUDA_CHECK(cudaStreamWaitEvent(queue(q), reinterpret_cast<cudaEvent_t>(e), 0));
+}
+
+bool CudaBackend::event_done(Event e) {
+  const cudaError_t r = cudaEventQuery(reinterpret_cast<cudaEvent_t>(e));
+  if (r == cudaErrorNotReady) {
+    (void)cudaGetLastError();  // not an error: the event is still ahead in its queue
+    return false;
+  }
+  FERRY_CUDA_CHECK(r);
+  return true;
+}
+
+void CudaBackend::sync_event(Event e) { FERRY_CUDA_CHECK(cudaEventSynchronize(reinterpret_cast<cudaEvent_t>(e))); }
+
+void CudaBackend::upload_async(int q, void* dst, const void* src_host, size_t bytes) {
+  if (!bytes) return;
+  bind();
+  FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, queue(q)));
+}
+
 void* CudaBackend::scratch(Slot s, size_t bytes) {
   if (bytes > scratch_bytes_[s]) {
     bind();
@@ -126,8 +191,22 @@ void* CudaBackend::scratch(Slot s, size_t bytes) {
 
 void* CudaBackend::stage(Slot s, const void* host, size_t bytes) {
   void* d = scratch(s, bytes);
-  // Pageable source: cudaMemcpyAsync returns once the bytes are staged, so `host` may go away after.
-  if (bytes) FERRY_CUDA_CHECK(cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, stream_));
+  if (!bytes) return d;
+  if (bytes > kRingBytes / 4) {
+    // Large and rare: a pageable copy, finished before returning so `host` may go away after.
+    FERRY_CUDA_CHECK(cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, stream_));
+    FERRY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return d;
+  }
+  const size_t need = (bytes + 15) & ~size_t{15};
+  if (ring_pos_ + need > kRingBytes) {  // wrap: every copy out of the ring so far must have run
+    FERRY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    ring_pos_ = 0;
+  }
+  std::byte* src = ring_ + ring_pos_;
+  ring_pos_ += need;
+  std::memcpy(src, host, bytes);
+  FERRY_CUDA_CHECK(cudaMemcpyAsync(d, src, bytes, cudaMemcpyHostToDevice, stream_));
   return d;
 }
 

@@ -8,6 +8,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/backend.hpp"
 
@@ -28,6 +29,16 @@ class CudaBackend final : public Backend {
   void synchronize() override;
   void register_host(void* p, size_t bytes) override;
   void unregister_host(void* p) override;
+
+  uint32_t upload_queues() const override { return static_cast<uint32_t>(uploads_.size()); }
+  void set_upload_queues(uint32_t n) override;
+  Event create_event() override;
+  void destroy_event(Event e) override;
+  void record_event(Event e, int queue) override;
+  void wait_event(int queue, Event e) override;
+  bool event_done(Event e) override;
+  void sync_event(Event e) override;
+  void upload_async(int queue, void* dst, const void* src_host, size_t bytes) override;
 
   void matmul(const Weight& w, const float* x, int64_t n, float* y) override;
   void embed(const Weight& table, const int32_t* ids_host, int64_t n, float* y) override;
@@ -73,11 +84,19 @@ class CudaBackend final : public Backend {
 
  private:
   void bind() const;  // make device_ current on the calling thread
+  cudaStream_t queue(int q) const;  // kComputeQueue or an upload queue
   int device_ = 0;
   int sm_count_ = 0;
   cudaStream_t stream_ = nullptr;
+  std::vector<cudaStream_t> uploads_;  // upload queues
   std::array<void*, kNumSlots> scratch_{};
   std::array<size_t, kNumSlots> scratch_bytes_{};
+  // Page-locked staging ring for stage(): small host arrays are copied here and uploaded from here, so
+  // the upload is truly asynchronous (a pageable source may make cudaMemcpyAsync wait for the stream).
+  // When the ring wraps, the host waits for the compute stream once (every earlier copy is then done).
+  static constexpr size_t kRingBytes = size_t{8} << 20;
+  std::byte* ring_ = nullptr;
+  size_t ring_pos_ = 0;
 };
 
 // True when p is device (or managed) memory, false for ordinary host memory.

@@ -157,6 +157,19 @@ void Model::attn_res(const std::vector<Buf>& blocks, const float* p, const Buf& 
                out);
 }
 
+void Model::profile_mark(const char* section) {
+  if (!profile_on_) return;
+  be_.synchronize();
+  const auto now = std::chrono::steady_clock::now();
+  if (profile_section_) {
+    ProfileEntry& e = profile_[profile_section_];
+    e.seconds += std::chrono::duration<double>(now - profile_t0_).count();
+    e.calls += 1;
+  }
+  profile_section_ = section;
+  profile_t0_ = now;
+}
+
 std::vector<float> Model::forward(SeqState& s, std::span<const int32_t> ids, const ForwardOptions& opt) {
   const int64_t n = static_cast<int64_t>(ids.size()), d = cfg_.hidden;
   if (n == 0) return {};
@@ -175,6 +188,7 @@ std::vector<float> Model::forward(SeqState& s, std::span<const int32_t> ids, con
   for (int64_t i = 0; i < n; ++i) c.pos.push_back(static_cast<int32_t>(s.len + i));
 
   const size_t nd = static_cast<size_t>(n * d);
+  profile_mark("embed");
   Buf p(be_, nd), h(be_, nd), xn(be_, nd), a(be_, nd), f(be_, nd);
   be_.embed(w_.embed, ids.data(), n, p);
   const bool res = cfg_.attn_res_block > 0;
@@ -190,6 +204,8 @@ std::vector<float> Model::forward(SeqState& s, std::span<const int32_t> ids, con
       blocks.emplace_back(be_, nd);
       be_.copy(blocks.back(), p, nd * sizeof(float));
     }
+    static constexpr const char* kMixer[] = {"mixer.kda", "mixer.mla", "mixer.dsa", "mixer.gqa"};
+    profile_mark(kMixer[static_cast<size_t>(cfg_.mixer[static_cast<size_t>(il)])]);
     be_.rmsnorm(h, L.attn_norm, n, d, static_cast<float>(cfg_.rms_eps), xn);
     switch (cfg_.mixer[static_cast<size_t>(il)]) {
       case Mixer::kda: mixer_kda(il, c, xn, a); break;
@@ -206,13 +222,18 @@ std::vector<float> Model::forward(SeqState& s, std::span<const int32_t> ids, con
       attn_res(blocks, p, L.mlp_res_w, n, h);
       fin = h;
     }
+    profile_mark(cfg_.ffn[static_cast<size_t>(il)] == Ffn::moe ? "ffn.moe" : "ffn.dense");
     be_.rmsnorm(fin, L.ffn_norm, n, d, static_cast<float>(cfg_.rms_eps), xn);
     ffn(il, c, xn, f);
     be_.add(p, f, static_cast<int64_t>(nd), p);
     if (opt.on_layer) opt.on_layer(il, p, n);
   }
   s.len += n;
-  if (opt.no_logits) return {};
+  profile_mark("head");
+  if (opt.no_logits) {
+    profile_mark(nullptr);
+    return {};
+  }
 
   const int64_t rows = opt.all_logits ? n : 1;
   const float* last = p.get() + (n - rows) * d;
@@ -231,6 +252,7 @@ std::vector<float> Model::forward(SeqState& s, std::span<const int32_t> ids, con
   be_.matmul(w_.lm_head, xn, rows, logits);
   std::vector<float> out(static_cast<size_t>(rows * cfg_.vocab));
   be_.download(out.data(), logits.get(), out.size() * sizeof(float));
+  profile_mark(nullptr);
   return out;
 }
 

@@ -8,7 +8,9 @@
 #pragma once
 
 #include <cstdint>
+#include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <vector>
@@ -69,7 +71,19 @@ class Model {
   // Throws LimitError when the context would overflow.
   std::vector<float> forward(SeqState& s, std::span<const int32_t> ids, const ForwardOptions& opt = {});
 
+  // Section profile (`ferry run --profile`): while on, forward() synchronises the back-end at the
+  // edges of each section (embedding, each layer's mixer and feed-forward by kind, the head) and adds
+  // the wall time to that section's entry. It slows decoding (one sync per section): use it to see
+  // where the time goes, not to measure the rate.
+  struct ProfileEntry {
+    double seconds = 0;
+    uint64_t calls = 0;
+  };
+  void set_profile(bool on) { profile_on_ = on; }
+  const std::map<std::string, ProfileEntry>& profile() const { return profile_; }
+
  private:
+  void profile_mark(const char* section);  // closes the running section (if any), opens `section`
   struct Ctx;  // one forward call's shared values (n, positions, mode)
   void mixer_kda(int il, Ctx& c, const float* x, float* out);
   void mixer_mla(int il, Ctx& c, const float* x, float* out);
@@ -92,6 +106,10 @@ class Model {
   float attn_scale_ = 1.0f;
   IndexerTies indexer_ties_ = IndexerTies::by_position;                // softmax scale of MLA / GQA
   std::vector<std::vector<float>> score_bias_host_;  // per layer, router correction bias
+  bool profile_on_ = false;
+  std::map<std::string, ProfileEntry> profile_;
+  const char* profile_section_ = nullptr;
+  std::chrono::steady_clock::time_point profile_t0_;
 };
 
 // FNV-1a 64 of the raw bytes of a float array (the --trace-hash of a position's logits).

@@ -86,3 +86,37 @@ TEST(StreamingExactness, LruPolicyAndBlockAwarePolicyGiveTheSameOutput) {
   expect_same_output(block, reference());
   EXPECT_GT(block.metrics.pool.refusals, 0u) << "the 24-row prompt pass should refuse experts used by < 3 rows";
 }
+
+// The device tier (device-cache manager + upload queues) on the CPU back-end, whose "device" slots are
+// host memory: the same plan, slot reuse and release logic as on CUDA, checked in CI. Bit-identical at
+// device cache sizes none, one, a few and all, with 1 and 8 upload queues and scratch reuse forced.
+TEST(StreamingExactness, DeviceTierBitIdenticalAtEveryDeviceCacheSizeAndUploadQueueCount) {
+  const auto dir = prepared("one", 1, false);
+  struct Case { uint64_t device; uint32_t queues; uint32_t scratch; };
+  for (auto c : {Case{0, 1, 1}, Case{0, 8, 0}, Case{1, 2, 3}, Case{6, 8, 0}, Case{160, 8, 0}}) {
+    SCOPED_TRACE("device cache " + std::to_string(c.device) + ", queues " + std::to_string(c.queues) + ", scratch " +
+                 std::to_string(c.scratch));
+    auto o = streaming_options(dir, c.device);
+    o.streaming.device_tier = true;
+    o.streaming.upload_streams = c.queues;
+    o.streaming.device_scratch = c.scratch;
+    o.streaming.host_pool_bytes = 0;
+    if (c.device == 160) o.streaming.min_rows = 1;
+    auto r = generate_run(o);
+    expect_same_output(r, reference());
+    const auto& d = r.metrics.device;
+    EXPECT_EQ(r.metrics.upload_streams, c.queues);
+    EXPECT_EQ(d.hits + d.misses, r.metrics.requested) << "the manager classifies every expert of every call";
+    EXPECT_EQ(d.hits, r.metrics.device_hits);
+    EXPECT_EQ(r.metrics.uploads, d.misses) << "every miss is uploaded once, a hit never";
+    EXPECT_LE(d.resident, c.device);
+    if (c.device == 0) {
+      EXPECT_EQ(d.hits, 0u);
+    }
+    if (c.device == 160) {
+      EXPECT_GT(d.hits, 0u);
+      EXPECT_LE(d.misses, 160u) << "with room for all, each expert is uploaded once";
+    }
+    EXPECT_EQ(r.metrics.pool.scratch_free, r.metrics.pool.scratch) << "every host slot went back to the pool";
+  }
+}
