@@ -41,8 +41,10 @@ class DeviceTier {
 
   uint32_t slots() const { return slots_; }
   uint32_t upload_queues() const { return queues_; }
+  uint32_t last_queue() const { return (next_queue_ + queues_ - 1) % queues_; }  // of the last upload
   uint64_t uploads() const { return uploads_; }
   uint64_t upload_bytes() const { return uploads_ * bytes_; }
+  uint64_t expert_bytes() const { return bytes_; }  // bytes one upload copies (the payload, no padding)
 
  private:
   std::byte* slot_ptr(uint32_t s) const { return base_ + size_t(s) * bytes_; }

@@ -18,6 +18,7 @@
 #include "io/errors.hpp"
 #include "io/expert_store.hpp"
 #include "io/pinned_arena.hpp"
+#include "messages/trace.pb.h"
 
 namespace ferry {
 
@@ -301,6 +302,18 @@ void StreamingExperts::fetch(int layer, std::span<const ExpertUse> uses, const E
           const std::byte* host = s.arena->slot(r.where.slot) + r.where.offset;
           if (s.dev) {
             const ExpertWeights w = s.dev->upload(dslot[i], host);
+            if (s.tracer) {  // dir = the upload stream it was queued on
+              trace_event e;
+              e.kind = trace::UPLOAD;
+              e.t_ns = trace_now_ns();
+              e.request_id = req.step;
+              e.key = k;
+              e.tier = trace::DEVICE;
+              e.dir = s.dev->last_queue();
+              e.bytes = s.dev->expert_bytes();
+              e.rows = uint32_t(uses[i].rows.size());
+              self->send(s.tracer, trace_atom_v, std::move(e));
+            }
             compute(std::span<const size_t>(&i, 1), std::span<const ExpertWeights>(&w, 1));
             s.dev->computed(dslot[i]);
             pending.push_back({k, dslot[i]});

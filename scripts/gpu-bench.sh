@@ -84,6 +84,9 @@ run_stream plain -n 33
 python3 -c "import json;j=json.load(open('$R/plain.json'));json.dump({'ids':j['prompt_ids']+j['ids']},open('$R/replay.json','w'))"
 run_stream block -n 33 --draft "replay:$R/replay.json,rate=1,conf=1" --draft-gate 0 --draft-max 15
 "$F" trace diff "$R/plain.hash" "$R/block.hash"
+# One upload stream instead of 8: what overlapping uploads with compute buys (same bytes, same output).
+run_stream upload1 -n 33 --upload-streams 1
+"$F" trace diff "$R/plain.hash" "$R/upload1.hash"
 
 # 6. All experts resident on the GPU (the slice fits in 141 GB), plain and in 16-row blocks.
 stamp "resident run"
@@ -94,6 +97,9 @@ python3 -c "import json;j=json.load(open('$R/resident.json'));json.dump({'ids':j
 timeout 200 "$F" run -m "$M" --backend cuda -p "$P" -n 65 --json --trace-hash "$R/resblock.hash" \
   --draft "replay:$R/replay65.json,rate=1,conf=1" --draft-gate 0 --draft-max 15 > "$R/resblock.json" 2> "$R/resblock.err"
 echo "exit $?"; "$F" trace diff "$R/resident.hash" "$R/resblock.hash"
+# Where the resident decode's time goes: section times with a sync at each edge (slower than the rate).
+timeout 120 "$F" run -m "$M" --backend cuda -p "$P" -n 17 --json --profile > "$R/profile.json" 2> "$R/profile.err"
+echo "profile exit $?"; grep "ferry:  " "$R/profile.err" | head -20
 
 stamp "summary"
 python3 - "$R" "$NMOE" "$DISK" "$H2D" "$HBM" "$M" <<'EOF' | tee "$OUT/results.json"
@@ -103,6 +109,7 @@ def load(n):
     try: return json.load(open(f"{R}/{n}.json"))
     except Exception as e: return {"error": str(e)}
 plain, block, res, prompt, resblock = load("plain"), load("block"), load("resident"), load("prompt"), load("resblock")
+up1, prof = load("upload1"), load("profile")
 out = {"moe_layers": nmoe, "ceilings_GBps": {"o_direct_read": disk, "pinned_h2d": h2d, "device_copy_rw": hbm}}
 def per_token(j):
     return 1.0 / j["steady"] if j.get("steady") else None
@@ -134,6 +141,12 @@ if "steady" in res:
                                    "block_time_over_16_plain_steps": res["steady"] / resblock["steady"], "draft": resblock.get("draft")}
     out["resident"] = {"steady_tok_s": res["steady"], "time_per_token_s": t, "spine_bytes": spine,
                        "active_expert_bytes": active, "hbm_floor_s": floor, "ratio_to_floor": t / floor if floor else None}
+if "steady" in up1 and "steady" in plain:
+    out["upload_streams"] = {"streams_8_steady": plain["steady"], "streams_1_steady": up1["steady"],
+                             "layer_wait_s_8": plain.get("streaming", {}).get("layer_wait_s"),
+                             "layer_wait_s_1": up1.get("streaming", {}).get("layer_wait_s")}
+if "profile" in prof:
+    out["resident_profile"] = prof["profile"]
 print(json.dumps(out, indent=1))
 EOF
 tar czf "$OUT/results.tgz" -C "$R" . 2>/dev/null

@@ -18,19 +18,19 @@ namespace fs = std::filesystem;
 const std::vector<int32_t> kPrompt = {768, 84, 257, 653, 384, 526, 659, 648, 259, 650, 414, 44,
                                       277, 258, 525, 351, 286, 105, 99,  107, 115, 259, 473, 467};
 
-struct Run {
+struct GenRun {
   std::vector<int32_t> ids;
   std::vector<uint64_t> hashes;
   StreamingMetrics metrics;
 };
 
-Run generate_on(const ModelOptions& o) {
+GenRun generate_on(const ModelOptions& o) {
   LoadedModel m = load_model(o);
   auto st = m.model->new_state(128);
   GenerateParams gp;
   gp.n_predict = 12;
   GenerateMetrics gm;
-  Run r;
+  GenRun r;
   generate(*m.model, *st, kPrompt, gp, gm, [&](const GeneratedToken& t) {
     r.ids.push_back(t.id);
     r.hashes.push_back(t.logits_hash);
@@ -70,7 +70,7 @@ class GpuStreaming : public ::testing::Test {
 };
 
 TEST_F(GpuStreaming, UploadStreamsAndDeviceCacheAreBitIdenticalToResidentExperts) {
-  const Run ref = generate_on(options(false));
+  const GenRun ref = generate_on(options(false));
   ASSERT_EQ(ref.hashes.size(), 12u);
   struct Case { uint64_t device; uint32_t streams; uint32_t scratch; };
   for (auto c : {Case{0, 8, 1}, Case{0, 8, 0}, Case{1, 1, 2}, Case{6, 8, 0}, Case{160, 8, 0}}) {
@@ -81,7 +81,7 @@ TEST_F(GpuStreaming, UploadStreamsAndDeviceCacheAreBitIdenticalToResidentExperts
     o.streaming.upload_streams = c.streams;
     o.streaming.device_scratch = c.scratch;
     if (c.device == 160) o.streaming.min_rows = 1;
-    const Run r = generate_on(o);
+    const GenRun r = generate_on(o);
     ASSERT_EQ(r.hashes, ref.hashes) << "streamed logits differ from resident ones";
     EXPECT_EQ(r.ids, ref.ids);
     EXPECT_EQ(r.metrics.upload_streams, c.streams);

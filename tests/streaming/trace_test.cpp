@@ -1,6 +1,7 @@
 // The trace of a streaming run accounts for every expert byte and hit the metrics report, and its
 // summary and plots come out of it.
 #include <map>
+#include <set>
 
 #include "actors/trace_file.hpp"
 #include "actors/trace_summary.hpp"
@@ -52,4 +53,37 @@ TEST(StreamingTrace, TraceAccountsForEveryExpertByteTheMetricsReport) {
     EXPECT_EQ(text.rfind("<svg", 0), 0u) << p;
     EXPECT_NE(text.find("</svg>"), std::string::npos) << p;
   }
+}
+
+// With the device tier (here on the CPU back-end), the device-cache manager traces every device hit
+// and miss, and every upload is traced with the stream it went on.
+TEST(StreamingTrace, DeviceTierTracesHitsMissesAndEveryUpload) {
+  const fs::path trace_path = kRoot / "device.trace";
+  auto o = streaming_options(prepared("one", 1, false), 160);
+  o.streaming.min_rows = 1;
+  o.streaming.device_tier = true;
+  o.streaming.upload_streams = 3;
+  o.streaming.trace_path = trace_path.string();
+  auto r = generate_run(o);
+  expect_same_output(r, reference());
+  const TraceFile tf = read_trace_file(trace_path.string());
+  uint64_t hits = 0, misses = 0, uploads = 0, upload_bytes = 0, requests = 0;
+  std::set<uint32_t> streams;
+  for (const auto& e : tf.events) {
+    hits += e.kind() == trace::HIT && e.tier() == trace::DEVICE;
+    misses += e.kind() == trace::MISS && e.tier() == trace::DEVICE;
+    requests += e.kind() == trace::REQUEST;
+    if (e.kind() == trace::UPLOAD) {
+      ++uploads;
+      upload_bytes += e.bytes();
+      streams.insert(e.dir());
+    }
+  }
+  EXPECT_GT(hits, 0u);
+  EXPECT_EQ(hits, r.metrics.device_hits);
+  EXPECT_EQ(misses, r.metrics.device.misses);
+  EXPECT_EQ(uploads, r.metrics.uploads);
+  EXPECT_EQ(upload_bytes, r.metrics.upload_bytes);
+  EXPECT_EQ(requests + hits, r.metrics.requested) << "device hits never reach the layer scheduler";
+  EXPECT_EQ(streams, (std::set<uint32_t>{0, 1, 2})) << "uploads go round-robin over the streams";
 }
