@@ -47,6 +47,14 @@ struct RopeParams {
   bool interleaved = false;              // pairs (x[2i], x[2i+1]); else (x[i], x[i+dim/2])
 };
 
+// Where each head's slice sits for Backend::matmul_heads (strides in floats, weight offset in rows).
+struct HeadsLayout {
+  int64_t heads = 1;
+  int64_t w_head_rows = 0;      // head h's rows start h * w_head_rows rows after w.data
+  int64_t x_tok = 0, x_head = 0;  // x of (token t, head h) starts at t * x_tok + h * x_head
+  int64_t y_tok = 0, y_head = 0;  // its output at t * y_tok + h * y_head
+};
+
 // How the DSA indexer orders keys of equal score. The scores are sums of ReLUs, so exact ties (at 0)
 // happen whenever every head's dot product is negative: common with the 2 heads of a test model,
 // practically never with 64. by_position (the default) keeps the lower position: deterministic and
@@ -118,6 +126,11 @@ class Backend {
   // ---- dense algebra ------------------------------------------------------------------------
   // y[n, w.rows] = x[n, w.cols] @ W^T. Row-invariant (see the exactness rule above).
   virtual void matmul(const Weight& w, const float* x, int64_t n, float* y) = 0;
+  // Per-head matmuls over one weight holding every head's rows (MLA's absorbed decode): for head h and
+  // token t < n, y(t, h)[o] = dot(x(t, h)[0 .. w.cols), row h * w_head_rows + o of w) for o < w.rows,
+  // w.data being head 0's first row. Row-invariant like matmul. The default (backend_heads.cpp) runs
+  // one matmul per head through contiguous copies; CUDA does every head in one launch.
+  virtual void matmul_heads(const Weight& w, const HeadsLayout& l, const float* x, int64_t n, float* y);
   // y[n, w.cols] = rows ids_host[i] of the table (f32 or q8_0, dequantized).
   virtual void embed(const Weight& table, const int32_t* ids_host, int64_t n, float* y) = 0;
 

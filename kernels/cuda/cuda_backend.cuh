@@ -41,6 +41,7 @@ class CudaBackend final : public Backend {
   void upload_async(int queue, void* dst, const void* src_host, size_t bytes) override;
 
   void matmul(const Weight& w, const float* x, int64_t n, float* y) override;
+  void matmul_heads(const Weight& w, const HeadsLayout& l, const float* x, int64_t n, float* y) override;
   void embed(const Weight& table, const int32_t* ids_host, int64_t n, float* y) override;
 
   void rmsnorm(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y) override;

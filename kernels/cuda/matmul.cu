@@ -83,11 +83,22 @@ constexpr size_t matmul_smem() {
 // Block: kWarps warps x kOutPerWarp weight rows, against rows [r0, r0 + nr) of x (NR >= nr). Per chunk
 // of kChunkCols columns the block stages x (all threads) and each warp its weight rows' bytes into
 // shared memory, then lane l applies element l of every 32-column block to all rows.
+// Strides of one launch: x and y rows (floats), and per head (blockIdx.z) the offsets of its weight
+// rows (bytes), x and y slices (floats). A plain matmul is one head with x_row = cols, y_row = rows.
+struct Strides {
+  int64_t x_row, y_row;
+  size_t w_head;
+  int64_t x_head, y_head;
+};
+
 template <WType T, int NR>
 __global__ void __launch_bounds__(kWarps * 32)
     matmul_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t rows, int64_t cols,
-                  const float* __restrict__ x, int64_t n, float* __restrict__ y) {
+                  const float* __restrict__ x, int64_t n, float* __restrict__ y, Strides s) {
   using F = Fmt<T>;
+  w += blockIdx.z * s.w_head;
+  x += blockIdx.z * s.x_head;
+  y += blockIdx.z * s.y_head;
   constexpr int kWBytes = kChunkCols / 32 * F::kBlockBytes + 32;
   extern __shared__ __align__(16) uint8_t smem[];
   float* xs = reinterpret_cast<float*>(smem);
@@ -108,7 +119,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     __syncthreads();  // every warp is done with the previous chunk
     for (int i = threadIdx.x; i < NR * nc; i += kWarps * 32) {
       const int r = i / nc, k = i - r * nc;
-      xs[r * kChunkCols + k] = r < nr ? __ldg(x + (r0 + r) * cols + c0 + k) : 0.0f;
+      xs[r * kChunkCols + k] = r < nr ? __ldg(x + (r0 + r) * s.x_row + c0 + k) : 0.0f;
     }
     int off[kOutPerWarp];
 #pragma unroll
@@ -143,7 +154,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int r = 0; r < NR; ++r) {
       const float v = warp_fold(acc[o][r]);
-      if (lane == 0 && o < nout && r < nr) y[(r0 + r) * rows + o0 + o] = v;
+      if (lane == 0 && o < nout && r < nr) y[(r0 + r) * s.y_row + o0 + o] = v;
     }
 }
 
@@ -159,7 +170,8 @@ __global__ void matmul_f32_tail_kernel(const float* __restrict__ w, int64_t rows
 }
 
 template <WType T, int NR>
-void launch_group(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t st) {
+void launch_group(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t st, const Strides& s,
+                  int64_t heads) {
   constexpr size_t smem = matmul_smem<T, NR>();
   static const bool raised = [] {  // more than the default 48 KiB of dynamic shared memory
     FERRY_CUDA_CHECK(cudaFuncSetAttribute(matmul_kernel<T, NR>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -168,9 +180,10 @@ void launch_group(const Weight& w, const float* x, int64_t n, float* y, cudaStre
   }();
   (void)raised;
   const int64_t warps = (w.rows + kOutPerWarp - 1) / kOutPerWarp;
-  const dim3 grid(static_cast<unsigned>((warps + kWarps - 1) / kWarps), static_cast<unsigned>((n + NR - 1) / NR));
+  const dim3 grid(static_cast<unsigned>((warps + kWarps - 1) / kWarps), static_cast<unsigned>((n + NR - 1) / NR),
+                  static_cast<unsigned>(heads));
   matmul_kernel<T, NR><<<grid, kWarps * 32, smem, st>>>(static_cast<const uint8_t*>(w.data), w.row_bytes(), w.rows,
-                                                         w.cols, x, n, y);
+                                                         w.cols, x, n, y, s);
   FERRY_CUDA_LAUNCHED(matmul_kernel);
 }
 
@@ -179,14 +192,17 @@ void launch_group(const Weight& w, const float* x, int64_t n, float* y, cudaStre
 // sums are the same operations in the same order for any NR (rows never mix), so a row's bits do not
 // depend on the row count.
 template <WType T>
-void launch_typed(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t st) {
+void launch_typed(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t st, const Strides& s,
+                  int64_t heads = 1) {
   const int64_t m = std::min<int64_t>(n, matmul_group_rows(T));
-  if (m <= 1) return launch_group<T, 1>(w, x, n, y, st);
-  if (m <= 2) return launch_group<T, 2>(w, x, n, y, st);
-  if (m <= 4) return launch_group<T, 4>(w, x, n, y, st);
-  if (m <= 8) return launch_group<T, 8>(w, x, n, y, st);
-  return launch_group<T, 16>(w, x, n, y, st);
+  if (m <= 1) return launch_group<T, 1>(w, x, n, y, st, s, heads);
+  if (m <= 2) return launch_group<T, 2>(w, x, n, y, st, s, heads);
+  if (m <= 4) return launch_group<T, 4>(w, x, n, y, st, s, heads);
+  if (m <= 8) return launch_group<T, 8>(w, x, n, y, st, s, heads);
+  return launch_group<T, 16>(w, x, n, y, st, s, heads);
 }
+
+Strides plain_strides(const Weight& w) { return Strides{w.cols, w.rows, 0, 0, 0}; }
 
 template <WType T>
 __global__ void embed_kernel(const uint8_t* __restrict__ table, size_t row_bytes, int64_t cols,
@@ -213,9 +229,9 @@ void launch_matmul(const Weight& w, const float* x, int64_t n, float* y, cudaStr
         FERRY_CUDA_LAUNCHED(matmul_f32_tail_kernel);
         return;
       }
-      return launch_typed<WType::f32>(w, x, n, y, st);
-    case WType::q8_0: return launch_typed<WType::q8_0>(w, x, n, y, st);
-    case WType::mxfp4: return launch_typed<WType::mxfp4>(w, x, n, y, st);
+      return launch_typed<WType::f32>(w, x, n, y, st, plain_strides(w));
+    case WType::q8_0: return launch_typed<WType::q8_0>(w, x, n, y, st, plain_strides(w));
+    case WType::mxfp4: return launch_typed<WType::mxfp4>(w, x, n, y, st, plain_strides(w));
   }
 }
 
@@ -239,6 +255,25 @@ void CudaBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
   if (n > 65535 * int64_t{8}) throw LimitError("cuda matmul: " + std::to_string(n) + " rows in one call (max 524280)");
   bind();
   launch_matmul(w, x, n, y, stream_);
+}
+
+// Every head in one launch of the generic kernel (blockIdx.z = head): the per-head matrices of MLA's
+// absorbed decode are small, so one launch instead of one per head is what matters. The generic
+// kernel's order is the CPU's, so the result is bit-identical to the CPU back-end's per-head matmuls.
+void CudaBackend::matmul_heads(const Weight& w, const HeadsLayout& l, const float* x, int64_t n, float* y) {
+  if (n <= 0 || l.heads <= 0) return;
+  if (w.empty() || w.rows <= 0 || w.cols <= 0 || l.w_head_rows < 0)
+    throw TensorError("cuda matmul_heads: empty weight or negative head offset (rows=" + std::to_string(w.rows) +
+                      ", cols=" + std::to_string(w.cols) + ")");
+  if (w.cols % 32 != 0 || l.heads > 65535 || n > 65535 * int64_t{8})
+    return Backend::matmul_heads(w, l, x, n, y);  // per head (rare shapes)
+  bind();
+  const Strides s{l.x_tok, l.y_tok, static_cast<size_t>(l.w_head_rows) * w.row_bytes(), l.x_head, l.y_head};
+  switch (w.type) {
+    case WType::f32: return launch_typed<WType::f32>(w, x, n, y, stream_, s, l.heads);
+    case WType::q8_0: return launch_typed<WType::q8_0>(w, x, n, y, stream_, s, l.heads);
+    case WType::mxfp4: return launch_typed<WType::mxfp4>(w, x, n, y, stream_, s, l.heads);
+  }
 }
 
 void CudaBackend::embed(const Weight& table, const int32_t* ids_host, int64_t n, float* y) {

@@ -96,14 +96,11 @@ void Model::mixer_mla(int il, Ctx& c, const float* x, float* out) {
     be_.attention(aa);
   } else {
     // Absorbed: q_abs_h = [q_nope_h @ W_uk_h | q_pe_h] against the shared latent (MQA, one kv head).
-    Buf qa(be_, static_cast<size_t>(n * h * lw)), t1(be_, static_cast<size_t>(n * r)), t2(be_, static_cast<size_t>(n * r));
-    for (int64_t hh = 0; hh < h; ++hh) {
-      Weight uk{WType::f32, r, dn, w.w_uk_t.get() + hh * r * dn};
-      be_.copy2d(q.get() + hh * qk, h * qk, t1, dn, n, dn);
-      be_.matmul(uk, t1, n, t2);
-      be_.copy2d(t2, r, qa.get() + hh * lw, h * lw, n, r);
-      be_.copy2d(q.get() + hh * qk + dn, h * qk, qa.get() + hh * lw + r, h * lw, n, dr);
-    }
+    // Every head at once (Backend::matmul_heads); q_pe rows of all (token, head) pairs in one copy.
+    Buf qa(be_, static_cast<size_t>(n * h * lw));
+    const Weight uk{WType::f32, r, dn, w.w_uk_t.get()};
+    be_.matmul_heads(uk, HeadsLayout{h, r, h * qk, qk, h * lw, lw}, q, n, qa);
+    if (dr > 0) be_.copy2d(q.get() + dn, qk, qa.get() + r, lw, n * h, dr);
     Buf ol(be_, static_cast<size_t>(n * h * r));
     aa.q = qa; aa.q_tok_stride = h * lw; aa.q_head_stride = lw;
     aa.k = st.latent; aa.k_tok_stride = lw; aa.k_head_stride = 0;
@@ -111,15 +108,10 @@ void Model::mixer_mla(int il, Ctx& c, const float* x, float* out) {
     aa.Hk = 1; aa.Dk = lw; aa.Dv = r;
     aa.out = ol;
     be_.attention(aa);
-    Buf t3(be_, static_cast<size_t>(n * dv));
-    for (int64_t hh = 0; hh < h; ++hh) {
-      Weight uv = w.kv_b;
-      uv.rows = dv;
-      uv.data = static_cast<const char*>(w.kv_b.data) + (hh * (dn + dv) + dn) * static_cast<int64_t>(w.kv_b.row_bytes());
-      be_.copy2d(ol.get() + hh * r, h * r, t1, r, n, r);
-      be_.matmul(uv, t1, n, t3);
-      be_.copy2d(t3, dv, att.get() + hh * dv, h * dv, n, dv);
-    }
+    Weight uv = w.kv_b;  // head h's value rows: kv_b rows h*(dn+dv)+dn .. +dv
+    uv.rows = dv;
+    uv.data = static_cast<const char*>(w.kv_b.data) + dn * static_cast<int64_t>(w.kv_b.row_bytes());
+    be_.matmul_heads(uv, HeadsLayout{h, dn + dv, h * r, r, h * dv, dv}, ol, n, att);
   }
   if (!w.gate.empty()) {  // K3 gated MLA: a *= sigmoid(x @ g_proj^T)
     Buf g(be_, static_cast<size_t>(n * h * dv));
