@@ -12,7 +12,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <span>
 #include <string>
 
 namespace ferry {
@@ -92,9 +91,11 @@ struct ExpertCall {
   int64_t m = 0;
 };
 
-// A batch of routed experts over one MoE layer's inputs (Backend::expert_ffn).
+// A batch of routed experts over one MoE layer's inputs (Backend::expert_ffn). (Pointer and count, not
+// std::span: the CUDA sources that include this header are C++17.)
 struct ExpertFfnArgs {
-  std::span<const ExpertCall> calls;
+  const ExpertCall* calls = nullptr;
+  size_t n_calls = 0;
   const float* x = nullptr;  // [x_rows, in]
   int64_t x_rows = 0;
   float* y = nullptr;        // [y_rows, in]; rows no call names are left as they are

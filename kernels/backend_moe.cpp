@@ -2,6 +2,7 @@
 // back-end runs first. The composition is the per-expert op sequence the MoE layer used to issue
 // itself, with the batch's rows concatenated so it costs one set of buffers per batch instead of one
 // per expert: matmul is row-invariant and the activation element-wise, so concatenating changes no bit.
+#include <span>
 #include <string>
 #include <vector>
 
@@ -31,14 +32,16 @@ void check_rows(const int32_t* idx, int64_t m, int64_t limit, const char* who, s
                        " outside [0, " + std::to_string(limit) + ")");
 }
 
+std::span<const ExpertCall> calls_of(const ExpertFfnArgs& a) { return {a.calls, a.n_calls}; }
+
 }  // namespace
 
 void validate_expert_ffn(const ExpertFfnArgs& a, const char* who) {
   if (a.in <= 0 || a.inter <= 0)
     throw TensorError(std::string(who) + ": in=" + std::to_string(a.in) + ", inter=" + std::to_string(a.inter) +
                       " must be positive");
-  if (!a.calls.empty() && (!a.x || !a.y)) throw TensorError(std::string(who) + ": null x or y");
-  for (size_t i = 0; i < a.calls.size(); ++i) {
+  if (a.n_calls > 0 && (!a.calls || !a.x || !a.y)) throw TensorError(std::string(who) + ": null calls, x or y");
+  for (size_t i = 0; i < a.n_calls; ++i) {
     const ExpertCall& c = a.calls[i];
     if (c.m < 0) throw LimitError(where(who, i, "m") + " = " + std::to_string(c.m) + " is negative");
     check_weight(c.gate, a.inter, a.in, who, i, "gate");
@@ -52,13 +55,13 @@ void validate_expert_ffn(const ExpertFfnArgs& a, const char* who) {
 void Backend::expert_ffn(const ExpertFfnArgs& a) {
   validate_expert_ffn(a, "expert_ffn");
   int64_t total = 0;
-  for (const ExpertCall& c : a.calls) total += c.m;
+  for (const ExpertCall& c : calls_of(a)) total += c.m;
   if (total == 0) return;
   const auto n_in = static_cast<size_t>(total * a.in), n_inter = static_cast<size_t>(total * a.inter);
   const size_t row_bytes = static_cast<size_t>(a.in) * sizeof(float);
   Buf xin(*this, n_in), g(*this, n_inter), u(*this, n_inter), yo(*this, n_in);
   int64_t off = 0;  // first row of the current call in the concatenated buffers
-  for (const ExpertCall& c : a.calls) {
+  for (const ExpertCall& c : calls_of(a)) {
     for (int64_t r = 0; r < c.m; ++r) copy(xin.get() + (off + r) * a.in, a.x + c.rows_host[r] * a.in, row_bytes);
     matmul(c.gate, xin.get() + off * a.in, c.m, g.get() + off * a.inter);
     matmul(c.up, xin.get() + off * a.in, c.m, u.get() + off * a.inter);
@@ -69,7 +72,7 @@ void Backend::expert_ffn(const ExpertFfnArgs& a) {
   else
     swiglu(g, u, total * a.inter, g);
   off = 0;
-  for (const ExpertCall& c : a.calls) {
+  for (const ExpertCall& c : calls_of(a)) {
     matmul(c.down, g.get() + off * a.inter, c.m, yo.get() + off * a.in);
     for (int64_t r = 0; r < c.m; ++r) copy(a.y + c.dst_host[r] * a.in, yo.get() + (off + r) * a.in, row_bytes);
     off += c.m;

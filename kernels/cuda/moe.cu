@@ -13,7 +13,6 @@
 // one CudaBackend matmul per piece on the contiguous gathered rows: still bit-identical (the matmul is
 // row-invariant), just more launches.
 #include <algorithm>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -52,7 +51,8 @@ struct Wave {
 // no bit.
 void plan(const ExpertFfnArgs& a, std::vector<Launch>& ls, std::vector<Wave>& waves) {
   GroupTable* t = nullptr;
-  for (const ExpertCall& c : a.calls) {
+  for (size_t ci = 0; ci < a.n_calls; ++ci) {
+    const ExpertCall& c = a.calls[ci];
     for (int64_t r = 0; r < c.m;) {
       const bool wave_full = !waves.empty() && waves.back().rows == kWaveRows;
       if (!t || t->ncalls == kGroupCalls || t->rows == kGroupRows || wave_full) {
@@ -84,11 +84,13 @@ void plan(const ExpertFfnArgs& a, std::vector<Launch>& ls, std::vector<Wave>& wa
 // aligned, and its rows are inter floats apart (inter % 512 == 0 when down qualifies): nullptr
 // stands for that aligned input.
 bool grouped_fast_ok(const ExpertFfnArgs& a) {
-  const WType type = a.calls.front().gate.type;
-  for (const ExpertCall& c : a.calls)
+  const WType type = a.calls[0].gate.type;
+  for (size_t i = 0; i < a.n_calls; ++i) {
+    const ExpertCall& c = a.calls[i];
     if (c.gate.type != type || c.up.type != type || c.down.type != type || !matmul_fast_supported(c.gate, a.x) ||
         !matmul_fast_supported(c.up, a.x) || !matmul_fast_supported(c.down, nullptr))
       return false;
+  }
   return true;
 }
 
@@ -146,6 +148,14 @@ __global__ void combine_kernel(const __grid_constant__ CombineArgs a) {
 
 namespace {
 
+// Range-for over a pointer and a count (C++17: no std::span).
+struct Span {
+  const Launch* p;
+  size_t n;
+  const Launch* begin() const { return p; }
+  const Launch* end() const { return p + n; }
+};
+
 // Intermediate buffers of one wave (scratch): g, u [wave rows, inter]; the generic path's gathered x
 // and down outputs xg, yg [wave rows, in].
 struct MoeScratch {
@@ -160,19 +170,21 @@ void expert_act(Backend& be, const ExpertAct& act, float* g, const float* u, int
     be.swiglu(g, u, n, g);
 }
 
-void ffn_wave_fast(CudaBackend& be, const ExpertFfnArgs& a, std::span<const Launch> ls, int rows, const MoeScratch& s) {
+// Launches ls[0, nls) of one wave of `rows` rows.
+void ffn_wave_fast(CudaBackend& be, const ExpertFfnArgs& a, const Launch* ls, size_t nls, int rows,
+                   const MoeScratch& s) {
   const cudaStream_t st = be.stream();
   const int in = static_cast<int>(a.in), inter = static_cast<int>(a.inter);
-  const WType type = a.calls.front().gate.type;
-  for (const Launch& l : ls) launch_grouped_gate_up(l.t, type, a.x, in, inter, s.g, s.u, st);
+  const WType type = a.calls[0].gate.type;
+  for (const Launch& l : Span{ls, nls}) launch_grouped_gate_up(l.t, type, a.x, in, inter, s.g, s.u, st);
   expert_act(be, a.act, s.g, s.u, rows * a.inter);
-  for (const Launch& l : ls) launch_grouped_down(l.t, type, s.g, in, inter, a.y, st);
+  for (const Launch& l : Span{ls, nls}) launch_grouped_down(l.t, type, s.g, in, inter, a.y, st);
 }
 
-void ffn_wave_generic(CudaBackend& be, const ExpertFfnArgs& a, std::span<const Launch> ls, int rows,
+void ffn_wave_generic(CudaBackend& be, const ExpertFfnArgs& a, const Launch* ls, size_t nls, int rows,
                       const MoeScratch& s) {
   const cudaStream_t st = be.stream();
-  for (const Launch& l : ls) {
+  for (const Launch& l : Span{ls, nls}) {
     launch_row_copy(l.t, a.x, s.xg, a.in, true, st);
     for (int p = 0; p < l.t.ncalls; ++p) {
       const int64_t off = l.t.base + l.t.loc[p];
@@ -181,7 +193,7 @@ void ffn_wave_generic(CudaBackend& be, const ExpertFfnArgs& a, std::span<const L
     }
   }
   expert_act(be, a.act, s.g, s.u, rows * a.inter);
-  for (const Launch& l : ls) {
+  for (const Launch& l : Span{ls, nls}) {
     for (int p = 0; p < l.t.ncalls; ++p) {
       const int64_t off = l.t.base + l.t.loc[p];
       launch_matmul(l.call[p]->down, s.g + off * a.inter, l.t.m[p], s.yg + off * a.in, st);
@@ -195,7 +207,7 @@ void ffn_wave_generic(CudaBackend& be, const ExpertFfnArgs& a, std::span<const L
 void CudaBackend::expert_ffn(const ExpertFfnArgs& a) {
   validate_expert_ffn(a, "cuda expert_ffn");
   int64_t total = 0;
-  for (const ExpertCall& c : a.calls) total += c.m;
+  for (size_t i = 0; i < a.n_calls; ++i) total += a.calls[i].m;
   if (total == 0) return;
   if (a.in > (int64_t{1} << 30) || a.inter > (int64_t{1} << 30))
     throw LimitError("cuda expert_ffn: in=" + std::to_string(a.in) + ", inter=" + std::to_string(a.inter) +
@@ -213,11 +225,10 @@ void CudaBackend::expert_ffn(const ExpertFfnArgs& a) {
   s.xg = s.u + gi;
   s.yg = s.xg + xi;
   for (const Wave& w : waves) {
-    const std::span<const Launch> part(ls.data() + w.first, w.last - w.first);
     if (fast)
-      ffn_wave_fast(*this, a, part, w.rows, s);
+      ffn_wave_fast(*this, a, ls.data() + w.first, w.last - w.first, w.rows, s);
     else
-      ffn_wave_generic(*this, a, part, w.rows, s);
+      ffn_wave_generic(*this, a, ls.data() + w.first, w.last - w.first, w.rows, s);
   }
 }
 

@@ -137,7 +137,8 @@ void Model::moe(int il, Ctx& c, const float* x, float* out) {
                        static_cast<int64_t>(u.rows.size())});
     }
     ExpertFfnArgs b = fa;
-    b.calls = calls;
+    b.calls = calls.data();
+    b.n_calls = calls.size();
     be_.expert_ffn(b);
   });
   Buf acc(be_, static_cast<size_t>(n * in));

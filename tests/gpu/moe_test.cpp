@@ -33,7 +33,8 @@ struct Shape {
 ExpertFfnArgs args_for(std::span<const ExpertCall> calls, const float* x, int64_t x_rows, float* y, int64_t y_rows,
                        Shape s, const ExpertAct& act) {
   ExpertFfnArgs a;
-  a.calls = calls;
+  a.calls = calls.data();
+  a.n_calls = calls.size();
   a.x = x;
   a.x_rows = x_rows;
   a.y = y;

@@ -27,7 +27,8 @@ std::pair<std::vector<float>, std::vector<float>> both_ways(Backend& be, Batch& 
   int64_t y_rows = 0;
   for (const auto& c : calls) y_rows += c.m;
   ExpertFfnArgs a;
-  a.calls = calls;
+  a.calls = calls.data();
+  a.n_calls = calls.size();
   a.x = x.data();
   a.x_rows = kXRows;
   a.in = kIn;
@@ -100,7 +101,9 @@ TEST(ExpertFfn, LeavesRowsNoCallNamesUntouched) {
   b.add(ex[0], {3, 9}, {1, 4});
   b.add(ex[1], {9}, {2});
   ExpertFfnArgs a;
-  a.calls = b.bind();
+  const auto calls = b.bind();
+  a.calls = calls.data();
+  a.n_calls = calls.size();
   a.x = x.data();
   a.x_rows = kXRows;
   a.in = kIn;
@@ -121,7 +124,9 @@ TEST(ExpertFfn, BadBatchesThrowNamingTheCallAndField) {
   std::vector<float> y(static_cast<size_t>(4 * kIn));
   auto run = [&](Batch& b, int64_t inter) {
     ExpertFfnArgs a;
-    a.calls = b.bind();
+    const auto calls = b.bind();
+    a.calls = calls.data();
+    a.n_calls = calls.size();
     a.x = x.data();
     a.x_rows = kXRows;
     a.y = y.data();

@@ -107,7 +107,8 @@ inline Batch random_batch(const RandomExperts& ex, size_t first, const std::vect
 // expert, fresh buffers, one row copy in and out per row, three matmuls and the activation.
 inline void per_expert_sequence(Backend& be, const ExpertFfnArgs& a) {
   const size_t row_bytes = static_cast<size_t>(a.in) * sizeof(float);
-  for (const ExpertCall& c : a.calls) {
+  for (size_t i = 0; i < a.n_calls; ++i) {
+    const ExpertCall& c = a.calls[i];
     const int64_t m = c.m;
     Buf xin(be, static_cast<size_t>(m * a.in)), g(be, static_cast<size_t>(m * a.inter)),
         up(be, static_cast<size_t>(m * a.inter)), yo(be, static_cast<size_t>(m * a.in));
