@@ -52,31 +52,52 @@ void validate_expert_ffn(const ExpertFfnArgs& a, const char* who) {
   }
 }
 
-void Backend::expert_ffn(const ExpertFfnArgs& a) {
-  validate_expert_ffn(a, "expert_ffn");
-  int64_t total = 0;
-  for (const ExpertCall& c : calls_of(a)) total += c.m;
-  if (total == 0) return;
-  const auto n_in = static_cast<size_t>(total * a.in), n_inter = static_cast<size_t>(total * a.inter);
+namespace {
+
+// Rows per set of buffers: bounds the memory of prompt-pass batches (thousands of rows) to a few
+// wave-sized buffers; an expert with more rows runs as a wave of its own (as before expert_ffn).
+constexpr int64_t kWaveRows = 2048;
+
+// The calls of one wave (`rows` rows in all) through one set of concatenated buffers.
+void ffn_wave(Backend& be, const ExpertFfnArgs& a, std::span<const ExpertCall> calls, int64_t rows) {
   const size_t row_bytes = static_cast<size_t>(a.in) * sizeof(float);
-  Buf xin(*this, n_in), g(*this, n_inter), u(*this, n_inter), yo(*this, n_in);
+  Buf xin(be, static_cast<size_t>(rows * a.in)), g(be, static_cast<size_t>(rows * a.inter)),
+      u(be, static_cast<size_t>(rows * a.inter)), yo(be, static_cast<size_t>(rows * a.in));
   int64_t off = 0;  // first row of the current call in the concatenated buffers
-  for (const ExpertCall& c : calls_of(a)) {
-    for (int64_t r = 0; r < c.m; ++r) copy(xin.get() + (off + r) * a.in, a.x + c.rows_host[r] * a.in, row_bytes);
-    matmul(c.gate, xin.get() + off * a.in, c.m, g.get() + off * a.inter);
-    matmul(c.up, xin.get() + off * a.in, c.m, u.get() + off * a.inter);
+  for (const ExpertCall& c : calls) {
+    for (int64_t r = 0; r < c.m; ++r) be.copy(xin.get() + (off + r) * a.in, a.x + c.rows_host[r] * a.in, row_bytes);
+    be.matmul(c.gate, xin.get() + off * a.in, c.m, g.get() + off * a.inter);
+    be.matmul(c.up, xin.get() + off * a.in, c.m, u.get() + off * a.inter);
     off += c.m;
   }
   if (a.act.situ)
-    situ(g, u, total * a.inter, a.act.beta, a.act.lbeta, g);
+    be.situ(g, u, rows * a.inter, a.act.beta, a.act.lbeta, g);
   else
-    swiglu(g, u, total * a.inter, g);
+    be.swiglu(g, u, rows * a.inter, g);
   off = 0;
-  for (const ExpertCall& c : calls_of(a)) {
-    matmul(c.down, g.get() + off * a.inter, c.m, yo.get() + off * a.in);
-    for (int64_t r = 0; r < c.m; ++r) copy(a.y + c.dst_host[r] * a.in, yo.get() + (off + r) * a.in, row_bytes);
+  for (const ExpertCall& c : calls) {
+    be.matmul(c.down, g.get() + off * a.inter, c.m, yo.get() + off * a.in);
+    for (int64_t r = 0; r < c.m; ++r) be.copy(a.y + c.dst_host[r] * a.in, yo.get() + (off + r) * a.in, row_bytes);
     off += c.m;
   }
+}
+
+}  // namespace
+
+void Backend::expert_ffn(const ExpertFfnArgs& a) {
+  validate_expert_ffn(a, "expert_ffn");
+  const auto calls = calls_of(a);
+  size_t first = 0;
+  int64_t rows = 0;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (rows > 0 && rows + calls[i].m > kWaveRows) {
+      ffn_wave(*this, a, calls.subspan(first, i - first), rows);
+      first = i;
+      rows = 0;
+    }
+    rows += calls[i].m;
+  }
+  if (rows > 0) ffn_wave(*this, a, calls.subspan(first), rows);
 }
 
 void Backend::moe_combine(const float* y, const float* wts_host, int64_t n, int64_t k, int64_t dim, float* acc) {

@@ -91,6 +91,35 @@ TEST(ExpertFfn, RowInABatchOfSixteenEqualsTheRowAlone) {
     }
 }
 
+// Prompt-pass batches run in waves of buffers (2048 rows): an expert larger than a wave, and waves
+// cut between experts, change no bit.
+TEST(ExpertFfn, PromptBatchLargerThanAWaveIsBitIdentical) {
+  auto be = make_cpu_backend(2);
+  const int64_t in = 64, inter = 32, x_rows = 2500;
+  RandomExperts ex(*be, WType::mxfp4, 4, in, inter, 600);
+  const std::vector<int64_t> m{1500, 900, 10, 2300};
+  Batch b = test::random_batch(ex, 0, m, x_rows, 601);
+  const auto calls = b.bind();
+  const auto x = test::random_floats(static_cast<size_t>(x_rows * in), 602);
+  const int64_t y_rows = 1500 + 900 + 10 + 2300;
+  auto fused = test::poisoned(static_cast<size_t>(y_rows * in)), seq = fused;
+  ExpertFfnArgs a;
+  a.calls = calls.data();
+  a.n_calls = calls.size();
+  a.x = x.data();
+  a.x_rows = x_rows;
+  a.y_rows = y_rows;
+  a.in = in;
+  a.inter = inter;
+  a.act = test::all_acts()[2];
+  a.y = fused.data();
+  be->expert_ffn(a);
+  a.y = seq.data();
+  test::per_expert_sequence(*be, a);
+  EXPECT_TRUE(test::bitwise_equal(fused, seq));
+  for (float v : fused) ASSERT_TRUE(std::isfinite(v));
+}
+
 // y rows no call names keep their contents (the MoE layer relies on nothing else, but a back-end
 // must not scribble over them).
 TEST(ExpertFfn, LeavesRowsNoCallNamesUntouched) {
