@@ -83,6 +83,39 @@ struct AttentionArgs {
   int64_t sel_k = 0;
 };
 
+// Activation of a routed expert's FFN (MODEL_SPEC.md §2): SiTU (K3) or SwiGLU.
+struct ExpertAct {
+  bool situ = false;   // else SwiGLU
+  float beta = 1.0f;   // SiTU only (Backend::situ's beta, lbeta)
+  float lbeta = 0.0f;
+};
+
+// One routed expert of a batch: rows rows_host[r] of x are its inputs and its outputs go to rows
+// dst_host[r] of y, r = 0..m-1. gate/up are [inter, in], down [in, inter].
+struct ExpertCall {
+  Weight gate, up, down;
+  const int32_t* rows_host = nullptr;  // [m], each in [0, x_rows)
+  const int32_t* dst_host = nullptr;   // [m], each in [0, y_rows); no two rows of a batch share one
+  int64_t m = 0;
+};
+
+// A batch of routed experts over one MoE layer's inputs (Backend::expert_ffn). (Pointer and count, not
+// std::span: the CUDA sources that include this header are C++17.)
+struct ExpertFfnArgs {
+  const ExpertCall* calls = nullptr;
+  size_t n_calls = 0;
+  const float* x = nullptr;  // [x_rows, in]
+  int64_t x_rows = 0;
+  float* y = nullptr;        // [y_rows, in]; rows no call names are left as they are
+  int64_t y_rows = 0;
+  int64_t in = 0, inter = 0;
+  ExpertAct act;
+};
+
+// Throws TensorError / LimitError naming `who`, the call and the field on a shape mismatch, a null
+// pointer or a row index out of range (every back-end checks before it launches anything).
+void validate_expert_ffn(const ExpertFfnArgs& a, const char* who);
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -186,6 +219,16 @@ class Backend {
   // per row; vs are nv buffers of [T,D].
   virtual void attn_res(const float* const* vs_host, int64_t nv, const float* w, int64_t T, int64_t D, float eps,
                         float* out) = 0;
+
+  // ---- mixture of experts ---------------------------------------------------------------------------
+  // y[dst] = down(act(gate(x[rows]), up(x[rows]))) for every call of the batch. Each row's result is
+  // bit-identical to running its expert alone through matmul / situ|swiglu / matmul on this back-end
+  // (the exactness rule: it never depends on the other rows or experts of the batch). The default
+  // composes those ops (backend_moe.cpp); the CUDA back-end runs the whole batch in a few launches.
+  virtual void expert_ffn(const ExpertFfnArgs& a);
+  // acc[t, :] = sum over j = 0..k-1, in order, of wts_host[t*k+j] * y[(t*k+j)*dim ...] for t < n,
+  // overwriting acc: bit-identical to zero-filling acc and calling axpy(wts[t*k+j], ...) per (t, j).
+  virtual void moe_combine(const float* y, const float* wts_host, int64_t n, int64_t k, int64_t dim, float* acc);
 };
 
 // The CPU back-end (always available). `threads` = 0 picks the hardware concurrency.

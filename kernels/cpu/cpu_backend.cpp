@@ -140,4 +140,20 @@ void CpuBackend::sigmoid_mul(const float* x, const float* gate, int64_t n, float
   for_elems(n, [&](int64_t i) { y[i] = x[i] * sigmoidf(gate[i]); });
 }
 
+// ---- mixture of experts -------------------------------------------------------------------------------
+
+// The axpy sequence from a zero acc, fused: per element acc = acc + w*y with the product and the sum
+// rounded separately (-ffp-contract=off), j in rank order; starting from +0.0f keeps the one case where
+// the fused form could differ from the sequence (a -0 first product: 0 + -0 = +0) identical.
+void CpuBackend::moe_combine(const float* y, const float* wts_host, int64_t n, int64_t k, int64_t dim, float* acc) {
+  if (n <= 0 || dim <= 0) return;
+  if (k <= 0) throw LimitError("moe_combine: k=" + std::to_string(k) + " must be positive");
+  for_elems(n * dim, [&](int64_t i) {
+    const int64_t t = i / dim, c = i - t * dim;
+    float a = 0.0f;
+    for (int64_t j = 0; j < k; ++j) a = a + wts_host[t * k + j] * y[(t * k + j) * dim + c];
+    acc[i] = a;
+  });
+}
+
 }  // namespace ferry::cpu

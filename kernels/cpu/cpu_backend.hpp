@@ -58,6 +58,8 @@ class CpuBackend final : public Backend {
   void attn_res(const float* const* vs_host, int64_t nv, const float* w, int64_t T, int64_t D, float eps,
                 float* out) override;
 
+  void moe_combine(const float* y, const float* wts_host, int64_t n, int64_t k, int64_t dim, float* acc) override;
+
  private:
   // Element-wise work: split n elements over threads in pieces of at least kElemGrain.
   template <class F>

@@ -76,9 +76,12 @@ class CudaBackend final : public Backend {
   void attn_res(const float* const* vs_host, int64_t nv, const float* w, int64_t T, int64_t D, float eps,
                 float* out) override;
 
+  void expert_ffn(const ExpertFfnArgs& a) override;  // moe.cu
+  void moe_combine(const float* y, const float* wts_host, int64_t n, int64_t k, int64_t dim, float* acc) override;
+
   // Grow-only device scratch buffers, one per use, reused by later calls (stream order makes the reuse
   // safe: a later op's copy into a slot runs after every earlier kernel that read it).
-  enum Slot { kIds, kPos, kFreq, kKeys, kCounts, kScores, kPtrs, kNumSlots };
+  enum Slot { kIds, kPos, kFreq, kKeys, kCounts, kScores, kPtrs, kMoeAct, kMoeWts, kNumSlots };
   void* scratch(Slot s, size_t bytes);
   // Host -> device copy of small host arrays into a scratch slot (returns the device copy).
   void* stage(Slot s, const void* host, size_t bytes);

@@ -108,36 +108,41 @@ void Model::moe(int il, Ctx& c, const float* x, float* out) {
       uses[static_cast<size_t>(sidx)].rows.push_back(static_cast<int32_t>(t));
       uses[static_cast<size_t>(sidx)].ranks.push_back(static_cast<int32_t>(j));
     }
-  // Each expert writes its rows' outputs to their own (row, rank) slot, in whatever order experts
-  // arrive; the sum below runs in rank order, so the result never depends on arrival order.
+  // Each expert writes its rows' outputs to their own (row, rank) slot of y, in whatever order and
+  // batches experts arrive; the combine sums in rank order, so the result never depends on either.
+  std::vector<int32_t> dst;  // uses[i]'s slots start at dst[first[i]]
+  std::vector<size_t> first(uses.size());
+  dst.reserve(static_cast<size_t>(n * k));
+  for (size_t i = 0; i < uses.size(); ++i) {
+    first[i] = dst.size();
+    for (size_t r = 0; r < uses[i].rows.size(); ++r)
+      dst.push_back(static_cast<int32_t>(uses[i].rows[r] * k + uses[i].ranks[r]));
+  }
   Buf y(be_, static_cast<size_t>(n * k * in));
-  const int64_t inter = cfg_.moe.moe_inter;
-  auto one = [&](size_t i, const ExpertWeights& ew) {
-    const ExpertUse& u = uses[i];
-    const int64_t m = static_cast<int64_t>(u.rows.size());
-    Buf xin(be_, static_cast<size_t>(m * in)), g(be_, static_cast<size_t>(m * inter)),
-        up(be_, static_cast<size_t>(m * inter)), yo(be_, static_cast<size_t>(m * in));
-    for (int64_t r = 0; r < m; ++r)
-      be_.copy(xin.get() + r * in, hin + u.rows[static_cast<size_t>(r)] * in, static_cast<size_t>(in) * sizeof(float));
-    be_.matmul(ew.gate, xin, m, g);
-    be_.matmul(ew.up, xin, m, up);
-    if (cfg_.act == Activation::situ)
-      be_.situ(g, up, m * inter, static_cast<float>(cfg_.situ_beta), static_cast<float>(cfg_.situ_linear_beta), g);
-    else
-      be_.swiglu(g, up, m * inter, g);
-    be_.matmul(ew.down, g, m, yo);
-    for (int64_t r = 0; r < m; ++r) {
-      const int64_t row = u.rows[static_cast<size_t>(r)], rank = u.ranks[static_cast<size_t>(r)];
-      be_.copy(y.get() + (row * k + rank) * in, yo.get() + r * in, static_cast<size_t>(in) * sizeof(float));
-    }
-  };
+  ExpertFfnArgs fa;
+  fa.x = hin;
+  fa.x_rows = n;
+  fa.y = y;
+  fa.y_rows = n * k;
+  fa.in = in;
+  fa.inter = cfg_.moe.moe_inter;
+  fa.act = {cfg_.act == Activation::situ, static_cast<float>(cfg_.situ_beta),
+            static_cast<float>(cfg_.situ_linear_beta)};
   experts_->fetch(il, uses, [&](std::span<const size_t> idx, std::span<const ExpertWeights> ws) {
-    for (size_t j = 0; j < idx.size(); ++j) one(idx[j], ws[j]);
+    std::vector<ExpertCall> calls;
+    calls.reserve(idx.size());
+    for (size_t j = 0; j < idx.size(); ++j) {
+      const ExpertUse& u = uses[idx[j]];
+      calls.push_back({ws[j].gate, ws[j].up, ws[j].down, u.rows.data(), dst.data() + first[idx[j]],
+                       static_cast<int64_t>(u.rows.size())});
+    }
+    ExpertFfnArgs b = fa;
+    b.calls = calls.data();
+    b.n_calls = calls.size();
+    be_.expert_ffn(b);
   });
-  Buf acc(be_, static_cast<size_t>(n * in));  // zero-filled
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t j = 0; j < k; ++j)
-      be_.axpy(wts[static_cast<size_t>(t * k + j)], y.get() + (t * k + j) * in, in, acc.get() + t * in);
+  Buf acc(be_, static_cast<size_t>(n * in));
+  be_.moe_combine(y, wts.data(), n, k, in, acc);
   if (cfg_.moe.latent_dim > 0) {
     if (cfg_.moe.latent_norm) be_.rmsnorm(acc, w.latent_norm, n, in, static_cast<float>(cfg_.rms_eps), acc);
     be_.matmul(w.latent_up, acc, n, out);

@@ -1,0 +1,259 @@
+// The thread-block body of the fast (q8_0 / mxfp4) matmul, shared by the plain matmul
+// (matmul_fast.cu) and the grouped expert matmul (moe_grouped.cu), so both compute every output
+// element with the same instructions in the same order (see matmul.cuh for that order).
+//
+// Thread block: a 16-row weight tile (16/O warps x O rows) against a group of NR activation rows. The K
+// dimension runs in chunks of 512 columns = 16 quant blocks; lane l owns half h = l & 1 of block
+// b = l >> 1 of every chunk (16 consecutive weights). Per chunk, cp.async copies the tile's weight
+// bytes and the group's x columns into one of S shared-memory stages (S - 1 chunks in flight, so
+// every SM keeps tens of KB of HBM reads outstanding), then each warp decodes its lane's 16 weights
+// of its O rows into registers once and applies them to all NR rows of x. O changes which warp
+// computes which row, never the arithmetic of an output. Where the NR activation rows are read from
+// and the outputs written to is a policy (contiguous rows, or gathered / scattered ones): addresses
+// only, never arithmetic.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace ferry::cuda::fast {
+
+constexpr int kTileRows = 16;  // weight rows per thread block: O rows per warp, 16 / O warps
+constexpr int kChunk = 512;  // columns per chunk: 32 lanes x 16 weights
+constexpr size_t kStageBudget = 88 * 1024;  // shared memory aimed at per block (2 blocks per SM)
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ float2 half2_bits_to_float2(uint32_t u) {
+  return __half22float2(__halves2half2(__ushort_as_half(static_cast<unsigned short>(u & 0xffffu)),
+                                       __ushort_as_half(static_cast<unsigned short>(u >> 16))));
+}
+
+// Lane constants of one format: where its 16 weights sit in a row chunk, the byte-permute selector
+// that realigns them, and the x offsets (floats, within one x row of a stage) of its 4 groups of 4.
+struct Lane {
+  int blk;      // byte offset of the lane's quant block in the row chunk
+  int word;     // 4-aligned byte offset of its first quant byte
+  unsigned sel; // __byte_perm selector taking bytes sh..sh+3 of a word pair
+  int xo[4];
+};
+
+__device__ __forceinline__ unsigned realign_sel(int sh) {
+  return static_cast<unsigned>(sh | (sh + 1) << 4 | (sh + 2) << 8 | (sh + 3) << 12);
+}
+
+// mxfp4 (ggml block: e8m0 scale byte, 16 bytes of E2M1 nibbles; byte j holds elements j (low nibble)
+// and j+16 (high nibble)). Lane half h takes quant bytes 8h..8h+7: elements 8h..8h+7, 16+8h..16+8h+7.
+struct Mx {
+  static constexpr int kChunkBytes = 16 * 17;  // 272
+  // x granule (4 floats) of group g in a 32-column block, and the bank swizzle of block b: the 8
+  // lanes of a quarter warp then read 8 different 16-byte bank groups.
+  __device__ static int granule(int g, int h) { return (g & 1) + 2 * h + 4 * (g >> 1); }
+  __device__ static int swz(int b) { return (b & 1) | ((b & 2) << 1); }
+  __device__ static Lane lane(int b, int h) {
+    Lane l;
+    l.blk = 17 * b;
+    const int off = 17 * b + 1 + 8 * h;
+    l.word = off & ~3;
+    l.sel = realign_sel(off & 3);
+#pragma unroll
+    for (int g = 0; g < 4; ++g) l.xo[g] = 32 * b + 4 * (granule(g, h) ^ swz(b));
+    return l;
+  }
+  // Nibbles of one word to fp16 bit patterns: an E2M1 nibble s|ee|m placed as fp16 sign, exponent
+  // bits 1..0 and mantissa bit 9 is exactly value * 2^-14, subnormals included (ee = 0 is the fp16
+  // subnormal range). L: the low nibbles' high bytes; H: the high nibbles'.
+  __device__ static void word(uint32_t q, float* lo, float* hi) {
+    const uint32_t L = ((q << 1) & 0x0E0E0E0Eu) | ((q << 4) & 0x80808080u);
+    const uint32_t H = ((q >> 3) & 0x0E0E0E0Eu) | (q & 0x80808080u);
+    const float2 a = half2_bits_to_float2(__byte_perm(L, 0u, 0x1404u));
+    const float2 b = half2_bits_to_float2(__byte_perm(L, 0u, 0x3424u));
+    const float2 c = half2_bits_to_float2(__byte_perm(H, 0u, 0x1404u));
+    const float2 d = half2_bits_to_float2(__byte_perm(H, 0u, 0x3424u));
+    lo[0] = a.x, lo[1] = a.y, lo[2] = b.x, lo[3] = b.y;
+    hi[0] = c.x, hi[1] = c.y, hi[2] = d.x, hi[3] = d.y;
+  }
+  // wv[0..15]: elements 8h+0..7 then 16+8h+0..7 (value * 2^-14); returns the factor that makes a sum
+  // of them weight-scaled: weight = value * 2^(e-127) = wv * 2^(e-113).
+  __device__ static float decode(const uint8_t* row, const Lane& l, float* wv) {
+    const uint32_t* p = reinterpret_cast<const uint32_t*>(row + l.word);
+    const uint32_t u0 = p[0], u1 = p[1], u2 = p[2];
+    const unsigned e = row[l.blk];
+    word(__byte_perm(u0, u1, l.sel), wv, wv + 8);
+    word(__byte_perm(u1, u2, l.sel), wv + 4, wv + 12);
+    if (e <= 240u) return __uint_as_float((e + 14u) << 23);
+    // 2^(e-113) would overflow a float: move 2^(e-240) into the (exact) decoded values instead.
+    const float k = __uint_as_float((e - 240u + 127u) << 23);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) wv[i] *= k;
+    return __uint_as_float(254u << 23);  // 2^127
+  }
+};
+
+// q8_0 (ggml block: fp16 scale d, 32 int8). Lane half h takes quants 16h..16h+15.
+struct Q8 {
+  static constexpr int kChunkBytes = 16 * 34;  // 544
+  __device__ static int granule(int g, int h) { return 4 * h + g; }
+  __device__ static int swz(int b) { return b & 3; }
+  __device__ static Lane lane(int b, int h) {
+    Lane l;
+    l.blk = 34 * b;
+    const int off = 34 * b + 2 + 16 * h;
+    l.word = off & ~3;
+    l.sel = realign_sel(off & 3);
+#pragma unroll
+    for (int g = 0; g < 4; ++g) l.xo[g] = 32 * b + 4 * (granule(g, h) ^ swz(b));
+    return l;
+  }
+  // int8 -> float exactly: the byte with its sign bit flipped (q + 128) under the exponent of 2^23
+  // is the float 2^23 + q + 128.
+  __device__ static float decode(const uint8_t* row, const Lane& l, float* wv) {
+    const uint32_t* p = reinterpret_cast<const uint32_t*>(row + l.word);
+    uint32_t u[5];
+#pragma unroll
+    for (int i = 0; i < 5; ++i) u[i] = p[i];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t q = __byte_perm(u[j], u[j + 1], l.sel) ^ 0x80808080u;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        wv[4 * j + i] = __uint_as_float(__byte_perm(q, 0x4B000000u, 0x7650u + static_cast<unsigned>(i))) - 8388736.0f;
+    }
+    return __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(row + l.blk)));
+  }
+};
+
+template <class F, int NR>
+__host__ __device__ constexpr size_t stage_bytes() {
+  return size_t{kTileRows} * F::kChunkBytes + 16 + sizeof(float) * NR * kChunk;  // +16: realign over-read
+}
+template <class F, int NR>
+__host__ __device__ constexpr int stages() {
+  const size_t s = kStageBudget / stage_bytes<F, NR>();
+  return s < 3 ? 3 : s > 8 ? 8 : static_cast<int>(s);
+}
+
+
+// One thread block's problem: a weight (rows x cols, row_bytes apart) and nr (<= NR) activation rows.
+struct Tile {
+  const uint8_t* w;
+  size_t row_bytes;
+  int rows, cols;
+  int nr;
+};
+
+// Activation rows r0.. of a contiguous x [n, cols] and outputs of a contiguous y [n, rows].
+struct PlainRows {
+  const float* x;
+  float* y;
+  int64_t r0;
+  int cols, rows;
+  __device__ const float* xrow(int r) const { return x + (r0 + r) * cols; }
+  __device__ float* yrow(int r) const { return y + (r0 + r) * rows; }
+};
+
+// Gathered / scattered rows: per-row base pointers (shared memory, filled by the kernel).
+struct TableRows {
+  const float* const* xs;
+  float* const* ys;
+  __device__ const float* xrow(int r) const { return xs[r]; }
+  __device__ float* yrow(int r) const { return ys[r]; }
+};
+
+// Copy chunk c of the tile's weights and the group's x rows into stage memory `st`.
+template <class F, int NR, int kThreads, class R>
+__device__ __forceinline__ void load_chunk(const Tile& t, const R& rows, uint8_t* st, int c, int row0) {
+  constexpr int G = F::kChunkBytes / 16;
+  for (int i = threadIdx.x; i < kTileRows * G; i += kThreads) {
+    const int rr = i / G, g = i - rr * G;
+    if (row0 + rr < t.rows)
+      cp_async16(st + rr * F::kChunkBytes + g * 16,
+                 t.w + static_cast<size_t>(row0 + rr) * t.row_bytes + static_cast<size_t>(c) * F::kChunkBytes + g * 16);
+  }
+  float* xs = reinterpret_cast<float*>(st + kTileRows * F::kChunkBytes + 16);
+  for (int i = threadIdx.x; i < NR * (kChunk / 4); i += kThreads) {
+    const int r = i / (kChunk / 4), g = i % (kChunk / 4);
+    if (r < t.nr) {
+      const int b = g >> 3;
+      cp_async16(xs + r * kChunk + 32 * b + 4 * ((g & 7) ^ F::swz(b)),
+                 rows.xrow(r) + static_cast<int64_t>(c) * kChunk + 4 * g);
+    }
+  }
+}
+
+// The whole block: weight rows blockIdx.x * 16.. against the tile's nr activation rows.
+template <class F, int NR, int O, class R>
+__device__ __forceinline__ void tile_body(const Tile& t, const R& rows, uint8_t* smem) {
+  constexpr int S = stages<F, NR>();
+  constexpr int kThreads = kTileRows / O * 32;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int row0 = blockIdx.x * kTileRows;
+  const int nchunks = t.cols / kChunk;
+  const Lane ln = F::lane(lane >> 1, lane & 1);
+
+  float acc[O][NR];
+#pragma unroll
+  for (int o = 0; o < O; ++o)
+#pragma unroll
+    for (int r = 0; r < NR; ++r) acc[o][r] = 0.0f;
+
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < nchunks) load_chunk<F, NR, kThreads>(t, rows, smem + s * stage_bytes<F, NR>(), s, row0);
+    cp_async_commit();
+  }
+  for (int c = 0; c < nchunks; ++c) {
+    cp_async_wait<S - 2>();  // this thread's copies of chunk c are done
+    __syncthreads();         // everyone's are; everyone is done with chunk c-1's stage
+    const int nc = c + S - 1;
+    if (nc < nchunks) load_chunk<F, NR, kThreads>(t, rows, smem + (nc % S) * stage_bytes<F, NR>(), nc, row0);
+    cp_async_commit();
+
+    const uint8_t* st = smem + (c % S) * stage_bytes<F, NR>();
+    const float* xs = reinterpret_cast<const float*>(st + kTileRows * F::kChunkBytes + 16);
+    float wv[O][16], sc[O];
+#pragma unroll
+    for (int o = 0; o < O; ++o) sc[o] = F::decode(st + (warp * O + o) * F::kChunkBytes, ln, wv[o]);
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+      float xv[16];
+#pragma unroll
+      for (int g = 0; g < 4; ++g) {
+        const float4 q = *reinterpret_cast<const float4*>(xs + r * kChunk + ln.xo[g]);
+        xv[4 * g] = q.x, xv[4 * g + 1] = q.y, xv[4 * g + 2] = q.z, xv[4 * g + 3] = q.w;
+      }
+      // The fixed order: 16 products of this lane's half block in index order, then one scaled add.
+#pragma unroll
+      for (int o = 0; o < O; ++o) {
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 16; ++k) s = fmaf(xv[k], wv[o][k], s);
+        acc[o][r] = fmaf(s, sc[o], acc[o][r]);
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // Fixed butterfly over the 32 lanes (every lane ends with the same bits: IEEE addition commutes).
+#pragma unroll
+  for (int o = 0; o < O; ++o) {
+    const int row = row0 + warp * O + o;
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+      float v = acc[o][r];
+#pragma unroll
+      for (int m = 16; m >= 1; m >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, m));
+      if (lane == ((o * NR + r) & 31) && r < t.nr && row < t.rows) rows.yrow(r)[row] = v;
+    }
+  }
+}
+
+}  // namespace ferry::cuda::fast

@@ -1,0 +1,250 @@
+// The CUDA back-end's mixture-of-experts ops: expert_ffn (a batch of routed experts in a few launches)
+// and moe_combine (the rank-ordered weighted sum of their outputs in one launch).
+//
+// expert_ffn, fast path (every weight of the batch q8_0 or mxfp4 of one type, cols % 512 == 0, 16-byte
+// aligned; the real models' experts): per wave of up to kWaveRows rows, one grouped gate+up launch per
+// 256 rows (moe_grouped.cu: x rows gathered in the kernel, outputs to an intermediate [rows, inter] in
+// the back-end's grow-only scratch), one activation launch over the wave, one grouped down launch per
+// 256 rows scattering into y. A decode step's batch of 16 one-row experts is 3 launches and no
+// host-to-device copy (the row lists travel as kernel parameters). Each output element is computed
+// by the plain fast matmul's block body, so it is bit-identical to the per-expert sequence.
+//
+// Generic path (other weights): the same waves, with the gather and scatter as row-copy launches and
+// one CudaBackend matmul per piece on the contiguous gathered rows: still bit-identical (the matmul is
+// row-invariant), just more launches.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_backend.cuh"
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/matmul.cuh"
+#include "kernels/cuda/moe.cuh"
+
+namespace ferry::cuda {
+
+namespace {
+
+// Rows per wave: bounds the intermediate scratch (2 x rows x inter floats: 48 MiB at inter = 3072) for
+// prompt-pass batches with thousands of rows.
+constexpr int kWaveRows = 8 * kGroupRows;
+constexpr int64_t kScratchAlign = 64;  // floats: 256-byte aligned sub-buffers
+
+int64_t round_up(int64_t v) { return (v + kScratchAlign - 1) / kScratchAlign * kScratchAlign; }
+
+// One launch table and, host-side, the call each of its pieces comes from (the generic path's
+// per-piece matmuls need the whole Weight).
+struct Launch {
+  GroupTable t;
+  const ExpertCall* call[kGroupCalls];
+};
+
+// A wave: launches [first, last) and its row count; table bases count from the wave's first row.
+struct Wave {
+  size_t first = 0, last = 0;
+  int rows = 0;
+};
+
+// Cuts the batch into launches (at most kGroupCalls pieces and kGroupRows rows each) and waves. An
+// expert with more rows than fit is cut into pieces: rows never interact, so where it is cut changes
+// no bit.
+void plan(const ExpertFfnArgs& a, std::vector<Launch>& ls, std::vector<Wave>& waves) {
+  GroupTable* t = nullptr;
+  for (size_t ci = 0; ci < a.n_calls; ++ci) {
+    const ExpertCall& c = a.calls[ci];
+    for (int64_t r = 0; r < c.m;) {
+      const bool wave_full = !waves.empty() && waves.back().rows == kWaveRows;
+      if (!t || t->ncalls == kGroupCalls || t->rows == kGroupRows || wave_full) {
+        if (waves.empty() || wave_full) waves.push_back({ls.size(), ls.size(), 0});
+        ls.emplace_back();  // value-initialised: all zero
+        t = &ls.back().t;
+        t->base = waves.back().rows;
+        waves.back().last = ls.size();
+      }
+      const int room = std::min(kGroupRows - t->rows, kWaveRows - waves.back().rows);
+      const int take = static_cast<int>(std::min<int64_t>(c.m - r, room));
+      const int p = t->ncalls++;
+      ls.back().call[p] = &c;
+      t->loc[p] = t->rows;
+      t->m[p] = take;
+      t->w[p][0] = static_cast<const uint8_t*>(c.gate.data);
+      t->w[p][1] = static_cast<const uint8_t*>(c.up.data);
+      t->w[p][2] = static_cast<const uint8_t*>(c.down.data);
+      std::copy_n(c.rows_host + r, take, t->src + t->rows);
+      std::copy_n(c.dst_host + r, take, t->dst + t->rows);
+      t->rows += take;
+      waves.back().rows += take;
+      r += take;
+    }
+  }
+}
+
+// Whether every weight takes the fast path. The intermediate (down's input) is scratch, 256-byte
+// aligned, and its rows are inter floats apart (inter % 512 == 0 when down qualifies): nullptr
+// stands for that aligned input.
+bool grouped_fast_ok(const ExpertFfnArgs& a) {
+  const WType type = a.calls[0].gate.type;
+  for (size_t i = 0; i < a.n_calls; ++i) {
+    const ExpertCall& c = a.calls[i];
+    if (c.gate.type != type || c.up.type != type || c.down.type != type || !matmul_fast_supported(c.gate, a.x) ||
+        !matmul_fast_supported(c.up, a.x) || !matmul_fast_supported(c.down, nullptr))
+      return false;
+  }
+  return true;
+}
+
+// Generic path's row copies: gather dst[base + i] = src[t.src[i]] or scatter dst[t.dst[i]] = src[base + i].
+struct RowCopyArgs {
+  GroupTable t;
+  const float* src;
+  float* dst;
+  int64_t cols;
+  bool gather;
+};
+
+__global__ void row_copy_kernel(const __grid_constant__ RowCopyArgs a) {
+  const int i = static_cast<int>(blockIdx.y);
+  const int64_t s = a.gather ? a.t.src[i] : a.t.base + i;
+  const int64_t d = a.gather ? a.t.base + i : a.t.dst[i];
+  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < a.cols;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    a.dst[d * a.cols + c] = a.src[s * a.cols + c];
+}
+
+void launch_row_copy(const GroupTable& t, const float* src, float* dst, int64_t cols, bool gather, cudaStream_t st) {
+  if (t.rows == 0) return;
+  const RowCopyArgs a{t, src, dst, cols, gather};
+  const dim3 grid(blocks_for(std::min<int64_t>(cols, 4096), 256), static_cast<unsigned>(t.rows));
+  row_copy_kernel<<<grid, 256, 0, st>>>(a);
+  FERRY_CUDA_LAUNCHED(row_copy_kernel);
+}
+
+// acc[t, c] = sum_j w[t*k+j] * y[(t*k+j)*dim + c], j in order, each product and sum rounded (the axpy
+// sequence from +0). Weights of small calls travel in the parameter block (no copy); larger ones in
+// device memory.
+constexpr int kParamWeights = 512;
+struct CombineArgs {
+  const float* y;
+  const float* wts;  // device copy, or nullptr: use wpar
+  float wpar[kParamWeights];
+  int64_t n, k, dim;
+  float* acc;
+};
+
+__global__ void combine_kernel(const __grid_constant__ CombineArgs a) {
+  const float* w = a.wts ? a.wts : a.wpar;
+  const int64_t total = a.n * a.dim;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / a.dim, c = i - t * a.dim;
+    float s = 0.0f;
+    for (int64_t j = 0; j < a.k; ++j) s = add(s, mul(w[t * a.k + j], a.y[(t * a.k + j) * a.dim + c]));
+    a.acc[i] = s;
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// Range-for over a pointer and a count (C++17: no std::span).
+struct Span {
+  const Launch* p;
+  size_t n;
+  const Launch* begin() const { return p; }
+  const Launch* end() const { return p + n; }
+};
+
+// Intermediate buffers of one wave (scratch): g, u [wave rows, inter]; the generic path's gathered x
+// and down outputs xg, yg [wave rows, in].
+struct MoeScratch {
+  float *g, *u, *xg, *yg;
+};
+
+// One launch over the whole wave, in place into g (element-wise: same bits as per-expert calls).
+void expert_act(Backend& be, const ExpertAct& act, float* g, const float* u, int64_t n) {
+  if (act.situ)
+    be.situ(g, u, n, act.beta, act.lbeta, g);
+  else
+    be.swiglu(g, u, n, g);
+}
+
+// Launches ls[0, nls) of one wave of `rows` rows.
+void ffn_wave_fast(CudaBackend& be, const ExpertFfnArgs& a, const Launch* ls, size_t nls, int rows,
+                   const MoeScratch& s) {
+  const cudaStream_t st = be.stream();
+  const int in = static_cast<int>(a.in), inter = static_cast<int>(a.inter);
+  const WType type = a.calls[0].gate.type;
+  for (const Launch& l : Span{ls, nls}) launch_grouped_gate_up(l.t, type, a.x, in, inter, s.g, s.u, st);
+  expert_act(be, a.act, s.g, s.u, rows * a.inter);
+  for (const Launch& l : Span{ls, nls}) launch_grouped_down(l.t, type, s.g, in, inter, a.y, st);
+}
+
+void ffn_wave_generic(CudaBackend& be, const ExpertFfnArgs& a, const Launch* ls, size_t nls, int rows,
+                      const MoeScratch& s) {
+  const cudaStream_t st = be.stream();
+  for (const Launch& l : Span{ls, nls}) {
+    launch_row_copy(l.t, a.x, s.xg, a.in, true, st);
+    for (int p = 0; p < l.t.ncalls; ++p) {
+      const int64_t off = l.t.base + l.t.loc[p];
+      launch_matmul(l.call[p]->gate, s.xg + off * a.in, l.t.m[p], s.g + off * a.inter, st);
+      launch_matmul(l.call[p]->up, s.xg + off * a.in, l.t.m[p], s.u + off * a.inter, st);
+    }
+  }
+  expert_act(be, a.act, s.g, s.u, rows * a.inter);
+  for (const Launch& l : Span{ls, nls}) {
+    for (int p = 0; p < l.t.ncalls; ++p) {
+      const int64_t off = l.t.base + l.t.loc[p];
+      launch_matmul(l.call[p]->down, s.g + off * a.inter, l.t.m[p], s.yg + off * a.in, st);
+    }
+    launch_row_copy(l.t, s.yg, a.y, a.in, false, st);
+  }
+}
+
+}  // namespace
+
+void CudaBackend::expert_ffn(const ExpertFfnArgs& a) {
+  validate_expert_ffn(a, "cuda expert_ffn");
+  int64_t total = 0;
+  for (size_t i = 0; i < a.n_calls; ++i) total += a.calls[i].m;
+  if (total == 0) return;
+  if (a.in > (int64_t{1} << 30) || a.inter > (int64_t{1} << 30))
+    throw LimitError("cuda expert_ffn: in=" + std::to_string(a.in) + ", inter=" + std::to_string(a.inter) +
+                     " (max 2^30)");
+  bind();
+  std::vector<Launch> ls;
+  std::vector<Wave> waves;
+  plan(a, ls, waves);
+  const bool fast = grouped_fast_ok(a);
+  const int64_t wave = std::min<int64_t>(total, kWaveRows);
+  const int64_t gi = round_up(wave * a.inter), xi = fast ? 0 : round_up(wave * a.in);
+  MoeScratch s{};
+  s.g = static_cast<float*>(scratch(kMoeAct, static_cast<size_t>(2 * gi + 2 * xi) * sizeof(float)));
+  s.u = s.g + gi;
+  s.xg = s.u + gi;
+  s.yg = s.xg + xi;
+  for (const Wave& w : waves) {
+    if (fast)
+      ffn_wave_fast(*this, a, ls.data() + w.first, w.last - w.first, w.rows, s);
+    else
+      ffn_wave_generic(*this, a, ls.data() + w.first, w.last - w.first, w.rows, s);
+  }
+}
+
+void CudaBackend::moe_combine(const float* y, const float* wts_host, int64_t n, int64_t k, int64_t dim, float* acc) {
+  if (n <= 0 || dim <= 0) return;
+  if (k <= 0) throw LimitError("cuda moe_combine: k=" + std::to_string(k) + " must be positive");
+  bind();
+  CombineArgs a{y, nullptr, {}, n, k, dim, acc};
+  const int64_t nw = n * k;
+  if (nw <= kParamWeights)
+    std::copy_n(wts_host, nw, a.wpar);
+  else
+    a.wts = static_cast<const float*>(stage(kMoeWts, wts_host, static_cast<size_t>(nw) * sizeof(float)));
+  const unsigned blocks = blocks_for(n * dim, 256);
+  combine_kernel<<<std::min(blocks, 65535u * 16), 256, 0, stream_>>>(a);
+  FERRY_CUDA_LAUNCHED(combine_kernel);
+}
+
+}  // namespace ferry::cuda

@@ -1,0 +1,42 @@
+// Grouped expert matmuls of the CUDA back-end's expert_ffn (moe.cu): one launch runs a matmul for
+// up to kGroupCalls experts over up to kGroupRows rows, reading each expert's activation rows
+// straight from the layer input (gather) and writing its outputs straight to their (row, rank) slots
+// (scatter), with the fast path's thread-block body (matmul_fast.cuh), so every output element has
+// exactly the reduction order of CudaBackend::matmul on the same weight.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/backend.hpp"
+
+namespace ferry::cuda {
+
+constexpr int kGroupCalls = 16;   // expert pieces per launch: a decode batch of top-16 experts
+constexpr int kGroupRows = 256;   // activation rows per launch
+
+// One launch's share of an expert batch: the "pieces" (an expert's rows, or a run of them when an
+// expert has more rows than fit) and their row indices. Passed by value as a __grid_constant__ kernel
+// parameter (about 2.7 KB of the 4 KB parameter space), so a batch needs no host-to-device copy.
+struct GroupTable {
+  int ncalls;                        // pieces in this launch
+  int rows;                          // rows in this launch (sum of m)
+  int base;                          // row of this launch's first row in the intermediate buffers
+  int loc[kGroupCalls];              // first row of piece c in src / dst
+  int m[kGroupCalls];                // rows of piece c
+  int bstart[kGroupCalls + 1];       // first grid y-block of piece c (set by the launcher)
+  const uint8_t* w[kGroupCalls][3];  // piece c's gate, up, down weight data
+  int32_t src[kGroupRows];           // x row of each row
+  int32_t dst[kGroupRows];           // y row of each row
+};
+
+// g[base + i] = x[src[i]] @ gate^T and u[base + i] = x[src[i]] @ up^T for every row i of the table
+// (one launch: grid z picks gate or up). x [*, in], g and u [*, inter].
+void launch_grouped_gate_up(const GroupTable& t, WType type, const float* x, int in, int inter, float* g, float* u,
+                            cudaStream_t st);
+// y[dst[i]] = act[base + i] @ down^T for every row i of the table. act [*, inter], y [*, in].
+void launch_grouped_down(const GroupTable& t, WType type, const float* act, int in, int inter, float* y,
+                         cudaStream_t st);
+
+}  // namespace ferry::cuda

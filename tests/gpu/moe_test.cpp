@@ -1,0 +1,188 @@
+// CUDA expert_ffn and moe_combine (kernels/cuda/moe.cu, moe_grouped.cu):
+//  - bit-identical to the CUDA per-expert op sequence the MoE layer used to issue (copies, matmul,
+//    activation, matmul), on the grouped fast path (q8_0 / mxfp4, cols % 512 == 0) and on the generic
+//    fallback (other shapes, unaligned x), for decode batches and prompt batches whose experts are cut
+//    into pieces and waves;
+//  - each row of a 16-expert batch bit-identical to that row alone;
+//  - against the CPU back-end within tolerance (the fast matmul sums in its own order, matmul_test.cpp:
+//    1e-5 relative per matmul; through gate/up, the activation and down the differences compound and
+//    CUDA's tanhf/expf differ from glibc's by an ulp or two: 1e-4 of max|cpu|);
+//  - moe_combine bit-identical to the CPU (both are the axpy sequence with separately rounded ops);
+//  - MoeBench: per-expert sequence vs expert_ffn on a K3 decode batch (16 experts of 3072x3584 MXFP4).
+// Outputs are NaN-poisoned first so unwritten rows show.
+#include <chrono>
+#include <numeric>
+#include <string>
+#include <tuple>
+
+#include "tests/gpu/gpu_util.hpp"
+#include "tests/kernels/moe_util.hpp"
+
+namespace ferry::test {
+namespace {
+
+using Ops = GpuOps;
+
+constexpr double kCpuTol = 1e-4;  // see the file comment
+
+struct Shape {
+  WType t;
+  int64_t in, inter;
+};
+
+ExpertFfnArgs args_for(std::span<const ExpertCall> calls, const float* x, int64_t x_rows, float* y, int64_t y_rows,
+                       Shape s, const ExpertAct& act) {
+  ExpertFfnArgs a;
+  a.calls = calls.data();
+  a.n_calls = calls.size();
+  a.x = x;
+  a.x_rows = x_rows;
+  a.y = y;
+  a.y_rows = y_rows;
+  a.in = s.in;
+  a.inter = s.inter;
+  a.act = act;
+  return a;
+}
+
+int64_t rows_of(const std::vector<int64_t>& m) { return std::accumulate(m.begin(), m.end(), int64_t{0}); }
+
+// expert_ffn vs the per-expert sequence on the GPU (bits) and vs expert_ffn on the CPU (tolerance).
+void check_batch(Backend& gpu, Backend& cpu, Shape s, const std::vector<int64_t>& m, int64_t x_rows,
+                 int64_t x_offset, const ExpertAct& act, uint32_t seed, const std::string& what) {
+  RandomExperts eg(gpu, s.t, static_cast<int64_t>(m.size()), s.in, s.inter, seed);
+  RandomExperts ec(cpu, s.t, static_cast<int64_t>(m.size()), s.in, s.inter, seed);
+  Batch bg = random_batch(eg, 0, m, x_rows, seed + 1), bc = random_batch(ec, 0, m, x_rows, seed + 1);
+  const int64_t y_rows = rows_of(m);
+  // x_offset floats in front of x: an unaligned x must take the generic path and still match.
+  const auto xv = random_floats(static_cast<size_t>(x_rows * s.in + x_offset), seed + 2);
+  Buf xg(gpu, xv.size()), xc(cpu, xv.size());
+  gpu.upload(xg, xv.data(), xv.size() * 4);
+  cpu.upload(xc, xv.data(), xv.size() * 4);
+  const auto poison = poisoned(static_cast<size_t>(y_rows * s.in));
+  Buf yf(gpu, poison.size()), ys(gpu, poison.size()), yc(cpu, poison.size());
+  for (Buf* b : {&yf, &ys}) gpu.upload(*b, poison.data(), poison.size() * 4);
+  cpu.upload(yc, poison.data(), poison.size() * 4);
+  const auto calls_g = bg.bind();
+  gpu.expert_ffn(args_for(calls_g, xg.get() + x_offset, x_rows, yf, y_rows, s, act));
+  per_expert_sequence(gpu, args_for(calls_g, xg.get() + x_offset, x_rows, ys, y_rows, s, act));
+  cpu.expert_ffn(args_for(bc.bind(), xc.get() + x_offset, x_rows, yc, y_rows, s, act));
+  std::vector<float> f(poison.size()), q(poison.size()), c(poison.size());
+  gpu.download(f.data(), yf, f.size() * 4);
+  gpu.download(q.data(), ys, q.size() * 4);
+  cpu.download(c.data(), yc, c.size() * 4);
+  EXPECT_TRUE(bits_equal((what + " vs cuda sequence").c_str(), q, f)) << what;
+  EXPECT_LE(rel_err((what + " vs cpu").c_str(), c, f), kCpuTol) << what;
+}
+
+TEST_F(Ops, ExpertFfnDecodeBatchesMatchTheCudaSequenceBitwise) {
+  const Shape fast{WType::mxfp4, 512, 1024};
+  for (const ExpertAct& act : all_acts())
+    for (const auto& m : {std::vector<int64_t>{1}, std::vector<int64_t>(5, 1), std::vector<int64_t>(16, 1),
+                          std::vector<int64_t>{1, 3, 16, 2, 7, 1, 1, 4, 9, 1, 1, 12, 1, 2, 5, 16}})
+      check_batch(gpu(), cpu(), fast, m, 16, 0, act, 10, "mxfp4 " + std::to_string(m.size()) + " experts situ=" +
+                                                            std::to_string(act.situ));
+}
+
+TEST_F(Ops, ExpertFfnK3ShapesAndQ8MatchTheCudaSequenceBitwise) {
+  check_batch(gpu(), cpu(), Shape{WType::mxfp4, 3584, 3072}, std::vector<int64_t>(16, 1), 1, 0, all_acts()[2], 20,
+              "K3 decode: 16 mxfp4 experts 3072x3584, 1 row");
+  check_batch(gpu(), cpu(), Shape{WType::mxfp4, 3584, 3072}, {4, 1, 8, 2}, 8, 0, all_acts()[2], 21,
+              "K3 verify block: 4 experts, 8 rows");
+  check_batch(gpu(), cpu(), Shape{WType::q8_0, 1024, 512}, {1, 9, 3, 8, 16}, 16, 0, all_acts()[0], 22,
+              "q8_0 5 experts");
+}
+
+// Prompt-pass batches: experts with more rows than one launch takes (256), more than 16 pieces per
+// launch, and more rows than one wave (2048).
+TEST_F(Ops, ExpertFfnPromptBatchesSplitIntoPiecesAndWavesMatchBitwise) {
+  std::vector<int64_t> m{300, 1, 700, 17};
+  for (int i = 0; i < 20; ++i) m.push_back(1 + (i * 37) % 90);
+  m.push_back(1100);
+  check_batch(gpu(), cpu(), Shape{WType::mxfp4, 512, 512}, m, 1200, 0, all_acts()[1], 30,
+              "prompt " + std::to_string(rows_of(m)) + " rows");
+}
+
+// The generic fallback: shapes the fast path does not take, and an x that is not 16-byte aligned.
+TEST_F(Ops, ExpertFfnGenericFallbackMatchesBitwise) {
+  check_batch(gpu(), cpu(), Shape{WType::mxfp4, 256, 128}, {2, 5, 1, 16}, 16, 0, all_acts()[2], 40,
+              "generic: in 256, inter 128");
+  check_batch(gpu(), cpu(), Shape{WType::mxfp4, 512, 1024}, {2, 5, 1, 16}, 16, 1, all_acts()[2], 41,
+              "generic: unaligned x");
+  check_batch(gpu(), cpu(), Shape{WType::mxfp4, 512, 544}, {3, 1}, 4, 0, all_acts()[0], 42,
+              "mixed: down not %512");
+}
+
+TEST_F(Ops, ExpertFfnRowInABatchOfSixteenEqualsTheRowAlone) {
+  const Shape s{WType::mxfp4, 3584, 3072};
+  RandomExperts ex(gpu(), s.t, 16, s.in, s.inter, 50);
+  std::vector<int64_t> m(16);
+  for (size_t i = 0; i < m.size(); ++i) m[i] = 1 + static_cast<int64_t>(i % 4);
+  Batch big = random_batch(ex, 0, m, 8, 51);
+  const int64_t y_rows = rows_of(m);
+  auto x = both(random_floats(static_cast<size_t>(8 * s.in), 52));
+  auto yb = poisoned_pair(static_cast<size_t>(y_rows * s.in));
+  gpu().expert_ffn(args_for(big.bind(), x.gpu(), 8, yb.gpu(), y_rows, s, all_acts()[2]));
+  const auto b = get(gpu(), yb.gpu(), yb.g.size());
+  auto y1 = poisoned_pair(static_cast<size_t>(s.in));
+  int bad = 0;
+  for (size_t i = 0; i < big.calls.size(); ++i)
+    for (size_t r = 0; r < big.rows[i].size(); ++r) {
+      Batch one;
+      one.add(ex[i], {big.rows[i][r]}, {0});
+      gpu().expert_ffn(args_for(one.bind(), x.gpu(), 8, y1.gpu(), 1, s, all_acts()[2]));
+      const auto a = get(gpu(), y1.gpu(), static_cast<size_t>(s.in));
+      if (first_bit_diff(a.data(), b.data() + big.dst[i][r] * s.in, s.in) >= 0) ++bad;
+    }
+  std::printf("[gpu-op] expert_ffn row alone vs in a 16-expert batch: %d rows differ\n", bad);
+  EXPECT_EQ(bad, 0);
+}
+
+TEST_F(Ops, MoeCombineIsBitIdenticalToCpu) {
+  // n*k <= 512 takes the weights as kernel parameters, above that from device memory.
+  for (const auto& [n, k, dim] : {std::tuple{int64_t{1}, int64_t{16}, int64_t{3584}},
+                                  std::tuple{int64_t{16}, int64_t{16}, int64_t{3584}},
+                                  std::tuple{int64_t{100}, int64_t{8}, int64_t{96}}}) {
+    auto y = both(random_floats(static_cast<size_t>(n * k * dim), 60, -3.0f, 3.0f));
+    auto w = random_floats(static_cast<size_t>(n * k), 61, 0.0f, 2.5f);
+    w[0] = 0.0f;
+    auto acc = poisoned_pair(static_cast<size_t>(n * dim)), seq = poisoned_pair(static_cast<size_t>(n * dim));
+    cpu().moe_combine(y.cpu(), w.data(), n, k, dim, acc.cpu());
+    gpu().moe_combine(y.gpu(), w.data(), n, k, dim, acc.gpu());
+    axpy_sequence(gpu(), y.gpu(), w.data(), n, k, dim, seq.gpu());
+    auto [c, g] = results(acc);
+    const std::string what = "moe_combine n=" + std::to_string(n) + " k=" + std::to_string(k);
+    EXPECT_TRUE(bits_equal(what.c_str(), c, g));
+    EXPECT_TRUE(bits_equal((what + " vs cuda axpy").c_str(), get(gpu(), seq.gpu(), seq.g.size()), g));
+  }
+}
+
+// Host-side time per K3 decode batch (16 experts, 1 row each, 3072x3584 MXFP4), per-expert sequence vs
+// expert_ffn, synchronised after each batch: launch overhead plus kernel time, as the decode loop sees it.
+TEST_F(Ops, MoeBenchDecodeBatch) {
+  const Shape s{WType::mxfp4, 3584, 3072};
+  RandomExperts ex(gpu(), s.t, 16, s.in, s.inter, 70);
+  Batch b = random_batch(ex, 0, std::vector<int64_t>(16, 1), 1, 71);
+  auto x = both(random_floats(static_cast<size_t>(s.in), 72));
+  Buf y(gpu(), static_cast<size_t>(16 * s.in));
+  const auto a = args_for(b.bind(), x.gpu(), 1, y, 16, s, all_acts()[2]);
+  auto time = [&](const auto& f) {
+    for (int i = 0; i < 5; ++i) f();
+    gpu().synchronize();
+    constexpr int kReps = 200;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kReps; ++i) {
+      f();
+      gpu().synchronize();
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / kReps;
+  };
+  const double seq = time([&] { per_expert_sequence(gpu(), a); });
+  const double fused = time([&] { gpu().expert_ffn(a); });
+  const double floor_s = 16.0 * 3 * static_cast<double>(ex[0].gate.nbytes()) / 4.8e12;
+  std::printf("[bench] K3 decode batch (16 experts 3072x3584 mxfp4, 1 row): per-expert %.1f us, expert_ffn %.1f us "
+              "(x%.1f), HBM floor %.1f us\n", seq * 1e6, fused * 1e6, seq / fused, floor_s * 1e6);
+}
+
+}  // namespace
+}  // namespace ferry::test
