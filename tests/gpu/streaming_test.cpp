@@ -87,7 +87,9 @@ TEST_F(GpuStreaming, UploadStreamsAndDeviceCacheAreBitIdenticalToResidentExperts
     EXPECT_EQ(r.metrics.upload_streams, c.streams);
     EXPECT_EQ(r.metrics.uploads, r.metrics.device.misses);
     EXPECT_EQ(r.metrics.device.hits + r.metrics.device.misses, r.metrics.requested);
-    if (c.device == 160) EXPECT_GT(r.metrics.device.hits, 0u);
+    if (c.device == 160) {
+      EXPECT_GT(r.metrics.device.hits, 0u);
+    }
   }
 }
 
