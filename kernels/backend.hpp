@@ -123,6 +123,9 @@ class Backend {
 
   // ---- memory -------------------------------------------------------------------------------
   virtual void* alloc(size_t bytes) = 0;           // zero-filled
+  // Contents undefined: for temporaries the next op overwrites entirely (saves the zero fill). The CPU
+  // back-end fills them with NaN, so a read of a byte nobody wrote shows up in every CPU test.
+  virtual void* alloc_uninit(size_t bytes) { return alloc(bytes); }
   virtual void release(void* p) = 0;
   virtual void upload(void* dst, const void* src_host, size_t bytes) = 0;
   virtual void download(void* dst_host, const void* src, size_t bytes) = 0;
@@ -239,6 +242,10 @@ class Buf {
  public:
   Buf() = default;
   Buf(Backend& be, size_t n) : be_(&be), n_(n), p_(n ? static_cast<float*>(be.alloc(n * sizeof(float))) : nullptr) {}
+  // Uninitialised (Backend::alloc_uninit): only for a buffer the next op writes in full.
+  struct Uninit {};
+  Buf(Backend& be, size_t n, Uninit)
+      : be_(&be), n_(n), p_(n ? static_cast<float*>(be.alloc_uninit(n * sizeof(float))) : nullptr) {}
   Buf(const Buf&) = delete;
   Buf& operator=(const Buf&) = delete;
   Buf(Buf&& o) noexcept : be_(o.be_), n_(o.n_), p_(o.p_) { o.p_ = nullptr; o.n_ = 0; }

@@ -27,6 +27,13 @@ void* CpuBackend::alloc(size_t bytes) {
   std::memset(p, 0, rounded);
   return p;
 }
+void* CpuBackend::alloc_uninit(size_t bytes) {
+  const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+  void* p = std::aligned_alloc(kAlign, rounded ? rounded : kAlign);
+  if (!p) throw LimitError("cpu back-end: out of host memory allocating " + std::to_string(bytes) + " bytes");
+  std::memset(p, 0xff, rounded);  // every float a NaN: reading what no op wrote poisons the logits
+  return p;
+}
 void CpuBackend::release(void* p) { std::free(p); }
 void CpuBackend::upload(void* dst, const void* src_host, size_t bytes) { std::memcpy(dst, src_host, bytes); }
 void CpuBackend::download(void* dst_host, const void* src, size_t bytes) { std::memcpy(dst_host, src, bytes); }

@@ -17,6 +17,7 @@ class CpuBackend final : public Backend {
   ThreadPool& pool() { return pool_; }
 
   void* alloc(size_t bytes) override;
+  void* alloc_uninit(size_t bytes) override;
   void release(void* p) override;
   void upload(void* dst, const void* src_host, size_t bytes) override;
   void download(void* dst_host, const void* src, size_t bytes) override;

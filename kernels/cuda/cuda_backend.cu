@@ -49,6 +49,8 @@ CudaBackend::~CudaBackend() {
   }
   for (void* p : scratch_)
     if (p) cudaFreeAsync(p, stream_);
+  for (auto& [size, v] : free_)
+    for (void* p : v) cudaFreeAsync(p, stream_);
   cudaStreamSynchronize(stream_);
   if (ring_) cudaFreeHost(ring_);
   cudaStreamDestroy(stream_);
@@ -62,23 +64,56 @@ std::string CudaBackend::name() const {
   return "cuda(" + std::to_string(device_) + ": " + p.name + ", " + std::to_string(sm_count_) + " SMs)";
 }
 
-void* CudaBackend::alloc(size_t bytes) {
+void* CudaBackend::take(size_t bytes) {
   bind();
+  const size_t n = bytes <= 256 ? 256 : (bytes + 255) & ~size_t{255};
+  if (auto it = free_.find(n); it != free_.end() && !it->second.empty()) {
+    void* p = it->second.back();
+    it->second.pop_back();
+    cached_bytes_ -= n;
+    return p;
+  }
   void* p = nullptr;
-  const size_t n = bytes ? bytes : 256;
-  const cudaError_t e = cudaMallocAsync(&p, n, stream_);
+  cudaError_t e = cudaMallocAsync(&p, n, stream_);
+  if (e == cudaErrorMemoryAllocation && cached_bytes_ > 0) {  // give the cache back and retry once
+    (void)cudaGetLastError();
+    for (auto& [size, v] : free_)
+      for (void* q : v) {
+        sizes_.erase(q);
+        FERRY_CUDA_CHECK(cudaFreeAsync(q, stream_));
+      }
+    free_.clear();
+    cached_bytes_ = 0;
+    e = cudaMallocAsync(&p, n, stream_);
+  }
   if (e == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
     throw LimitError("cuda back-end: out of device memory allocating " + std::to_string(bytes) + " bytes");
   }
   FERRY_CUDA_CHECK(e);
-  FERRY_CUDA_CHECK(cudaMemsetAsync(p, 0, n, stream_));
+  sizes_[p] = n;
   return p;
 }
+
+void* CudaBackend::alloc(size_t bytes) {
+  void* p = take(bytes);
+  FERRY_CUDA_CHECK(cudaMemsetAsync(p, 0, sizes_[p], stream_));
+  return p;
+}
+
+void* CudaBackend::alloc_uninit(size_t bytes) { return take(bytes); }
 
 void CudaBackend::release(void* p) {
   if (!p) return;
   bind();
+  auto it = sizes_.find(p);
+  if (it == sizes_.end()) throw LimitError("cuda back-end: release of a pointer this back-end did not allocate");
+  if (cached_bytes_ + it->second <= kCacheBytes) {
+    free_[it->second].push_back(p);
+    cached_bytes_ += it->second;
+    return;
+  }
+  sizes_.erase(it);
   FERRY_CUDA_CHECK(cudaFreeAsync(p, stream_));
 }
 

@@ -8,6 +8,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 #include "kernels/backend.hpp"
@@ -22,6 +23,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
 
   void* alloc(size_t bytes) override;
+  void* alloc_uninit(size_t bytes) override;
   void release(void* p) override;
   void upload(void* dst, const void* src_host, size_t bytes) override;
   void download(void* dst_host, const void* src, size_t bytes) override;
@@ -93,6 +95,15 @@ class CudaBackend final : public Backend {
   int sm_count_ = 0;
   cudaStream_t stream_ = nullptr;
   std::vector<cudaStream_t> uploads_;  // upload queues
+  // Freed buffers kept for reuse, by rounded size: a decode step allocates the same temporaries every
+  // layer, and cudaMallocAsync + cudaFreeAsync are two driver calls each time. Reuse is safe because
+  // every op runs on stream_ (a reused buffer's next writer is ordered after its last reader). At most
+  // kCacheBytes are kept; beyond that a release frees.
+  static constexpr size_t kCacheBytes = size_t{1} << 30;
+  std::unordered_map<size_t, std::vector<void*>> free_;
+  std::unordered_map<void*, size_t> sizes_;  // live and cached buffers -> rounded size
+  size_t cached_bytes_ = 0;
+  void* take(size_t bytes);  // from the cache or cudaMallocAsync
   std::array<void*, kNumSlots> scratch_{};
   std::array<size_t, kNumSlots> scratch_bytes_{};
   // Page-locked staging ring for stage(): small host arrays are copied here and uploaded from here, so

@@ -15,7 +15,7 @@ void Model::indexer(int il, Ctx& c, const float* x, const float* cq, std::vector
   const MlaWeights& w = w_.layers[static_cast<size_t>(il)].mla;
   LayerState& st = c.s->layers[static_cast<size_t>(il)];
   const int64_t n = c.n, hi = cfg_.index_n_heads, di = cfg_.index_head_dim, dr = cfg_.qk_rope_dim;
-  Buf q(be_, static_cast<size_t>(n * hi * di)), wts(be_, static_cast<size_t>(n * hi));
+  Buf q(be_, static_cast<size_t>(n * hi * di), Buf::Uninit{}), wts(be_, static_cast<size_t>(n * hi), Buf::Uninit{});
   be_.matmul(w.idx_wq_b, cq, n, q);
   float* kdst = st.index_k.get() + c.pos0 * di;
   be_.matmul(w.idx_wk, x, n, kdst);
@@ -40,9 +40,9 @@ void Model::mixer_mla(int il, Ctx& c, const float* x, float* out) {
   const int64_t n = c.n, h = cfg_.n_heads, dn = cfg_.qk_nope_dim, dr = cfg_.qk_rope_dim, dv = cfg_.v_head_dim;
   const int64_t r = cfg_.kv_lora_rank, qk = dn + dr, lw = r + dr, len = c.pos0 + n;
   // Queries [n, H, dn+dr].
-  Buf q(be_, static_cast<size_t>(n * h * qk)), cq;
+  Buf q(be_, static_cast<size_t>(n * h * qk), Buf::Uninit{}), cq;
   if (!w.q_a.empty()) {
-    cq = Buf(be_, static_cast<size_t>(n * cfg_.q_lora_rank));
+    cq = Buf(be_, static_cast<size_t>(n * cfg_.q_lora_rank), Buf::Uninit{});
     be_.matmul(w.q_a, x, n, cq);
     be_.rmsnorm(cq, w.q_a_norm, n, cfg_.q_lora_rank, kLatentNormEps, cq);
     be_.matmul(w.q_b, cq, n, q);
@@ -53,7 +53,7 @@ void Model::mixer_mla(int il, Ctx& c, const float* x, float* out) {
   float* lat = st.latent.get() + c.pos0 * lw;
   be_.matmul(w.kv_a, x, n, lat);
   {
-    Buf ckv(be_, static_cast<size_t>(n * r));
+    Buf ckv(be_, static_cast<size_t>(n * r), Buf::Uninit{});
     be_.copy2d(lat, lw, ckv, r, n, r);
     be_.rmsnorm(ckv, w.kv_a_norm, n, r, kLatentNormEps, ckv);
     be_.copy2d(ckv, r, lat, lw, n, r);
@@ -77,11 +77,11 @@ void Model::mixer_mla(int il, Ctx& c, const float* x, float* out) {
     aa.sel = sel.data();
     aa.sel_k = cfg_.index_topk;
   }
-  Buf att(be_, static_cast<size_t>(n * h * dv));
+  Buf att(be_, static_cast<size_t>(n * h * dv), Buf::Uninit{});
   if (c.prefill) {
     // Unabsorbed: expand every cached latent to per-head keys [L, H, dn+dr] and values.
-    Buf cl(be_, static_cast<size_t>(len * r)), kv(be_, static_cast<size_t>(len * h * (dn + dv)));
-    Buf kf(be_, static_cast<size_t>(len * h * qk));
+    Buf cl(be_, static_cast<size_t>(len * r), Buf::Uninit{}), kv(be_, static_cast<size_t>(len * h * (dn + dv)), Buf::Uninit{});
+    Buf kf(be_, static_cast<size_t>(len * h * qk), Buf::Uninit{});
     be_.copy2d(st.latent, lw, cl, r, len, r);
     be_.matmul(w.kv_b, cl, len, kv);
     for (int64_t hh = 0; hh < h; ++hh) {
@@ -97,11 +97,11 @@ void Model::mixer_mla(int il, Ctx& c, const float* x, float* out) {
   } else {
     // Absorbed: q_abs_h = [q_nope_h @ W_uk_h | q_pe_h] against the shared latent (MQA, one kv head).
     // Every head at once (Backend::matmul_heads); q_pe rows of all (token, head) pairs in one copy.
-    Buf qa(be_, static_cast<size_t>(n * h * lw));
+    Buf qa(be_, static_cast<size_t>(n * h * lw), Buf::Uninit{});
     const Weight uk{WType::f32, r, dn, w.w_uk_t.get()};
     be_.matmul_heads(uk, HeadsLayout{h, r, h * qk, qk, h * lw, lw}, q, n, qa);
     if (dr > 0) be_.copy2d(q.get() + dn, qk, qa.get() + r, lw, n * h, dr);
-    Buf ol(be_, static_cast<size_t>(n * h * r));
+    Buf ol(be_, static_cast<size_t>(n * h * r), Buf::Uninit{});
     aa.q = qa; aa.q_tok_stride = h * lw; aa.q_head_stride = lw;
     aa.k = st.latent; aa.k_tok_stride = lw; aa.k_head_stride = 0;
     aa.v = st.latent; aa.v_tok_stride = lw; aa.v_head_stride = 0;
@@ -114,7 +114,7 @@ void Model::mixer_mla(int il, Ctx& c, const float* x, float* out) {
     be_.matmul_heads(uv, HeadsLayout{h, dn + dv, h * r, r, h * dv, dv}, ol, n, att);
   }
   if (!w.gate.empty()) {  // K3 gated MLA: a *= sigmoid(x @ g_proj^T)
-    Buf g(be_, static_cast<size_t>(n * h * dv));
+    Buf g(be_, static_cast<size_t>(n * h * dv), Buf::Uninit{});
     be_.matmul(w.gate, x, n, g);
     be_.sigmoid_mul(att, g, n * h * dv, att);
   }
@@ -126,7 +126,7 @@ void Model::mixer_gqa(int il, Ctx& c, const float* x, float* out) {
   LayerState& st = c.s->layers[static_cast<size_t>(il)];
   const int64_t n = c.n, h = cfg_.n_heads, hk = cfg_.n_kv_heads, hd = cfg_.head_dim;
   const float eps = static_cast<float>(cfg_.rms_eps);
-  Buf q(be_, static_cast<size_t>(n * h * hd));
+  Buf q(be_, static_cast<size_t>(n * h * hd), Buf::Uninit{});
   float* kd = st.k.get() + c.pos0 * hk * hd;
   float* vd = st.v.get() + c.pos0 * hk * hd;
   be_.matmul(w.q, x, n, q);
@@ -137,7 +137,7 @@ void Model::mixer_gqa(int il, Ctx& c, const float* x, float* out) {
   RopeParams rp{inv_freq_.data(), hd, 1.0f, false};
   be_.rope(q, n, h, h * hd, hd, 0, c.pos.data(), rp);
   be_.rope(kd, n, hk, hk * hd, hd, 0, c.pos.data(), rp);
-  Buf att(be_, static_cast<size_t>(n * h * hd));
+  Buf att(be_, static_cast<size_t>(n * h * hd), Buf::Uninit{});
   AttentionArgs aa;
   aa.q = q; aa.q_tok_stride = h * hd; aa.q_head_stride = hd;
   aa.k = st.k; aa.k_tok_stride = hk * hd; aa.k_head_stride = hd;

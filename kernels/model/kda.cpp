@@ -17,7 +17,9 @@ void Model::mixer_kda(int il, Ctx& c, const float* x, float* out) {
   LayerState& st = c.s->layers[static_cast<size_t>(il)];
   const int64_t n = c.n, h = cfg_.kda.n_heads, k = cfg_.kda.head_dim, p = h * k, cw = cfg_.kda.conv_kernel;
   const size_t np = static_cast<size_t>(n * p);
-  Buf q(be_, np), kk(be_, np), v(be_, np), t(be_, np);
+  // Every temporary here is written in full by its first op: no zero fill (Buf::Uninit).
+  const Buf::Uninit u;
+  Buf q(be_, np, u), kk(be_, np, u), v(be_, np, u), t(be_, np, u);
   // q, k, v: projection, causal depthwise conv (history carried in the state), SiLU.
   be_.matmul(w.q, x, n, t);
   be_.conv1d_silu(t, n, p, w.q_conv, cw, st.conv_q, q);
@@ -29,7 +31,7 @@ void Model::mixer_kda(int il, Ctx& c, const float* x, float* out) {
   be_.scale(q, static_cast<float>(1.0 / std::sqrt(static_cast<double>(k))), static_cast<int64_t>(np));
   be_.l2norm(kk, n * h, k, kL2Eps, kk);
   // Decay gate g [n, H, K] from f = f_b(f_a(x)) + dt_bias.
-  Buf fa(be_, static_cast<size_t>(n * k)), g(be_, np);
+  Buf fa(be_, static_cast<size_t>(n * k), u), g(be_, np, u);
   be_.matmul(w.f_a, x, n, fa);
   be_.matmul(w.f_b, fa, n, t);
   for (int64_t i = 0; i < n; ++i) be_.add(t.get() + i * p, w.dt_bias, p, t.get() + i * p);
@@ -37,11 +39,11 @@ void Model::mixer_kda(int il, Ctx& c, const float* x, float* out) {
   gp.safe_gate = cfg_.kda.has_lower_bound;
   gp.lower_bound = static_cast<float>(cfg_.kda.gate_lower_bound);
   be_.kda_gate(t, w.a_log, n, h, k, gp, g);
-  Buf beta(be_, static_cast<size_t>(n * h));
+  Buf beta(be_, static_cast<size_t>(n * h), u);
   be_.matmul(w.b, x, n, beta);
   be_.sigmoid(beta, n * h, beta);
   // The delta rule. Decode rows always use the recurrent form (row-exact); the prompt pass the chunked one.
-  Buf o(be_, np);
+  Buf o(be_, np, u);
   if (c.prefill && n > 1)
     be_.kda_chunked(q, kk, v, g, beta, n, h, k, k, kKdaChunk, st.kda_state, o);
   else

@@ -189,7 +189,9 @@ std::vector<float> Model::forward(SeqState& s, std::span<const int32_t> ids, con
 
   const size_t nd = static_cast<size_t>(n * d);
   profile_mark("embed");
-  Buf p(be_, nd), h(be_, nd), xn(be_, nd), a(be_, nd), f(be_, nd);
+  // Each is written in full before it is read (embed, copy/AttnRes, norm, mixer, ffn): no zero fill.
+  const Buf::Uninit u;
+  Buf p(be_, nd, u), h(be_, nd, u), xn(be_, nd, u), a(be_, nd, u), f(be_, nd, u);
   be_.embed(w_.embed, ids.data(), n, p);
   const bool res = cfg_.attn_res_block > 0;
   std::vector<Buf> blocks;  // AttnRes: banked raw streams
@@ -248,7 +250,7 @@ std::vector<float> Model::forward(SeqState& s, std::span<const int32_t> ids, con
     fin = h;
   }
   be_.rmsnorm(fin, w_.final_norm, rows, d, static_cast<float>(cfg_.rms_eps), xn);
-  Buf logits(be_, static_cast<size_t>(rows * cfg_.vocab));
+  Buf logits(be_, static_cast<size_t>(rows * cfg_.vocab), Buf::Uninit{});
   be_.matmul(w_.lm_head, xn, rows, logits);
   std::vector<float> out(static_cast<size_t>(rows * cfg_.vocab));
   be_.download(out.data(), logits.get(), out.size() * sizeof(float));

@@ -9,7 +9,7 @@ namespace ferry {
 
 void Model::mlp(const MlpWeights& w, const float* x, int64_t n, float* out) {
   const size_t ni = static_cast<size_t>(n * w.gate.rows);
-  Buf g(be_, ni), u(be_, ni);
+  Buf g(be_, ni, Buf::Uninit{}), u(be_, ni, Buf::Uninit{});
   be_.matmul(w.gate, x, n, g);
   be_.matmul(w.up, x, n, u);
   if (cfg_.act == Activation::situ)
@@ -34,7 +34,7 @@ void Model::ffn(int il, Ctx& c, const float* x, float* out) {
 void Model::route(int il, const float* x, int64_t n, std::vector<int32_t>& ids, std::vector<float>& wts) {
   const MoeWeights& w = w_.layers[static_cast<size_t>(il)].moe;
   const int64_t e = cfg_.moe.n_experts, k = cfg_.moe.top_k;
-  Buf logits(be_, static_cast<size_t>(n * e));
+  Buf logits(be_, static_cast<size_t>(n * e), Buf::Uninit{});
   be_.matmul(w.router, x, n, logits);
   be_.sigmoid(logits, n * e, logits);
   std::vector<float> s(static_cast<size_t>(n * e));
@@ -90,7 +90,7 @@ void Model::moe(int il, Ctx& c, const float* x, float* out) {
   Buf hl;
   const float* hin = x;
   if (cfg_.moe.latent_dim > 0) {
-    hl = Buf(be_, static_cast<size_t>(n * in));
+    hl = Buf(be_, static_cast<size_t>(n * in), Buf::Uninit{});
     be_.matmul(w.latent_down, x, n, hl);
     hin = hl;
   }
@@ -118,7 +118,7 @@ void Model::moe(int il, Ctx& c, const float* x, float* out) {
     for (size_t r = 0; r < uses[i].rows.size(); ++r)
       dst.push_back(static_cast<int32_t>(uses[i].rows[r] * k + uses[i].ranks[r]));
   }
-  Buf y(be_, static_cast<size_t>(n * k * in));
+  Buf y(be_, static_cast<size_t>(n * k * in), Buf::Uninit{});  // every (row, rank) slot is some expert's
   ExpertFfnArgs fa;
   fa.x = hin;
   fa.x_rows = n;
@@ -141,7 +141,7 @@ void Model::moe(int il, Ctx& c, const float* x, float* out) {
     b.n_calls = calls.size();
     be_.expert_ffn(b);
   });
-  Buf acc(be_, static_cast<size_t>(n * in));
+  Buf acc(be_, static_cast<size_t>(n * in), Buf::Uninit{});  // moe_combine overwrites it
   be_.moe_combine(y, wts.data(), n, k, in, acc);
   if (cfg_.moe.latent_dim > 0) {
     if (cfg_.moe.latent_norm) be_.rmsnorm(acc, w.latent_norm, n, in, static_cast<float>(cfg_.rms_eps), acc);
@@ -150,7 +150,7 @@ void Model::moe(int il, Ctx& c, const float* x, float* out) {
     be_.copy(out, acc, static_cast<size_t>(n * d) * sizeof(float));
   }
   if (!w.shared.gate.empty()) {
-    Buf sh(be_, static_cast<size_t>(n * d));
+    Buf sh(be_, static_cast<size_t>(n * d), Buf::Uninit{});
     mlp(w.shared, x, n, sh);
     be_.add(out, sh, n * d, out);
   }
