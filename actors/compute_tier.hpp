@@ -1,8 +1,8 @@
-// The tier compute reads expert weights from. On the CPU back-end that is the host pool itself: the
-// weights point straight into the pinned slot the bytes landed in (HostComputeTier). The CUDA back-end
-// puts a device cache above the host pool: its tier answers a device hit without touching the host
-// pool, and otherwise uploads the slot's bytes on one of its upload streams into a device slot and
-// returns device pointers (see docs/ARCHITECTURE.md, "Tiers").
+// Expert byte layout (ExpertGeometry) and the host compute tier. Without a device tier, compute reads
+// expert weights straight from the pinned host slot the bytes landed in (HostComputeTier). With one
+// (CUDA), the device-cache manager (device_cache.hpp) and DeviceTier (device_tier.hpp) sit above the
+// host pool: a device hit touches no host slot, anything else is uploaded into a device slot on an
+// upload stream (see docs/ARCHITECTURE.md, "Tiers").
 #pragma once
 
 #include <cstddef>

@@ -8,7 +8,7 @@ DeviceTier::DeviceTier(ExpertGeometry g, Backend& be, uint32_t slots, uint32_t u
     : g_(g), be_(be), bytes_(g.payload_bytes()), slots_(slots), queues_(upload_queues) {
   if (slots_ == 0) throw ConfigError("device tier: needs at least one slot");
   if (queues_ == 0) throw ConfigError("device tier: --upload-streams must be >= 1");
-  base_ = static_cast<std::byte*>(be_.alloc(bytes_ * slots_));
+  base_ = static_cast<std::byte*>(be_.alloc_uninit(bytes_ * slots_));  // every slot is uploaded before use
   be_.set_upload_queues(queues_);
   arrived_.resize(slots_);
   released_.resize(slots_);

@@ -48,6 +48,22 @@ TEST(StreamingFaults, ReaderKilledMidGenerationLeavesOutputUnchanged) {
   }
 }
 
+// The same with the device tier (device-cache manager, upload queues; CPU memory as the "device"): the
+// re-issued reads land, are uploaded and computed as usual, and every host slot goes back to the pool.
+TEST(StreamingFaults, ReaderKilledMidGenerationWithTheDeviceTierLeavesOutputUnchanged) {
+  auto holder = std::make_shared<StreamingExperts*>(nullptr);
+  auto kills = std::make_shared<int>(0);
+  auto o = kill_reader_at(streaming_options(prepared("one", 1, false), 6), 40, holder, kills);
+  o.streaming.device_tier = true;
+  o.streaming.upload_streams = 4;
+  auto r = generate_run(o, [&](LoadedModel& m) { *holder = m.streaming; });
+  EXPECT_EQ(*kills, 1);
+  expect_same_output(r, reference());
+  EXPECT_EQ(r.metrics.drives[0].restarts, 1u);
+  EXPECT_EQ(r.metrics.pool.scratch_free, r.metrics.pool.scratch);
+  EXPECT_EQ(r.metrics.uploads, r.metrics.device.misses);
+}
+
 TEST(StreamingFaults, EioOnOneCopyIsServedFromAnotherAndOutputIsUnchanged) {
   auto r = generate_run(streaming_options(prepared("replicated", 2, true), 0), [](LoadedModel& m) {
     caf::anon_send(reader_of(*m.streaming, 0), knobs_atom_v, reader_knobs{0, 1000000, false});
@@ -67,6 +83,21 @@ TEST(StreamingFaults, EioWithNoOtherCopyEndsGenerationWithAnErrorNamingTheFile) 
     const std::string msg = e.what();
     EXPECT_NE(msg.find("nvme0/L"), std::string::npos) << msg;
     EXPECT_NE(msg.find(".bin"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("Input/output error"), std::string::npos) << msg;
+  }
+}
+
+TEST(StreamingFaults, EioWithNoOtherCopyAndTheDeviceTierEndsWithAnErrorNamingTheFile) {
+  auto o = streaming_options(prepared("one", 1, false), 4);
+  o.streaming.device_tier = true;
+  try {
+    generate_run(o, [](LoadedModel& m) {
+      caf::anon_send(reader_of(*m.streaming, 0), knobs_atom_v, reader_knobs{0, 1000000, false});
+    });
+    FAIL() << "generation should have failed";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("nvme0/L"), std::string::npos) << msg;
     EXPECT_NE(msg.find("Input/output error"), std::string::npos) << msg;
   }
 }
