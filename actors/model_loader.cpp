@@ -65,6 +65,11 @@ LoadedModel load_model(const ModelOptions& o) {
   if (!std::filesystem::is_directory(dir)) throw Error("model directory " + o.dir + " does not exist");
   LoadedModel m;
   m.backend = make_backend(o.backend, o.threads);
+  if (o.profile_ops) {
+    auto t = std::make_unique<TimingBackend>(std::move(m.backend));
+    m.timing = t.get();
+    m.backend = std::move(t);
+  }
   LoadOptions lo;
   if (is_prepared_model(dir)) {
     load_prepared(o, m, lo);
@@ -78,6 +83,7 @@ LoadedModel load_model(const ModelOptions& o) {
   }
   if (has_tokenizer(dir)) m.tokenizer = load_tokenizer(dir);
   m.model = std::make_unique<Model>(m.cfg, *m.src, *m.backend, lo, m.experts.get());
+  if (m.timing) m.timing->reset();
   m.load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return m;
 }

@@ -14,6 +14,7 @@
 #include "io/tensor_source.hpp"
 #include "io/tokenizer.hpp"
 #include "kernels/backend.hpp"
+#include "kernels/timing_backend.hpp"
 #include "kernels/model/model.hpp"
 
 namespace ferry {
@@ -25,12 +26,14 @@ struct ModelOptions {
   std::string backend = "cpu";  // cpu, cuda or auto (cuda when a device is present and built in)
   bool ssd_streaming = false;      // prepared models only: stream routed experts from the expert files
   StreamingOptions streaming;
+  bool profile_ops = false;        // time every back-end op (TimingBackend; `ferry run --profile-ops`)
 };
 
 struct LoadedModel {
   ModelConfig cfg;
   std::unique_ptr<TensorSource> src;
   std::unique_ptr<Backend> backend;
+  TimingBackend* timing = nullptr;       // = backend with profile_ops (times start after loading)
   std::unique_ptr<Tokenizer> tokenizer;  // null when the directory has no tokenizer files
   bool prepared = false;                 // a `ferry prepare` directory
   std::unique_ptr<ExpertSource> experts;  // routed experts of a prepared model (outlives `model`)

@@ -152,6 +152,10 @@ class Backend {
   virtual void wait_event(int queue, Event e) { (void)queue; (void)e; }
   virtual bool event_done(Event e) { (void)e; return true; }  // non-blocking; never recorded = done
   virtual void sync_event(Event e) { (void)e; }               // the host waits for the event
+  // Events that can time the work between them (CUDA: created with timing): null where the back-end
+  // runs synchronously (time it on the host instead). elapsed_ms waits for `b`.
+  virtual Event create_timing_event() { return nullptr; }
+  virtual double elapsed_ms(Event a, Event b) { (void)a; (void)b; return 0.0; }
   // Queues an upload on upload queue `queue`; src_host must stay unchanged until an event recorded
   // on that queue after this call is done.
   virtual void upload_async(int queue, void* dst, const void* src_host, size_t bytes) {

@@ -99,7 +99,10 @@ timeout 200 "$F" run -m "$M" --backend cuda -p "$P" -n 65 --json --trace-hash "$
 echo "exit $?"; "$F" trace diff "$R/resident.hash" "$R/resblock.hash"
 # Where the resident decode's time goes: section times with a sync at each edge (slower than the rate).
 timeout 120 "$F" run -m "$M" --backend cuda -p "$P" -n 17 --json --profile > "$R/profile.json" 2> "$R/profile.err"
-echo "profile exit $?"; grep "ferry:  " "$R/profile.err" | head -20
+echo "profile exit $?"
+# The same op by op: device time per op (events around each), and how busy the device was.
+timeout 120 "$F" run -m "$M" --backend cuda -p "$P" -n 17 --json --profile-ops > "$R/profile_ops.json" 2> "$R/profile_ops.err"
+echo "profile-ops exit $?"; grep "ferry: " "$R/profile_ops.err" | head -34
 
 stamp "summary"
 python3 - "$R" "$NMOE" "$DISK" "$H2D" "$HBM" "$M" <<'EOF' | tee "$OUT/results.json"
@@ -109,7 +112,7 @@ def load(n):
     try: return json.load(open(f"{R}/{n}.json"))
     except Exception as e: return {"error": str(e)}
 plain, block, res, prompt, resblock = load("plain"), load("block"), load("resident"), load("prompt"), load("resblock")
-up1, prof = load("upload1"), load("profile")
+up1, prof, pops = load("upload1"), load("profile"), load("profile_ops")
 out = {"moe_layers": nmoe, "ceilings_GBps": {"o_direct_read": disk, "pinned_h2d": h2d, "device_copy_rw": hbm}}
 def per_token(j):
     return 1.0 / j["steady"] if j.get("steady") else None
@@ -155,6 +158,11 @@ if "steady" in up1 and "steady" in plain:
                              "layer_wait_s_1": up1.get("streaming", {}).get("layer_wait_s")}
 if "profile" in prof:
     out["resident_profile"] = prof["profile"]
+if "op_profile" in pops:
+    p = pops["op_profile"]
+    out["resident_op_profile"] = {"busy_ms": p["busy_ms"], "span_ms": p["span_ms"], "steady_tok_s": pops.get("steady"),
+                                  "top": sorted(([k, v["ms"], v["calls"]] for k, v in p["ops"].items()),
+                                                key=lambda x: -x[1])[:25]}
 print(json.dumps(out, indent=1))
 EOF
 tar czf "$OUT/results.tgz" -C "$R" . 2>/dev/null

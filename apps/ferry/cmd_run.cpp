@@ -1,5 +1,6 @@
 // `ferry run` (generate text) and `ferry eval` (teacher-forced logits and perplexity).
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -77,6 +78,18 @@ void add_model_flags(CLI::App* c, ModelOptions& o) {
       ->capture_default_str();
 }
 
+// `--profile-ops`: device time per op label, largest first, and how busy the device was.
+void print_op_profile(const TimingBackend::Report& r) {
+  std::vector<std::pair<std::string, TimingBackend::OpTime>> v(r.ops.begin(), r.ops.end());
+  std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+  std::fprintf(stderr, "ferry: op profile (prompt + decode): ops busy %.3f ms of a %.3f ms span (%.1f%%)\n",
+               r.busy_ms, r.span_ms, r.span_ms > 0 ? 100 * r.busy_ms / r.span_ms : 0.0);
+  for (size_t i = 0; i < v.size() && i < 30; ++i)
+    std::fprintf(stderr, "ferry:   %-40s %9.3f ms %7llu calls %9.2f us each %5.1f%%\n", v[i].first.c_str(),
+                 v[i].second.ms, static_cast<unsigned long long>(v[i].second.calls),
+                 1e3 * v[i].second.ms / double(v[i].second.calls), r.busy_ms > 0 ? 100 * v[i].second.ms / r.busy_ms : 0.0);
+}
+
 void print_metrics(const RunOptions& o, const LoadedModel& m, const GenerateMetrics& g, double wall,
                    const std::vector<int32_t>& prompt, const std::vector<GeneratedToken>& toks,
                    const DraftRun* draft) {
@@ -98,6 +111,12 @@ void print_metrics(const RunOptions& o, const LoadedModel& m, const GenerateMetr
     for (auto& t : toks) ids.push_back(t.id);
     j["ids"] = ids;
     if (draft) j["draft"] = draft_json(*draft);
+    if (m.timing) {
+      const auto r = m.timing->report();
+      nlohmann::json ops = nlohmann::json::object();
+      for (const auto& [name, t] : r.ops) ops[name] = {{"calls", t.calls}, {"ms", t.ms}};
+      j["op_profile"] = {{"ops", ops}, {"busy_ms", r.busy_ms}, {"span_ms", r.span_ms}};
+    }
     if (o.profile) {
       nlohmann::json p = nlohmann::json::object();
       for (const auto& [name, e] : m.model->profile()) p[name] = {{"seconds", e.seconds}, {"calls", e.calls}};
@@ -114,6 +133,7 @@ void print_metrics(const RunOptions& o, const LoadedModel& m, const GenerateMetr
                g.prompt_s > 0 ? g.prompt_tokens / g.prompt_s : 0.0, static_cast<long long>(g.generated),
                g.steady_tok_s(), g.generation_tok_s(), m.load_s, wall);
   if (draft) print_draft_stats(*draft);
+  if (m.timing) print_op_profile(m.timing->report());
   if (o.profile) {
     double total = 0;
     for (const auto& [name, e] : m.model->profile()) total += e.seconds;
@@ -198,6 +218,8 @@ void add_run_command(CLI::App& app) {
   c->add_option("--trace-hash", o->trace_hash,
                 "Write 'position token FNV-1a-64(logits)' per generated position to FILE");
   c->add_flag("--json", o->json, "Print the result and metrics as one JSON object");
+  c->add_flag("--profile-ops", o->model.profile_ops,
+              "Time every back-end op on the device (events around each op) and print the largest");
   c->add_flag("--profile", o->profile,
               "Time each section (embedding, mixer and feed-forward by kind, head) with a back-end sync at its "
               "edges; slows decoding");

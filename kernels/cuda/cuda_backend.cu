@@ -179,6 +179,20 @@ Backend::Event CudaBackend::create_event() {
   return reinterpret_cast<Event>(e);
 }
 
+Backend::Event CudaBackend::create_timing_event() {
+  bind();
+  cudaEvent_t e = nullptr;
+  FERRY_CUDA_CHECK(cudaEventCreate(&e));
+  return reinterpret_cast<Event>(e);
+}
+
+double CudaBackend::elapsed_ms(Event a, Event b) {
+  FERRY_CUDA_CHECK(cudaEventSynchronize(reinterpret_cast<cudaEvent_t>(b)));
+  float ms = 0;
+  FERRY_CUDA_CHECK(cudaEventElapsedTime(&ms, reinterpret_cast<cudaEvent_t>(a), reinterpret_cast<cudaEvent_t>(b)));
+  return ms;
+}
+
 void CudaBackend::destroy_event(Event e) {
   if (e) cudaEventDestroy(reinterpret_cast<cudaEvent_t>(e));  // best effort, like release at shutdown
 }

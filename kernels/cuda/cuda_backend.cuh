@@ -40,6 +40,8 @@ class CudaBackend final : public Backend {
   void wait_event(int queue, Event e) override;
   bool event_done(Event e) override;
   void sync_event(Event e) override;
+  Event create_timing_event() override;
+  double elapsed_ms(Event a, Event b) override;
   void upload_async(int queue, void* dst, const void* src_host, size_t bytes) override;
 
   void matmul(const Weight& w, const float* x, int64_t n, float* y) override;
