@@ -6,6 +6,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/slot_cache.hpp"
 #include "actors/tracer_actor.hpp"
 #include "io/errors.hpp"
 #include "messages/trace.pb.h"
@@ -15,9 +16,7 @@ namespace {
 
 struct device_cache_state {
   DeviceCacheConfig cfg;
-  std::unique_ptr<ExpertCache> cache;                 // null when cache_slots == 0
-  std::unordered_map<expert_key, uint32_t> cached;    // key -> cache slot
-  std::vector<uint32_t> free_cache;
+  SlotCache cache;                                    // slots [0, cache_slots)
   uint32_t next_scratch = 0;
   uint64_t pinned_step = 0;
   std::vector<expert_key> pinned;                     // the planned call's cached experts
@@ -42,7 +41,7 @@ void trace(dcache self, uint32_t kind, uint64_t step, const expert_key& k, uint3
 }
 
 void unpin_all(device_cache_state& st) {
-  for (const auto& k : st.pinned) st.cache->unpin(k);
+  for (const auto& k : st.pinned) st.cache.unpin(k);
   st.pinned.clear();
 }
 
@@ -50,22 +49,13 @@ void unpin_all(device_cache_state& st) {
 device_place place_miss(dcache self, uint64_t step, const expert_key& k, uint32_t rows, uint32_t block_rows) {
   auto& st = self->state;
   std::vector<expert_key> evicted;
-  if (st.cache && st.cache->insert(k, st.cfg.expert_bytes, rows, block_rows, &evicted)) {
-    for (const auto& v : evicted) {
-      auto it = st.cached.find(v);
-      st.free_cache.push_back(it->second);
-      st.cached.erase(it);
-      trace(self, trace::EVICTION, step, v, 0);
-    }
-    const uint32_t slot = st.free_cache.back();
-    st.free_cache.pop_back();
-    st.cached.emplace(k, slot);
-    st.cache->pin(k);
+  if (const auto slot = st.cache.admit(k, st.cfg.expert_bytes, rows, block_rows, evicted)) {
+    for (const auto& v : evicted) trace(self, trace::EVICTION, step, v, 0);
     st.pinned.push_back(k);
     trace(self, trace::ADMISSION, step, k, rows);
-    return device_place{slot, false, true};
+    return device_place{*slot, false, true};
   }
-  if (st.cache) trace(self, trace::ADMISSION, step, k, rows, "refused");
+  if (st.cache.enabled()) trace(self, trace::ADMISSION, step, k, rows, "refused");
   const uint32_t slot = st.cfg.cache_slots + st.next_scratch;
   st.next_scratch = (st.next_scratch + 1) % st.cfg.scratch_slots;
   return device_place{slot, false, false};
@@ -73,23 +63,22 @@ device_place place_miss(dcache self, uint64_t step, const expert_key& k, uint32_
 
 device_plan plan(dcache self, const device_request& r) {
   auto& st = self->state;
-  if (st.cache) unpin_all(st);  // a call that never said done (it failed) must not pin forever
+  unpin_all(st);  // a call that never said done (it failed) must not pin forever
   st.pinned_step = r.step;
   device_plan p;
   p.places.reserve(r.experts.size());
   for (size_t i = 0; i < r.experts.size(); ++i) {
     const expert_key k{r.layer, r.experts[i]};
     const uint32_t rows = i < r.rows.size() ? r.rows[i] : 1;
-    if (auto it = st.cached.find(k); it != st.cached.end()) {
-      st.cache->access(k);
-      st.cache->pin(k);
+    st.cache.access(k);  // counts the hit or the miss
+    if (const auto slot = st.cache.slot_of(k)) {
+      st.cache.pin(k);
       st.pinned.push_back(k);
       ++st.hits;
       trace(self, trace::HIT, r.step, k, rows);
-      p.places.push_back(device_place{it->second, true, true});
+      p.places.push_back(device_place{*slot, true, true});
       continue;
     }
-    if (st.cache) st.cache->access(k);  // counts the miss
     ++st.misses;
     trace(self, trace::MISS, r.step, k, rows);
     p.places.push_back(place_miss(self, r.step, k, rows, r.block_rows));
@@ -101,13 +90,11 @@ device_stats stats_of(const device_cache_state& st) {
   device_stats s;
   s.hits = st.hits;
   s.misses = st.misses;
-  if (st.cache) {
-    const auto& c = st.cache->counters();
-    s.admissions = c.admissions;
-    s.refusals = c.refusals;
-    s.evictions = c.evictions;
-  }
-  s.resident = static_cast<uint32_t>(st.cached.size());
+  const auto c = st.cache.counters();
+  s.admissions = c.admissions;
+  s.refusals = c.refusals;
+  s.evictions = c.evictions;
+  s.resident = st.cache.resident();
   s.capacity = st.cfg.cache_slots;
   s.scratch = st.cfg.scratch_slots;
   return s;
@@ -116,19 +103,12 @@ device_stats stats_of(const device_cache_state& st) {
 device_cache_actor::behavior_type dcache_fun(dcache self, DeviceCacheConfig cfg) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
-  if (st.cfg.cache_slots > 0) {
-    CacheConfig cc;
-    cc.capacity_experts = st.cfg.cache_slots;
-    cc.policy = st.cfg.policy;
-    cc.min_rows = st.cfg.min_rows;
-    st.cache = std::make_unique<ExpertCache>(cc);
-  }
-  for (uint32_t i = st.cfg.cache_slots; i-- > 0;) st.free_cache.push_back(i);
+  st.cache = SlotCache(st.cfg.cache_slots, st.cfg.policy, st.cfg.min_rows);
   return {
       [=](plan_atom, const device_request& r) { return plan(self, r); },
       [=](done_atom, uint64_t step) {
         auto& s = self->state;
-        if (s.cache && step == s.pinned_step) unpin_all(s);
+        if (step == s.pinned_step) unpin_all(s);
       },
       [=](stats_atom) { return stats_of(self->state); },
   };

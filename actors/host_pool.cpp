@@ -8,6 +8,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/slot_cache.hpp"
 #include "actors/tracer_actor.hpp"
 #include "io/errors.hpp"
 #include "messages/trace.pb.h"
@@ -23,9 +24,8 @@ struct Waiting {
 
 struct pool_state {
   HostPoolConfig cfg;
-  std::unique_ptr<ExpertCache> cache;           // null when cache_slots == 0
-  std::unordered_map<expert_key, uint32_t> cached;   // key -> cache slot
-  std::vector<uint32_t> free_cache, free_scratch;
+  SlotCache cache;                                   // slots [0, cache_slots)
+  std::vector<uint32_t> free_scratch;
   std::unordered_map<expert_key, uint32_t> scratch;  // key -> scratch slot in use
   std::deque<Waiting> waiting;
   static inline const char* name = "host_pool";
@@ -49,23 +49,11 @@ void trace(pool self, uint32_t kind, const expert_key& k, uint32_t rows, std::st
 // Tries to admit a missing key into the cache: evicts unpinned entries as needed. Returns the slot.
 std::optional<uint32_t> admit(pool self, const expert_key& k, uint32_t rows, uint32_t block_rows) {
   auto& st = self->state;
-  if (!st.cache) return std::nullopt;
+  if (!st.cache.enabled()) return std::nullopt;
   std::vector<expert_key> evicted;
-  if (!st.cache->insert(k, st.cfg.expert_bytes, rows, block_rows, &evicted)) {
-    trace(self, trace::ADMISSION, k, rows, "refused");
-    return std::nullopt;
-  }
-  for (auto& v : evicted) {
-    auto it = st.cached.find(v);
-    st.free_cache.push_back(it->second);
-    st.cached.erase(it);
-    trace(self, trace::EVICTION, v, 0);
-  }
-  uint32_t slot = st.free_cache.back();
-  st.free_cache.pop_back();
-  st.cached.emplace(k, slot);
-  st.cache->pin(k);
-  trace(self, trace::ADMISSION, k, rows);
+  const auto slot = st.cache.admit(k, st.cfg.expert_bytes, rows, block_rows, evicted);
+  for (auto& v : evicted) trace(self, trace::EVICTION, v, 0);
+  trace(self, trace::ADMISSION, k, rows, slot ? "" : "refused");
   return slot;
 }
 
@@ -73,12 +61,12 @@ std::optional<uint32_t> admit(pool self, const expert_key& k, uint32_t rows, uin
 std::optional<host_grant> try_acquire(pool self, const expert_key& k, uint32_t rows, uint32_t block_rows) {
   auto& st = self->state;
   const bool prefetch = rows == 0;
-  if (auto it = st.cached.find(k); it != st.cached.end()) {
-    if (!prefetch) st.cache->access(k);
-    st.cache->pin(k);
-    return host_grant{true, true, {it->second, 0}};
+  if (const auto slot = st.cache.slot_of(k)) {
+    if (!prefetch) st.cache.access(k);
+    st.cache.pin(k);
+    return host_grant{true, true, {*slot, 0}};
   }
-  if (!prefetch && st.cache) st.cache->access(k);  // counts the miss
+  if (!prefetch) st.cache.access(k);  // counts the miss
   if (auto slot = admit(self, k, prefetch ? 1 : rows, prefetch ? 1 : block_rows)) return host_grant{false, true, {*slot, 0}};
   if (prefetch) return host_grant{};  // no room: a prefetch never takes scratch or waits
   if (st.free_scratch.empty()) return std::nullopt;
@@ -104,28 +92,25 @@ void release(pool self, const expert_key& k, bool ok) {
   if (auto it = st.scratch.find(k); it != st.scratch.end()) {
     st.free_scratch.push_back(it->second);
     st.scratch.erase(it);
-  } else if (auto c = st.cached.find(k); c != st.cached.end()) {
-    st.cache->unpin(k);
-    if (!ok && st.cache->erase(k)) {  // the fill failed: the slot holds garbage
-      st.free_cache.push_back(c->second);
-      st.cached.erase(c);
-    }
+  } else if (st.cache.slot_of(k)) {
+    st.cache.unpin(k);
+    if (!ok) st.cache.drop(k);  // the fill failed: the slot holds garbage
   }
   serve_waiting(self);
 }
 
 pool_stats stats_of(const pool_state& st) {
   pool_stats s;
-  if (st.cache) {
-    auto& c = st.cache->counters();
+  {
+    const auto c = st.cache.counters();
     s.hits = c.hits;
     s.misses = c.misses;
     s.admissions = c.admissions;
     s.refusals = c.refusals;
     s.evictions = c.evictions;
-    s.resident_bytes = st.cache->bytes();
+    s.resident_bytes = st.cache.bytes();
   }
-  s.resident = static_cast<uint32_t>(st.cached.size());
+  s.resident = st.cache.resident();
   s.capacity = st.cfg.cache_slots;
   s.scratch = st.cfg.scratch_slots;
   s.scratch_free = static_cast<uint32_t>(st.free_scratch.size());
@@ -136,20 +121,13 @@ pool_stats stats_of(const pool_state& st) {
 host_pool_actor::behavior_type pool_fun(pool self, HostPoolConfig cfg) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
-  if (st.cfg.cache_slots > 0) {
-    CacheConfig cc;
-    cc.capacity_experts = st.cfg.cache_slots;
-    cc.policy = st.cfg.policy;
-    cc.min_rows = st.cfg.min_rows;
-    st.cache = std::make_unique<ExpertCache>(cc);
-  }
-  for (uint32_t i = st.cfg.cache_slots; i-- > 0;) st.free_cache.push_back(i);
+  st.cache = SlotCache(st.cfg.cache_slots, st.cfg.policy, st.cfg.min_rows);
   for (uint32_t i = st.cfg.scratch_slots; i-- > 0;) st.free_scratch.push_back(st.cfg.cache_slots + i);
   return {
       [=](lookup_atom, const expert_key& k) {
-        auto it = self->state.cached.find(k);
-        if (it == self->state.cached.end()) return host_grant{};
-        return host_grant{true, true, {it->second, 0}};
+        const auto slot = self->state.cache.slot_of(k);
+        if (!slot) return host_grant{};
+        return host_grant{true, true, {*slot, 0}};
       },
       [=](acquire_atom, const expert_key& k, uint32_t rows,
           uint32_t block_rows) -> caf::typed_response_promise<host_grant> {

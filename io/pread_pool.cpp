@@ -44,25 +44,25 @@ PreadPool::~PreadPool() {
     std::lock_guard lk(mu_);
     stop_ = true;
   }
-  todo_cv_.notify_all();
+  pending_cv_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
 void PreadPool::submit(ReadOp op) {
   {
     std::lock_guard lk(mu_);
-    todo_.push_back(std::move(op));
+    pending_.push_back(std::move(op));
   }
-  todo_cv_.notify_one();
+  pending_cv_.notify_one();
 }
 
 void PreadPool::work() {
   std::unique_lock lk(mu_);
   for (;;) {
-    todo_cv_.wait(lk, [&] { return stop_ || !todo_.empty(); });
+    pending_cv_.wait(lk, [&] { return stop_ || !pending_.empty(); });
     if (stop_) return;
-    ReadOp op = std::move(todo_.front());
-    todo_.pop_front();
+    ReadOp op = std::move(pending_.front());
+    pending_.pop_front();
     ++running_;
     auto inflight = static_cast<uint32_t>(running_);
     lk.unlock();
@@ -86,12 +86,12 @@ size_t PreadPool::reap(std::vector<ReadResult>& out, std::chrono::microseconds m
 
 size_t PreadPool::inflight() const {
   std::lock_guard lk(mu_);
-  return todo_.size() + running_ + done_.size();
+  return pending_.size() + running_ + done_.size();
 }
 
 size_t PreadPool::queued() const {
   std::lock_guard lk(mu_);
-  return todo_.size();
+  return pending_.size();
 }
 
 }  // namespace ferry::io

@@ -28,9 +28,9 @@ class PreadPool final : public ReadEngine {
   void work();
 
   mutable std::mutex mu_;
-  std::condition_variable todo_cv_;
+  std::condition_variable pending_cv_;
   std::condition_variable done_cv_;
-  std::deque<ReadOp> todo_;
+  std::deque<ReadOp> pending_;
   std::vector<ReadResult> done_;
   size_t running_ = 0;
   bool stop_ = false;
