@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "io/sizing.hpp"
+#include "io/store/sizing.hpp"
 
 namespace ferry {
 

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "io/errors.hpp"
-#include "io/ggml_blocks.hpp"
+#include "io/formats/ggml_blocks.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 
 namespace ferry {

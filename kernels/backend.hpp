@@ -17,7 +17,7 @@
 namespace ferry {
 
 // Weight storage types a matmul reads. BF16/F16 checkpoint tensors are widened to F32 at load
-// (exactly); Q8_0 and MXFP4 use ggml's block layouts (io/ggml_blocks.hpp).
+// (exactly); Q8_0 and MXFP4 use ggml's block layouts (io/formats/ggml_blocks.hpp).
 enum class WType : uint8_t { f32, q8_0, mxfp4 };
 
 // y = x @ W^T with W[rows=out, cols=in] (PyTorch nn.Linear layout). Each row of W is stored

@@ -1,6 +1,6 @@
 // The CUDA back-end (kernels/cuda/): the Backend interface on one NVIDIA GPU. Built into ferry_cuda
 // when nvcc is found, which defines FERRY_WITH_CUDA=1 for its dependents. The functions below are
-// defined only in ferry_cuda: call them under `#if FERRY_WITH_CUDA` (actors/model_loader.hpp's
+// defined only in ferry_cuda: call them under `#if FERRY_WITH_CUDA` (actors/runtime/model_loader.hpp's
 // make_backend does, and works in every build).
 //
 // Conventions beyond kernels/backend.hpp:

@@ -210,7 +210,7 @@ struct trace_event {
 };
 
 
-// ---- drafter bridge (actors/drafter_bridge.cpp) -------------------------------------------------------
+// ---- drafter bridge (actors/drafter/drafter_bridge.cpp) -------------------------------------------------------
 
 // To the drafter bridge: propose at most max_tokens tokens after `history` (target vocabulary), answer
 // by deadline_ns (steady_clock nanoseconds since its epoch) or not at all.

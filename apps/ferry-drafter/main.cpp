@@ -13,8 +13,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "actors/drafter_core.hpp"
-#include "actors/drafter_server.hpp"
+#include "actors/drafter/sidecar/drafter_core.hpp"
+#include "actors/drafter/sidecar/drafter_server.hpp"
 
 namespace {
 

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "actors/chat_template.hpp"
+#include "io/tokenizers/chat_template.hpp"
 
 namespace ferry::server {
 

@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "actors/chat_stream.hpp"
-#include "actors/server_engine.hpp"
+#include "actors/server/chat_stream.hpp"
+#include "actors/server/server_engine.hpp"
 
 namespace ferry::server {
 

@@ -5,7 +5,7 @@
 
 #include "apps/ferry-server/http_sinks.hpp"
 #include "io/errors.hpp"
-#include "io/tokenizer.hpp"
+#include "io/tokenizers/tokenizer.hpp"
 
 namespace ferry::server {
 namespace {

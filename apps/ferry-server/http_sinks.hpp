@@ -6,7 +6,7 @@
 #include <memory>
 #include <optional>
 
-#include "actors/server_engine.hpp"
+#include "actors/server/server_engine.hpp"
 #include "apps/ferry-server/api_response.hpp"
 #include "apps/ferry-server/http_util.hpp"
 

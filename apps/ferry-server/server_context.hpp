@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "actors/chat_template.hpp"
-#include "actors/model_loader.hpp"
-#include "actors/server_engine.hpp"
-#include "actors/server_metrics.hpp"
+#include "io/tokenizers/chat_template.hpp"
+#include "actors/runtime/model_loader.hpp"
+#include "actors/server/server_engine.hpp"
+#include "actors/server/server_metrics.hpp"
 #include "apps/ferry-server/api_request.hpp"
 
 namespace ferry::server {

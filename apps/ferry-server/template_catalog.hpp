@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "actors/chat_template.hpp"
+#include "io/tokenizers/chat_template.hpp"
 
 namespace ferry::server {
 

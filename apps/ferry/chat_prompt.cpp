@@ -3,7 +3,7 @@
 #include <string>
 
 #include "io/errors.hpp"
-#include "io/tokenizer.hpp"
+#include "io/tokenizers/tokenizer.hpp"
 
 namespace ferry::cli {
 

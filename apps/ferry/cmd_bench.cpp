@@ -9,9 +9,9 @@
 #include <memory>
 
 #include "apps/ferry/commands.hpp"
-#include "io/bench_process.hpp"
-#include "io/bench_report.hpp"
-#include "io/bench_runner.hpp"
+#include "apps/ferry/bench/bench_process.hpp"
+#include "apps/ferry/bench/bench_report.hpp"
+#include "apps/ferry/bench/bench_runner.hpp"
 #include "io/errors.hpp"
 
 namespace ferry::cli {

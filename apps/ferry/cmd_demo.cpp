@@ -6,10 +6,10 @@
 #include <filesystem>
 #include <memory>
 
-#include "actors/model_loader.hpp"
+#include "actors/runtime/model_loader.hpp"
 #include "apps/ferry/commands.hpp"
-#include "io/synth.hpp"
-#include "kernels/model/generate.hpp"
+#include "io/synth/synth.hpp"
+#include "kernels/decoding/generate.hpp"
 
 namespace ferry::cli {
 namespace {

@@ -16,8 +16,8 @@
 #include <random>
 #include <thread>
 
-#include "actors/drafter_bridge.hpp"
-#include "actors/model_loader.hpp"
+#include "actors/drafter/drafter_bridge.hpp"
+#include "actors/runtime/model_loader.hpp"
 #include "apps/ferry/commands.hpp"
 #include "io/errors.hpp"
 

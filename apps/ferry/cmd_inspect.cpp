@@ -6,9 +6,9 @@
 
 #include "apps/ferry/commands.hpp"
 #include "io/errors.hpp"
-#include "io/expert_store.hpp"
-#include "io/model_config.hpp"
-#include "io/sizing.hpp"
+#include "io/store/expert_store.hpp"
+#include "io/formats/model_config.hpp"
+#include "io/store/sizing.hpp"
 
 namespace fs = std::filesystem;
 

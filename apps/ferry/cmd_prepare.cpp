@@ -6,8 +6,8 @@
 
 #include "apps/ferry/commands.hpp"
 #include "io/errors.hpp"
-#include "io/expert_store_prepare.hpp"
-#include "io/sizing.hpp"
+#include "io/store/expert_store_prepare.hpp"
+#include "io/store/sizing.hpp"
 
 namespace ferry {
 

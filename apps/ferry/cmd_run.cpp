@@ -13,9 +13,9 @@
 #include "apps/ferry/commands.hpp"
 #include "apps/ferry/draft_run.hpp"
 #include "apps/ferry/streaming_flags.hpp"
-#include "actors/model_loader.hpp"
+#include "actors/runtime/model_loader.hpp"
 #include "io/errors.hpp"
-#include "kernels/model/generate.hpp"
+#include "kernels/decoding/generate.hpp"
 
 namespace ferry::cli {
 namespace {

@@ -8,9 +8,9 @@
 
 #include "apps/ferry/commands.hpp"
 #include "io/errors.hpp"
-#include "io/sizing.hpp"
-#include "io/synth.hpp"
-#include "io/synth_prepared.hpp"
+#include "io/store/sizing.hpp"
+#include "io/synth/synth.hpp"
+#include "io/synth/synth_prepared.hpp"
 
 namespace ferry {
 

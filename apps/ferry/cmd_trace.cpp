@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/trace_summary.hpp"
+#include "actors/tracing/trace_summary.hpp"
 #include "apps/ferry/commands.hpp"
 #include "io/errors.hpp"
 

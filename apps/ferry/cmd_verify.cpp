@@ -5,9 +5,9 @@
 
 #include "apps/ferry/commands.hpp"
 #include "io/errors.hpp"
-#include "io/expert_store.hpp"
+#include "io/store/expert_store.hpp"
 #include "io/progress.hpp"
-#include "io/sizing.hpp"
+#include "io/store/sizing.hpp"
 
 namespace ferry {
 

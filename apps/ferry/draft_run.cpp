@@ -4,7 +4,7 @@
 #include <caf/all.hpp>
 #include <cstdio>
 
-#include "actors/drafter_bridge.hpp"
+#include "actors/drafter/drafter_bridge.hpp"
 #include "io/errors.hpp"
 
 namespace ferry::cli {

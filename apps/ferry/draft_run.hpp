@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "actors/model_loader.hpp"
-#include "kernels/model/verify.hpp"
+#include "actors/runtime/model_loader.hpp"
+#include "kernels/decoding/verify.hpp"
 #include "messages/messages.hpp"
 
 namespace CLI {

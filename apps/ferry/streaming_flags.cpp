@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "actors/model_loader.hpp"
+#include "actors/runtime/model_loader.hpp"
 #include "io/errors.hpp"
 
 namespace ferry::cli {

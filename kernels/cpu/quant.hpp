@@ -1,4 +1,4 @@
-// Exact decoding of ggml's quantized blocks (io/ggml_blocks.hpp) to floats for the CPU kernels. The
+// Exact decoding of ggml's quantized blocks (io/formats/ggml_blocks.hpp) to floats for the CPU kernels. The
 // decoded values are exact (small integers times a power of two, or int8 times an fp16 value), so a
 // matmul over decoded blocks equals an f32 matmul over the dequantized weights bit for bit.
 #pragma once
@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "io/ggml_blocks.hpp"
+#include "io/formats/ggml_blocks.hpp"
 
 namespace ferry::cpu {
 

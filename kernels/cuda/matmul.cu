@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <string>
 
-#include "io/ggml_blocks.hpp"
+#include "io/formats/ggml_blocks.hpp"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_backend.cuh"
 #include "kernels/cuda/cuda_check.cuh"

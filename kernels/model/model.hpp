@@ -15,8 +15,8 @@
 #include <span>
 #include <vector>
 
-#include "io/model_config.hpp"
-#include "io/tensor_source.hpp"
+#include "io/formats/model_config.hpp"
+#include "io/formats/tensor_source.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/model/weights.hpp"
 

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "io/convert.hpp"
+#include "io/formats/convert.hpp"
 #include "io/errors.hpp"
 
 namespace ferry {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "io/tensor_source.hpp"
+#include "io/formats/tensor_source.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/model/weights.hpp"
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "io/convert.hpp"
+#include "io/formats/convert.hpp"
 #include "io/errors.hpp"
 #include "kernels/model/tensor_loader.hpp"
 

@@ -10,15 +10,15 @@
 #include <string>
 #include <vector>
 
-#include "io/model_config.hpp"
-#include "io/sizing.hpp"
-#include "io/tensor_source.hpp"
+#include "io/formats/model_config.hpp"
+#include "io/store/sizing.hpp"
+#include "io/formats/tensor_source.hpp"
 #include "kernels/backend.hpp"
 
 namespace ferry {
 
 // Non-expert matrices are held as Q8_0 when the spine type is q8_0, else as F32 (which keeps BF16
-// checkpoint values exactly); SpineType itself is io/sizing.hpp's.
+// checkpoint values exactly); SpineType itself is io/store/sizing.hpp's.
 
 struct MlpWeights {
   Weight gate, up, down;

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "kernels/backend.hpp"
-#include "tests/kernels/test_util.hpp"
+#include "tests/kernels/cpu/test_util.hpp"
 #if FERRY_WITH_CUDA
 #include "kernels/cuda_backend.hpp"
 #endif

@@ -2,7 +2,7 @@
 // within the CPU tests' tolerances of the references, greedy ids identical to the references, a block
 // of 16 rows bit-identical to 16 plain steps on the GPU, and CPU vs CUDA greedy ids identical.
 #include "tests/gpu/gpu_util.hpp"
-#include "tests/model/fixture_util.hpp"
+#include "tests/kernels/model/fixture_util.hpp"
 
 namespace ferry::test {
 namespace {

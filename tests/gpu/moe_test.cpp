@@ -16,7 +16,7 @@
 #include <tuple>
 
 #include "tests/gpu/gpu_util.hpp"
-#include "tests/kernels/moe_util.hpp"
+#include "tests/kernels/cpu/moe_util.hpp"
 
 namespace ferry::test {
 namespace {

@@ -5,9 +5,9 @@
 
 #include <filesystem>
 
-#include "actors/model_loader.hpp"
-#include "io/expert_store_prepare.hpp"
-#include "kernels/model/generate.hpp"
+#include "actors/runtime/model_loader.hpp"
+#include "io/store/expert_store_prepare.hpp"
+#include "kernels/decoding/generate.hpp"
 #include "tests/gpu/gpu_util.hpp"
 
 namespace ferry::test {

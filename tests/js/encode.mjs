@@ -1,5 +1,5 @@
 // Encodes text with implementations written by others, for ferry's tokenizer cross-check
-// (tests/io/tokenizer_crosscheck_test.cpp).
+// (tests/io/tokenizers/tokenizer_crosscheck_test.cpp).
 //
 //   node encode.mjs encode IMPL CORPUS   -> {"lines": [[ids] per line], "whole": [ids of the whole file]}
 //   node encode.mjs dump-ranks ENC DIR   -> DIR/tiktoken.model ("base64 rank" lines) + DIR/meta.json

@@ -1,5 +1,5 @@
 // Prints a GGUF file's metadata and tensor infos as JSON, parsed by the third-party
-// @huggingface/gguf package (not by ferry's reader), for tests/store/prepare_test.cpp.
+// @huggingface/gguf package (not by ferry's reader), for tests/io/store/prepare_test.cpp.
 // Usage: node gguf_dump.mjs FILE.gguf
 import { gguf } from "@huggingface/gguf";
 import path from "node:path";

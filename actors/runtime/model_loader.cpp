@@ -1,0 +1,91 @@
+#include "actors/runtime/model_loader.hpp"
+
+#include <chrono>
+
+#include "actors/streaming/expert_catalog.hpp"
+#include "actors/runtime/prepared_model.hpp"
+#include "io/formats/checkpoint.hpp"
+#include "io/errors.hpp"
+#include "io/store/expert_store.hpp"
+#if FERRY_WITH_CUDA
+#include "kernels/cuda_backend.hpp"
+#endif
+
+namespace ferry {
+
+bool has_tokenizer(const std::filesystem::path& dir) {
+  return std::filesystem::exists(dir / "tiktoken.model") || std::filesystem::exists(dir / "tokenizer.json");
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& name, int cpu_threads) {
+  if (name == "cpu") return make_cpu_backend(cpu_threads);
+#if FERRY_WITH_CUDA
+  if (name == "cuda") return make_cuda_backend();
+  if (name == "auto") return cuda_available() ? make_cuda_backend() : make_cpu_backend(cpu_threads);
+#else
+  if (name == "cuda") throw ConfigError("--backend cuda: this build has no CUDA back-end (configure with FERRY_CUDA=ON)");
+  if (name == "auto") return make_cpu_backend(cpu_threads);
+#endif
+  throw ConfigError("--backend: unknown back-end '" + name + "' (cpu, cuda or auto)");
+}
+
+namespace {
+
+void load_prepared(const ModelOptions& o, LoadedModel& m, LoadOptions& lo) {
+  const std::filesystem::path dir(o.dir);
+  m.prepared = true;
+  m.cfg = load_prepared_config(dir);
+  m.src = open_spine(dir, m.cfg);
+  lo.spine_type = SpineType::f32;  // BF16/F32 tensors exactly as f32, Q8_0 kept as stored
+  const Manifest manifest = read_manifest(dir / "manifest.json");
+  if (o.ssd_streaming) {
+    StreamingOptions so = o.streaming;
+    if (so.device_tier || m.backend->name().rfind("cuda", 0) == 0) {
+      // CUDA: --cache-experts sizes the device cache (the compute tier); the host pool below it is
+      // --host-pool alone.
+      so.device = m.backend.get();
+      so.device_cache_experts = so.cache_experts ? so.cache_experts
+                                                 : (manifest.expert_bytes ? so.cache_bytes / uint64_t(manifest.expert_bytes) : 0);
+      so.cache_experts = 0;
+      so.cache_bytes = 0;
+    }
+    auto s = std::make_unique<StreamingExperts>(m.cfg, manifest, so);
+    m.streaming = s.get();
+    m.experts = std::move(s);
+  } else {
+    m.experts = std::make_unique<FileExperts>(m.cfg, make_catalog(manifest, o.streaming.expert_dirs), *m.backend);
+  }
+}
+
+}  // namespace
+
+LoadedModel load_model(const ModelOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::filesystem::path dir(o.dir);
+  if (!std::filesystem::is_directory(dir)) throw Error("model directory " + o.dir + " does not exist");
+  LoadedModel m;
+  m.backend = make_backend(o.backend, o.threads);
+  if (o.profile_ops) {
+    auto t = std::make_unique<TimingBackend>(std::move(m.backend));
+    m.timing = t.get();
+    m.backend = std::move(t);
+  }
+  LoadOptions lo;
+  if (is_prepared_model(dir)) {
+    load_prepared(o, m, lo);
+  } else {
+    if (o.ssd_streaming)
+      throw ConfigError("--ssd-streaming needs a prepared model directory (spine.gguf + manifest.json from `ferry "
+                        "prepare`); " + o.dir + " has none");
+    m.cfg = load_model_config(dir);
+    m.src = open_safetensors_checkpoint(dir);
+    lo.spine_type = parse_spine_type(o.spine_type);
+  }
+  if (has_tokenizer(dir)) m.tokenizer = load_tokenizer(dir);
+  m.model = std::make_unique<Model>(m.cfg, *m.src, *m.backend, lo, m.experts.get());
+  if (m.timing) m.timing->reset();
+  m.load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return m;
+}
+
+}  // namespace ferry

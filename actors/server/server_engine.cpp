@@ -1,0 +1,138 @@
+#include "actors/server/server_engine.hpp"
+
+#include <algorithm>
+#include <exception>
+
+#include "io/tokenizers/tokenizer.hpp"
+#include "kernels/model/model.hpp"
+
+namespace ferry {
+
+ServerEngine::ServerEngine(Model& model, const Tokenizer& tok, int64_t ctx, size_t max_queue, EngineMetrics& metrics)
+    : model_(model), tok_(tok), ctx_(ctx), max_queue_(max_queue), metrics_(metrics) {
+  metrics_.queue_capacity.set(static_cast<double>(max_queue));
+  worker_ = std::thread([this] { run(); });
+}
+
+ServerEngine::~ServerEngine() { stop(); }
+
+ServerEngine::Submit ServerEngine::submit(std::shared_ptr<GenerationJob> job) {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return Submit::stopped;
+    if (queue_.size() >= max_queue_) return Submit::queue_full;
+    queue_.push_back(std::move(job));
+    metrics_.queue_depth.set(static_cast<double>(queue_.size()));
+  }
+  cv_.notify_one();
+  return Submit::accepted;
+}
+
+void ServerEngine::cancel_connection(uint64_t connection_id) {
+  std::lock_guard lock(mu_);
+  if (running_ && running_->connection_id == connection_id) running_->cancelled = true;
+  for (auto& j : queue_)
+    if (j->connection_id == connection_id) j->cancelled = true;
+}
+
+void ServerEngine::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    if (running_) running_->cancelled = true;
+    for (auto& j : queue_) j->cancelled = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+size_t ServerEngine::queue_depth() const {
+  std::lock_guard lock(mu_);
+  return queue_.size();
+}
+
+void ServerEngine::run() {
+  for (;;) {
+    std::shared_ptr<GenerationJob> job;
+    {
+      std::unique_lock lock(mu_);
+      // Drain the queue even when stopping, so every sink hears how its job ended.
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      job = std::move(queue_.front());
+      queue_.pop_front();
+      running_ = job;
+      metrics_.queue_depth.set(static_cast<double>(queue_.size()));
+    }
+    try {
+      if (job->cancelled) {
+        metrics_.cancelled.add(1);
+        job->sink->on_cancelled();
+      } else {
+        metrics_.busy.set(1);
+        execute(*job);
+      }
+    } catch (const std::exception&) {
+      // A sink that fails to write (its client is gone) must not end the engine for everyone else.
+    }
+    metrics_.busy.set(0);
+    metrics_.live_rate.set(0);
+    std::lock_guard lock(mu_);
+    running_.reset();
+  }
+}
+
+bool ServerEngine::on_token(GenerationJob& job, TextPipeline& pipe, const GeneratedToken& t, GenerateMetrics& gm) {
+  if (job.cancelled) return false;
+  metrics_.generated_tokens.add(1);
+  if (gm.generated == 1) {
+    metrics_.prompt_tokens.add(static_cast<double>(gm.prompt_tokens));
+    metrics_.last_prompt_s.set(gm.prompt_s);
+  }
+  metrics_.live_rate.set(gm.steady_tok_s());
+  const auto& stops = job.params.stop_ids;
+  // An end token ends the reply; its own text ("<|im_end|>") is not part of it.
+  if (std::find(stops.begin(), stops.end(), t.id) != stops.end()) return true;
+  TextDelta d = pipe.feed(tok_.token_bytes(t.id));
+  if (!d.empty()) job.sink->on_delta(d);
+  return !pipe.stopped();
+}
+
+void ServerEngine::execute(GenerationJob& job) {
+  job.sink->on_start();
+  TextPipeline pipe(job.stop, job.reasoning);
+  GenerateMetrics gm;
+  std::vector<GeneratedToken> toks;
+  try {
+    // The state lives only for this job: a cancelled or finished job frees its caches here.
+    std::unique_ptr<SeqState> state = model_.new_state(ctx_);
+    toks = generate(model_, *state, job.prompt, job.params, gm,
+                    [&](const GeneratedToken& t) { return on_token(job, pipe, t, gm); });
+  } catch (const std::exception& e) {
+    metrics_.generations.add(1);
+    job.sink->on_error(e.what());
+    return;
+  }
+  metrics_.generations.add(1);
+  metrics_.busy.set(0);  // before the sink answers, so a client that sees its reply sees an idle engine
+  metrics_.live_rate.set(0);
+  metrics_.prompt_seconds.add(gm.prompt_s);
+  metrics_.decode_seconds.add(gm.decode_s);
+  if (gm.generated > 1) metrics_.steady_rate.set(gm.steady_tok_s());
+  if (job.cancelled) {
+    metrics_.cancelled.add(1);
+    job.sink->on_cancelled();
+    return;
+  }
+  TextDelta rest = pipe.finish();
+  if (!rest.empty()) job.sink->on_delta(rest);
+  GenerationResult r;
+  r.prompt_tokens = static_cast<int64_t>(job.prompt.size());
+  r.completion_tokens = static_cast<int64_t>(toks.size());
+  const auto& stops = job.params.stop_ids;
+  const bool end_token = !toks.empty() && std::find(stops.begin(), stops.end(), toks.back().id) != stops.end();
+  r.finish_reason = (end_token || pipe.stopped()) ? "stop" : "length";
+  job.sink->on_done(r);
+}
+
+}  // namespace ferry

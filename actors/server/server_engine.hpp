@@ -1,0 +1,89 @@
+// The server's engine: one worker thread owns the model and runs one generation at a time, taking
+// jobs from a bounded FIFO queue. HTTP threads submit jobs and get their output through a sink; a
+// job whose client went away is cancelled (the generation stops at its next token, its sequence
+// state is freed, a queued one is dropped without running).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "actors/server/chat_stream.hpp"
+#include "actors/server/server_metrics.hpp"
+#include "kernels/decoding/generate.hpp"
+
+namespace ferry {
+
+class Model;
+class Tokenizer;
+
+struct GenerationResult {
+  std::string finish_reason;  // "stop" (end token or stop string) or "length"
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+};
+
+// Receives one job's output, called on the engine thread only.
+class GenerationSink {
+ public:
+  virtual ~GenerationSink() = default;
+  virtual void on_start() {}
+  virtual void on_delta(const TextDelta& d) = 0;
+  virtual void on_done(const GenerationResult& r) = 0;
+  virtual void on_error(const std::string& message) = 0;
+  virtual void on_cancelled() {}
+};
+
+struct GenerationJob {
+  uint64_t connection_id = 0;  // the HTTP connection waiting for it (for cancellation on disconnect)
+  std::vector<int32_t> prompt;
+  GenerateParams params;       // n_predict, sampling, stop ids
+  std::vector<std::string> stop;  // stop strings on the decoded text
+  ReasoningMarkers reasoning;
+  std::shared_ptr<GenerationSink> sink;
+  std::atomic<bool> cancelled{false};
+};
+
+class ServerEngine {
+ public:
+  enum class Submit { accepted, queue_full, stopped };
+
+  // max_queue: jobs that may wait while one runs. ctx: sequence state size per job.
+  ServerEngine(Model& model, const Tokenizer& tok, int64_t ctx, size_t max_queue, EngineMetrics& metrics);
+  ~ServerEngine();  // stops and joins
+
+  Submit submit(std::shared_ptr<GenerationJob> job);
+  // Cancels the running and queued jobs of a connection that closed.
+  void cancel_connection(uint64_t connection_id);
+  // Stops taking jobs, cancels what is queued or running, joins the worker.
+  void stop();
+
+  size_t queue_depth() const;
+  int64_t ctx() const { return ctx_; }
+
+ private:
+  void run();
+  void execute(GenerationJob& job);
+  bool on_token(GenerationJob& job, TextPipeline& pipe, const GeneratedToken& t, GenerateMetrics& gm);
+
+  Model& model_;
+  const Tokenizer& tok_;
+  const int64_t ctx_;
+  const size_t max_queue_;
+  EngineMetrics& metrics_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<GenerationJob>> queue_;
+  std::shared_ptr<GenerationJob> running_;
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
+}  // namespace ferry

@@ -1,0 +1,124 @@
+#include "actors/streaming/device_cache.hpp"
+
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "actors/streaming/slot_cache.hpp"
+#include "actors/tracing/tracer_actor.hpp"
+#include "io/errors.hpp"
+#include "messages/trace.pb.h"
+
+namespace ferry {
+namespace {
+
+struct device_cache_state {
+  DeviceCacheConfig cfg;
+  SlotCache cache;                                    // slots [0, cache_slots)
+  uint32_t next_scratch = 0;
+  uint64_t pinned_step = 0;
+  std::vector<expert_key> pinned;                     // the planned call's cached experts
+  uint64_t hits = 0, misses = 0;
+  static inline const char* name = "device_cache";
+};
+
+using dcache = device_cache_actor::stateful_pointer<device_cache_state>;
+
+void trace(dcache self, uint32_t kind, uint64_t step, const expert_key& k, uint32_t rows, std::string detail = {}) {
+  if (!self->state.cfg.tracer) return;
+  trace_event e;
+  e.kind = kind;
+  e.t_ns = trace_now_ns();
+  e.request_id = step;
+  e.key = k;
+  e.tier = trace::DEVICE;
+  e.bytes = self->state.cfg.expert_bytes;
+  e.rows = rows;
+  e.detail = std::move(detail);
+  self->send(self->state.cfg.tracer, trace_atom_v, std::move(e));
+}
+
+void unpin_all(device_cache_state& st) {
+  for (const auto& k : st.pinned) st.cache.unpin(k);
+  st.pinned.clear();
+}
+
+// A miss: a cache slot when admission allows (evicting unpinned experts), else the next scratch slot.
+device_place place_miss(dcache self, uint64_t step, const expert_key& k, uint32_t rows, uint32_t block_rows) {
+  auto& st = self->state;
+  std::vector<expert_key> evicted;
+  if (const auto slot = st.cache.admit(k, st.cfg.expert_bytes, rows, block_rows, evicted)) {
+    for (const auto& v : evicted) trace(self, trace::EVICTION, step, v, 0);
+    st.pinned.push_back(k);
+    trace(self, trace::ADMISSION, step, k, rows);
+    return device_place{*slot, false, true};
+  }
+  if (st.cache.enabled()) trace(self, trace::ADMISSION, step, k, rows, "refused");
+  const uint32_t slot = st.cfg.cache_slots + st.next_scratch;
+  st.next_scratch = (st.next_scratch + 1) % st.cfg.scratch_slots;
+  return device_place{slot, false, false};
+}
+
+device_plan plan(dcache self, const device_request& r) {
+  auto& st = self->state;
+  unpin_all(st);  // a call that never said done (it failed) must not pin forever
+  st.pinned_step = r.step;
+  device_plan p;
+  p.places.reserve(r.experts.size());
+  for (size_t i = 0; i < r.experts.size(); ++i) {
+    const expert_key k{r.layer, r.experts[i]};
+    const uint32_t rows = i < r.rows.size() ? r.rows[i] : 1;
+    st.cache.access(k);  // counts the hit or the miss
+    if (const auto slot = st.cache.slot_of(k)) {
+      st.cache.pin(k);
+      st.pinned.push_back(k);
+      ++st.hits;
+      trace(self, trace::HIT, r.step, k, rows);
+      p.places.push_back(device_place{*slot, true, true});
+      continue;
+    }
+    ++st.misses;
+    trace(self, trace::MISS, r.step, k, rows);
+    p.places.push_back(place_miss(self, r.step, k, rows, r.block_rows));
+  }
+  return p;
+}
+
+device_stats stats_of(const device_cache_state& st) {
+  device_stats s;
+  s.hits = st.hits;
+  s.misses = st.misses;
+  const auto c = st.cache.counters();
+  s.admissions = c.admissions;
+  s.refusals = c.refusals;
+  s.evictions = c.evictions;
+  s.resident = st.cache.resident();
+  s.capacity = st.cfg.cache_slots;
+  s.scratch = st.cfg.scratch_slots;
+  return s;
+}
+
+device_cache_actor::behavior_type dcache_fun(dcache self, DeviceCacheConfig cfg) {
+  auto& st = self->state;
+  st.cfg = std::move(cfg);
+  st.cache = SlotCache(st.cfg.cache_slots, st.cfg.policy, st.cfg.min_rows);
+  return {
+      [=](plan_atom, const device_request& r) { return plan(self, r); },
+      [=](done_atom, uint64_t step) {
+        auto& s = self->state;
+        if (step == s.pinned_step) unpin_all(s);
+      },
+      [=](stats_atom) { return stats_of(self->state); },
+  };
+}
+
+}  // namespace
+
+device_cache_actor spawn_device_cache(caf::actor_system& sys, DeviceCacheConfig cfg) {
+  if (cfg.scratch_slots == 0) throw ConfigError("device cache: scratch_slots must be >= 1");
+  return sys.spawn(dcache_fun, std::move(cfg));
+}
+
+}  // namespace ferry

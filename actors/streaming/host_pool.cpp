@@ -1,0 +1,153 @@
+#include "actors/streaming/host_pool.hpp"
+
+#include <deque>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "actors/streaming/slot_cache.hpp"
+#include "actors/tracing/tracer_actor.hpp"
+#include "io/errors.hpp"
+#include "messages/trace.pb.h"
+
+namespace ferry {
+namespace {
+
+struct Waiting {
+  expert_key key;
+  uint32_t rows = 1, block_rows = 1;
+  caf::typed_response_promise<host_grant> promise;
+};
+
+struct pool_state {
+  HostPoolConfig cfg;
+  SlotCache cache;                                   // slots [0, cache_slots)
+  std::vector<uint32_t> free_scratch;
+  std::unordered_map<expert_key, uint32_t> scratch;  // key -> scratch slot in use
+  std::deque<Waiting> waiting;
+  static inline const char* name = "host_pool";
+};
+
+using pool = host_pool_actor::stateful_pointer<pool_state>;
+
+void trace(pool self, uint32_t kind, const expert_key& k, uint32_t rows, std::string detail = {}) {
+  if (!self->state.cfg.tracer) return;
+  trace_event e;
+  e.kind = kind;
+  e.t_ns = trace_now_ns();
+  e.key = k;
+  e.tier = trace::HOST;
+  e.bytes = self->state.cfg.expert_bytes;
+  e.rows = rows;
+  e.detail = std::move(detail);
+  self->send(self->state.cfg.tracer, trace_atom_v, std::move(e));
+}
+
+// Tries to admit a missing key into the cache: evicts unpinned entries as needed. Returns the slot.
+std::optional<uint32_t> admit(pool self, const expert_key& k, uint32_t rows, uint32_t block_rows) {
+  auto& st = self->state;
+  if (!st.cache.enabled()) return std::nullopt;
+  std::vector<expert_key> evicted;
+  const auto slot = st.cache.admit(k, st.cfg.expert_bytes, rows, block_rows, evicted);
+  for (auto& v : evicted) trace(self, trace::EVICTION, v, 0);
+  trace(self, trace::ADMISSION, k, rows, slot ? "" : "refused");
+  return slot;
+}
+
+// The answer to an acquire, or nothing when the caller must wait for a free scratch slot.
+std::optional<host_grant> try_acquire(pool self, const expert_key& k, uint32_t rows, uint32_t block_rows) {
+  auto& st = self->state;
+  const bool prefetch = rows == 0;
+  if (const auto slot = st.cache.slot_of(k)) {
+    if (!prefetch) st.cache.access(k);
+    st.cache.pin(k);
+    return host_grant{true, true, {*slot, 0}};
+  }
+  if (!prefetch) st.cache.access(k);  // counts the miss
+  if (auto slot = admit(self, k, prefetch ? 1 : rows, prefetch ? 1 : block_rows)) return host_grant{false, true, {*slot, 0}};
+  if (prefetch) return host_grant{};  // no room: a prefetch never takes scratch or waits
+  if (st.free_scratch.empty()) return std::nullopt;
+  uint32_t slot = st.free_scratch.back();
+  st.free_scratch.pop_back();
+  st.scratch.emplace(k, slot);
+  return host_grant{false, false, {slot, 0}};
+}
+
+void serve_waiting(pool self) {
+  auto& st = self->state;
+  while (!st.waiting.empty()) {
+    Waiting& w = st.waiting.front();
+    auto g = try_acquire(self, w.key, w.rows, w.block_rows);
+    if (!g) return;
+    w.promise.deliver(*g);
+    st.waiting.pop_front();
+  }
+}
+
+void release(pool self, const expert_key& k, bool ok) {
+  auto& st = self->state;
+  if (auto it = st.scratch.find(k); it != st.scratch.end()) {
+    st.free_scratch.push_back(it->second);
+    st.scratch.erase(it);
+  } else if (st.cache.slot_of(k)) {
+    st.cache.unpin(k);
+    if (!ok) st.cache.drop(k);  // the fill failed: the slot holds garbage
+  }
+  serve_waiting(self);
+}
+
+pool_stats stats_of(const pool_state& st) {
+  pool_stats s;
+  {
+    const auto c = st.cache.counters();
+    s.hits = c.hits;
+    s.misses = c.misses;
+    s.admissions = c.admissions;
+    s.refusals = c.refusals;
+    s.evictions = c.evictions;
+    s.resident_bytes = st.cache.bytes();
+  }
+  s.resident = st.cache.resident();
+  s.capacity = st.cfg.cache_slots;
+  s.scratch = st.cfg.scratch_slots;
+  s.scratch_free = static_cast<uint32_t>(st.free_scratch.size());
+  s.waiting = static_cast<uint32_t>(st.waiting.size());
+  return s;
+}
+
+host_pool_actor::behavior_type pool_fun(pool self, HostPoolConfig cfg) {
+  auto& st = self->state;
+  st.cfg = std::move(cfg);
+  st.cache = SlotCache(st.cfg.cache_slots, st.cfg.policy, st.cfg.min_rows);
+  for (uint32_t i = st.cfg.scratch_slots; i-- > 0;) st.free_scratch.push_back(st.cfg.cache_slots + i);
+  return {
+      [=](lookup_atom, const expert_key& k) {
+        const auto slot = self->state.cache.slot_of(k);
+        if (!slot) return host_grant{};
+        return host_grant{true, true, {*slot, 0}};
+      },
+      [=](acquire_atom, const expert_key& k, uint32_t rows,
+          uint32_t block_rows) -> caf::typed_response_promise<host_grant> {
+        auto rp = self->make_response_promise<host_grant>();
+        if (auto g = try_acquire(self, k, rows, block_rows))
+          rp.deliver(*g);
+        else
+          self->state.waiting.push_back({k, rows, block_rows, rp});
+        return rp;
+      },
+      [=](release_atom, const expert_key& k, bool ok) { release(self, k, ok); },
+      [=](stats_atom) { return stats_of(self->state); },
+  };
+}
+
+}  // namespace
+
+host_pool_actor spawn_host_pool(caf::actor_system& sys, HostPoolConfig cfg) {
+  if (cfg.scratch_slots == 0) throw ConfigError("host pool: scratch_slots must be >= 1");
+  return sys.spawn(pool_fun, std::move(cfg));
+}
+
+}  // namespace ferry

@@ -1,0 +1,311 @@
+#include "actors/streaming/layer_scheduler.hpp"
+
+#include <algorithm>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <caf/all.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <xxhash.h>
+
+#include "actors/streaming/prefetch_queue.hpp"
+#include "actors/readers/reader_actor.hpp"
+#include "actors/tracing/tracer_actor.hpp"
+#include "io/read_engine/pinned_arena.hpp"
+#include "messages/trace.pb.h"
+
+namespace ferry {
+namespace {
+
+using steady = std::chrono::steady_clock;
+
+struct Call {
+  layer_request req;
+  expert_sink_actor sink;
+  caf::typed_response_promise<layer_summary> promise;
+  size_t remaining = 0;
+  steady::time_point t0;
+  layer_summary sum;
+};
+
+// One expert whose bytes are on their way: from the acquire until they land (or fail). A layer runs
+// one call at a time, so at most one demand call waits on a fill; the pool's pin taken by the fill's
+// acquire passes to that call (its compute releases it) or is released here when no call waits.
+struct Fill {
+  bool prefetch = false;        // started by a prefetch and no demand call has claimed a read yet
+  bool reading = false;         // the grant came: reads issued
+  std::vector<uint64_t> calls;  // demand calls waiting
+  uint32_t rows = 1, block_rows = 1;
+  slot_ref where;
+  uint32_t outstanding = 0;     // read parts not answered yet
+  std::vector<uint32_t> dirs;   // copies still allowed (bad ones removed)
+  std::vector<uint32_t> used;   // directories that served this round's parts
+  bool whole = false;           // read unsplit: set after a checksum mismatch of a split read
+  caf::error error;
+};
+
+struct sched_state {
+  LayerSchedulerConfig cfg;
+  std::unordered_map<uint64_t, Call> calls;
+  std::unordered_map<expert_key, Fill> fills;
+  std::unique_ptr<PrefetchQueue> prefetched;
+  uint32_t prefetch_inflight = 0;
+  uint32_t prefetch_issued = 0;  // since the last summary
+  uint64_t next_call = 1, next_fetch = 1;
+  static inline const char* name = "layer_scheduler";
+};
+
+using sched = layer_scheduler_actor::stateful_pointer<sched_state>;
+
+void trace(sched self, uint32_t kind, uint64_t id, const expert_key& k, uint32_t rows = 0, uint64_t dur_ns = 0,
+           std::string detail = {}) {
+  if (!self->state.cfg.tracer) return;
+  trace_event e;
+  e.kind = kind;
+  e.t_ns = trace_now_ns();
+  e.request_id = id;
+  e.key = k;
+  e.tier = trace::HOST;
+  e.bytes = self->state.cfg.catalog->file_bytes;
+  e.rows = rows;
+  e.dur_ns = dur_ns;
+  e.detail = std::move(detail);
+  self->send(self->state.cfg.tracer, trace_atom_v, std::move(e));
+}
+
+void release(sched self, const expert_key& k, bool ok) { self->send(self->state.cfg.pool, release_atom_v, k, ok); }
+
+void finish_call(sched self, uint64_t id) {
+  auto it = self->state.calls.find(id);
+  Call& c = it->second;
+  c.sum.wait_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(steady::now() - c.t0).count());
+  c.sum.prefetch_issued = std::exchange(self->state.prefetch_issued, 0);
+  trace(self, trace::LAYER_WAIT, id, {c.req.layer, 0}, c.req.block_rows, c.sum.wait_ns);
+  c.promise.deliver(c.sum);
+  self->state.calls.erase(it);
+}
+
+void fail_call(sched self, uint64_t id, const caf::error& err) {
+  auto it = self->state.calls.find(id);
+  if (it == self->state.calls.end()) return;
+  it->second.promise.deliver(err);
+  self->state.calls.erase(it);
+}
+
+// The bytes of k are in `where` and pinned once for `id`; a call that already failed gives the pin back.
+void deliver_ready(sched self, uint64_t id, const expert_key& k, slot_ref where, tier from) {
+  auto it = self->state.calls.find(id);
+  if (it == self->state.calls.end()) return release(self, k, true);
+  Call& c = it->second;
+  self->send(c.sink, ready_atom_v, expert_ready{c.req.step, k.layer, k.expert, static_cast<uint8_t>(from), where});
+  if (--c.remaining == 0) finish_call(self, id);
+}
+
+void on_grant(sched self, const expert_key& k, const host_grant& g);
+void on_part(sched self, const expert_key& k, const caf::expected<read_done>& r);
+
+void acquire(sched self, const expert_key& k, uint32_t rows, uint32_t block_rows) {
+  self->request(self->state.cfg.pool, self->state.cfg.timeout, acquire_atom_v, k, rows, block_rows)
+      .then([=](host_grant& g) { on_grant(self, k, g); },
+            [=](caf::error& e) {
+              auto it = self->state.fills.find(k);
+              if (it == self->state.fills.end()) return;
+              for (uint64_t id : it->second.calls) fail_call(self, id, e);
+              if (it->second.prefetch) --self->state.prefetch_inflight;
+              self->state.fills.erase(it);
+            });
+}
+
+void request_expert(sched self, uint64_t id, const expert_key& k, uint32_t rows) {
+  auto& st = self->state;
+  const uint32_t block_rows = st.calls.at(id).req.block_rows;
+  if (auto it = st.fills.find(k); it != st.fills.end()) {  // a prefetch is bringing it in: wait for that
+    it->second.calls.push_back(id);
+    it->second.rows = rows;
+    it->second.block_rows = block_rows;
+    return;
+  }
+  Fill f;
+  f.calls = {id};
+  f.rows = rows;
+  f.block_rows = block_rows;
+  st.fills.emplace(k, std::move(f));
+  acquire(self, k, rows, block_rows);
+}
+
+void issue_reads(sched self, const expert_key& k) {
+  auto& st = self->state;
+  Fill& f = st.fills.at(k);
+  const uint64_t fb = st.cfg.catalog->file_bytes;
+  const bool split =
+      st.cfg.split_reads && !f.whole && f.block_rows <= 1 && !f.prefetch && f.dirs.size() >= 2 && fb >= 2 * 4096;
+  const uint64_t half = split ? io::round_up(fb / 2, io::kDirectAlign) : fb;
+  std::vector<std::pair<uint64_t, uint64_t>> parts{{0, half}};
+  if (split) parts.push_back({half, fb - half});
+  f.outstanding = static_cast<uint32_t>(parts.size());
+  f.used.clear();
+  for (auto [off, len] : parts) {
+    fetch_req r{st.next_fetch++, k, f.dirs, off, len, {f.where.slot, f.where.offset + off}};
+    self->request(st.cfg.reads, st.cfg.timeout, fetch_atom_v, std::move(r))
+        .then([=](read_done& d) { on_part(self, k, d); }, [=](caf::error& e) { on_part(self, k, e); });
+  }
+}
+
+void on_grant(sched self, const expert_key& k, const host_grant& g) {
+  auto& st = self->state;
+  auto it = st.fills.find(k);
+  Fill& f = it->second;
+  if (g.hit) {  // resident: pinned once for us
+    auto calls = std::move(f.calls);
+    const uint32_t rows = f.rows;
+    if (f.prefetch) --st.prefetch_inflight;
+    st.fills.erase(it);
+    if (calls.empty()) return release(self, k, true);
+    if (auto c = st.calls.find(calls[0]); c != st.calls.end()) {
+      ++c->second.sum.host_hits;
+      trace(self, trace::HIT, calls[0], k, rows);
+    }
+    return deliver_ready(self, calls[0], k, g.where, tier::host);
+  }
+  if (!g.admitted && f.prefetch) {  // no room for a prefetch: any waiting call asks again as a demand
+    auto calls = std::move(f.calls);
+    const uint32_t rows = f.rows;
+    --st.prefetch_inflight;
+    st.fills.erase(it);
+    for (uint64_t id : calls)
+      if (st.calls.count(id)) request_expert(self, id, k, rows);
+    return;
+  }
+  if (f.prefetch && !f.calls.empty()) {  // a demand call came before the grant: it is a plain miss
+    f.prefetch = false;
+    --st.prefetch_inflight;
+  }
+  if (f.prefetch) {
+    st.prefetched->push(k);
+    st.prefetched->pop();  // tracked as issued: a later request for k counts as a prefetch hit
+    ++st.prefetch_issued;
+    trace(self, trace::PREFETCH, 0, k);
+  }
+  for (uint64_t id : f.calls)
+    if (auto c = st.calls.find(id); c != st.calls.end()) {
+      ++c->second.sum.disk_reads;
+      trace(self, trace::MISS, id, k, f.rows);
+    }
+  f.reading = true;
+  f.where = g.where;
+  f.dirs = st.cfg.catalog->copies_of(k);
+  issue_reads(self, k);
+}
+
+void finish_fill(sched self, const expert_key& k);
+
+void on_part(sched self, const expert_key& k, const caf::expected<read_done>& r) {
+  auto& st = self->state;
+  auto it = st.fills.find(k);
+  if (it == st.fills.end()) return;  // cannot happen: a fill lives until its last part answers
+  Fill& f = it->second;
+  --f.outstanding;
+  if (r) {
+    f.used.push_back(r->dir);
+    if (!f.calls.empty())
+      if (auto c = st.calls.find(f.calls[0]); c != st.calls.end()) c->second.sum.disk_bytes += r->bytes;
+  } else if (!f.error) {
+    f.error = r.error();
+    for (uint64_t id : f.calls) fail_call(self, id, f.error);  // tell the waiting layer now
+  }
+  if (f.outstanding == 0) finish_fill(self, k);
+}
+
+// Every part has answered. A failed fill gives its slot back (ok = false drops the cache entry) only
+// now, so no read still in flight can write into a slot someone else got.
+void finish_fill(sched self, const expert_key& k) {
+  auto& st = self->state;
+  auto it = st.fills.find(k);
+  Fill& f = it->second;
+  if (!f.error && st.cfg.verify_reads) {
+    const auto* p = st.cfg.arena->slot(f.where.slot) + f.where.offset;
+    const uint64_t got = XXH64(p, st.cfg.catalog->file_bytes, 0), want = st.cfg.catalog->hash_of(k);
+    if (got != want) {
+      auto detail = fmt::format("xxh64 {:016x} != manifest {:016x}", got, want);
+      std::sort(f.used.begin(), f.used.end());
+      f.used.erase(std::unique(f.used.begin(), f.used.end()), f.used.end());
+      if (f.used.size() > 1) {  // halves from two drives: re-read whole files to find the bad copy
+        spdlog::warn("layer scheduler: {}: {} (read in halves); re-reading whole copies", expert_file_name(k), detail);
+        f.whole = true;
+        return issue_reads(self, k);
+      }
+      const std::string bad = st.cfg.catalog->path_of(k, f.used.at(0));
+      std::erase(f.dirs, f.used[0]);
+      spdlog::warn("layer scheduler: {}: {}{}", bad, detail, f.dirs.empty() ? "" : "; reading another copy");
+      trace(self, trace::READ_FAILED, 0, k, 0, 0, bad + ": " + detail);
+      if (!f.dirs.empty()) return issue_reads(self, k);
+      f.error = caf::make_error(errc::no_replica, bad, detail + " (checksum mismatch, no other copy)");
+      for (uint64_t id : f.calls) fail_call(self, id, f.error);
+    }
+  }
+  auto calls = std::move(f.calls);
+  const bool failed = static_cast<bool>(f.error), prefetch = f.prefetch;
+  const slot_ref where = f.where;
+  if (prefetch) --st.prefetch_inflight;
+  st.fills.erase(it);
+  if (failed) return release(self, k, false);
+  if (calls.empty()) return release(self, k, true);  // a prefetch landed: cached, unpinned
+  deliver_ready(self, calls[0], k, where, tier::disk);
+}
+
+void prefetch(sched self, uint32_t layer, const std::vector<uint32_t>& experts) {
+  auto& st = self->state;
+  for (uint32_t e : experts) {
+    if (st.prefetch_inflight >= st.cfg.prefetch_max) break;
+    const expert_key k{layer, e};
+    if (layer != st.cfg.layer || !st.cfg.catalog->has(k) || st.fills.count(k)) continue;
+    Fill f;
+    f.prefetch = true;
+    st.fills.emplace(k, std::move(f));
+    ++st.prefetch_inflight;
+    acquire(self, k, 0, 1);  // rows 0: a prefetch (admitted like a plain step, never scratch)
+  }
+}
+
+caf::typed_response_promise<layer_summary> schedule(sched self, layer_request& req, expert_sink_actor& sink) {
+  auto& st = self->state;
+  auto rp = self->make_response_promise<layer_summary>();
+  const uint64_t id = st.next_call++;
+  Call c{req, sink, rp, req.experts.size(), steady::now(), {}};
+  c.sum.step = req.step;
+  c.sum.layer = req.layer;
+  st.calls.emplace(id, std::move(c));
+  for (const auto& u : req.experts) {
+    const expert_key k{req.layer, u.expert};
+    if (!st.cfg.catalog->has(k)) {
+      fail_call(self, id, caf::make_error(errc::file_missing, expert_file_name(k), std::string("not in manifest.json")));
+      return rp;
+    }
+    const auto rows = static_cast<uint32_t>(u.rows.size());
+    trace(self, trace::REQUEST, id, k, rows);
+    if (st.prefetched->claim(k)) ++st.calls.at(id).sum.prefetch_hits;
+    request_expert(self, id, k, rows);
+  }
+  st.prefetched->expire_layer(req.layer);  // unclaimed prefetches of this layer were wasted
+  if (req.experts.empty()) finish_call(self, id);
+  return rp;
+}
+
+layer_scheduler_actor::behavior_type sched_fun(sched self, LayerSchedulerConfig cfg) {
+  self->state.cfg = std::move(cfg);
+  self->state.prefetched = std::make_unique<PrefetchQueue>(std::max<uint32_t>(self->state.cfg.prefetch_max, 1));
+  return {
+      [=](schedule_atom, layer_request& req, expert_sink_actor& sink) { return schedule(self, req, sink); },
+      [=](prefetch_atom, uint32_t layer, const std::vector<uint32_t>& experts) { prefetch(self, layer, experts); },
+  };
+}
+
+}  // namespace
+
+layer_scheduler_actor spawn_layer_scheduler(caf::actor_system& sys, LayerSchedulerConfig cfg) {
+  return sys.spawn(sched_fun, std::move(cfg));
+}
+
+}  // namespace ferry

@@ -1,0 +1,40 @@
+// The layer scheduler: one per MoE layer. A schedule request names the experts one step (or block)
+// of its layer needs, in routing-rank order, and the sink that computes them. For each expert it asks
+// the host pool (hit: ready at once; miss: a cache slot when admitted, else a scratch slot), sends a
+// miss to the read service (which picks the copy expected to finish first), optionally checks the
+// bytes against the manifest's xxh64 (a mismatch is a bad copy: read another), and tells the sink
+// `ready` for each expert as its bytes land (arrival order). The response, after the last expert,
+// is the call's layer_summary, or an error naming the file. prefetch(layer, experts) reads likely
+// experts of this layer into the host pool ahead of its next call (bounded; hits are counted).
+#pragma once
+
+#include <chrono>
+#include <memory>
+
+#include "actors/streaming/expert_catalog.hpp"
+#include "messages/messages.hpp"
+
+namespace ferry::io {
+class PinnedArena;
+}
+
+namespace ferry {
+
+struct LayerSchedulerConfig {
+  uint32_t layer = 0;
+  std::shared_ptr<const ExpertCatalog> catalog;
+  std::shared_ptr<io::PinnedArena> arena;  // to checksum landed bytes (verify_reads)
+  read_service_actor reads;
+  host_pool_actor pool;
+  tracer_actor tracer;                     // optional
+  bool verify_reads = false;
+  // A plain decode step (one row) reads an expert with copies on two drives as two halves, one per
+  // drive, so both drives work on it (DESIGN.md "One decode step" 3). Prompt-pass fills read whole files.
+  bool split_reads = true;
+  uint32_t prefetch_max = 4;                     // experts in flight from one prefetch (0 = off)
+  std::chrono::milliseconds timeout{120000};     // per request to the pool / read service
+};
+
+layer_scheduler_actor spawn_layer_scheduler(caf::actor_system& sys, LayerSchedulerConfig cfg);
+
+}  // namespace ferry

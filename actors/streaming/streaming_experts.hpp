@@ -1,0 +1,84 @@
+// The streaming ExpertSource: routed experts of a prepared model come from the expert files through
+// the actor system (docs/ARCHITECTURE.md). Per MoE layer call, fetch() hands the layer's scheduler the
+// experts in routing-rank order, then waits on its own mailbox for arrivals and runs compute for each
+// expert as its bytes land (resident ones first, since they need no read). The MoE layer sums in rank
+// order, so results are bit-identical to the all-in-RAM engine whatever the arrival order.
+// An error (every copy unreadable, a checksum mismatch with no good copy, a timeout) throws
+// ferry::Error naming the file; the source then refuses further calls.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/streaming/expert_cache.hpp"
+#include "actors/streaming/streaming_metrics.hpp"
+#include "io/formats/model_config.hpp"
+#include "io/read_engine/uring_reader.hpp"
+#include "kernels/backend.hpp"
+#include "kernels/model/weights.hpp"
+#include "messages/messages.hpp"
+
+namespace ferry {
+
+struct Manifest;
+
+struct StreamingOptions {
+  std::vector<std::string> expert_dirs;  // replaces manifest.json's directories, in order (same count)
+  // The compute-tier cache. On the CPU back-end that is the host pool: its size is the larger of
+  // cache (experts, or bytes) and host_pool_bytes. 0 everywhere = no cache, every expert streams.
+  uint64_t cache_experts = 0, cache_bytes = 0, host_pool_bytes = 0;
+  CachePolicy policy = CachePolicy::block_aware;
+  uint32_t min_rows = 2;
+  uint32_t stream_slots = 0;  // scratch slots for experts that are not admitted; 0 = 2 x top_k (>= 8)
+  // Next-layer prefetch: up to this many of the next MoE layer's most-used experts that its last call did
+  // not use (those are probably still cached), read into the host pool while this layer computes. 0 = off.
+  uint32_t prefetch = 0;
+  io::EngineKind engine = io::EngineKind::automatic;
+  io::EngineConfig engine_cfg;
+  bool verify_reads = false;  // xxh64 of every read against the manifest; a mismatch is a bad copy
+  bool split_reads = true;    // decode fills of experts with two copies read half from each
+  std::string trace_path;     // --trace FILE
+  // CUDA: the back-end whose memory holds a device cache of this many experts above the host pool
+  // (device-cache manager + DeviceTier); the host pool is then host_pool_bytes (or cache_experts when
+  // 0). Any back-end works here (on the CPU the "device" slots are host memory: tests use that).
+  Backend* device = nullptr;
+  uint64_t device_cache_experts = 0;
+  bool device_tier = false;      // model loader: put the device tier on any back-end (CUDA always has it)
+  uint32_t upload_streams = 8;   // upload queues copying host slots to device slots
+  uint32_t device_scratch = 0;   // device slots for experts that are not admitted; 0 = 2 x upload_streams
+  std::chrono::milliseconds read_timeout{30000};
+  std::chrono::milliseconds layer_timeout{300000};
+  // Test hook: runs right after a layer's request went out (its reads are being issued).
+  std::function<void(uint32_t layer, uint64_t call)> after_schedule;
+};
+
+class StreamingExperts final : public ExpertSource {
+ public:
+  // Starts the actor system, the readers (one per directory), the host pool, one scheduler per MoE
+  // layer and, with a trace path, the tracer. Throws ferry::Error subclasses on bad options.
+  StreamingExperts(const ModelConfig& cfg, const Manifest& manifest, StreamingOptions opt);
+  ~StreamingExperts() override;
+  StreamingExperts(const StreamingExperts&) = delete;
+  StreamingExperts& operator=(const StreamingExperts&) = delete;
+
+  void fetch(int layer, std::span<const ExpertUse> uses, const ExpertCompute& compute) override;
+
+  // Counters so far, with per-drive bytes and the host pool's occupancy (asks the actors).
+  StreamingMetrics metrics();
+  // Flushes the trace file (if any); returns the events written so far.
+  uint64_t flush_trace();
+
+  // For tests: the actor system and the read service (to kill readers, inject errors).
+  caf::actor_system& system();
+  read_service_actor read_service() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ferry

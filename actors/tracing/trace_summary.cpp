@@ -1,0 +1,140 @@
+#include "actors/tracing/trace_summary.hpp"
+
+#include <algorithm>
+#include <tuple>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+namespace ferry {
+
+namespace {
+
+double pct(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * double(v.size() - 1) + 0.5))];
+}
+
+DriveSummary& drive(TraceSummary& s, uint32_t d) {
+  while (s.drives.size() <= d) {
+    DriveSummary x;
+    x.dir = static_cast<uint32_t>(s.drives.size());
+    x.path = x.dir < s.dirs.size() ? s.dirs[x.dir] : std::to_string(x.dir);
+    x.first_s = -1;
+    s.drives.push_back(x);
+  }
+  return s.drives[d];
+}
+
+void summarize_layers(TraceSummary& s, const std::map<uint32_t, std::vector<double>>& waits) {
+  for (auto& [layer, w] : waits) {
+    LayerWait lw;
+    lw.layer = layer;
+    lw.calls = w.size();
+    for (double x : w) lw.total_s += x / 1e3;
+    lw.mean_ms = lw.total_s * 1e3 / double(w.size());
+    lw.p50_ms = pct(w, 0.5);
+    lw.p99_ms = pct(w, 0.99);
+    lw.max_ms = *std::max_element(w.begin(), w.end());
+    s.layers.push_back(lw);
+  }
+}
+
+}  // namespace
+
+uint64_t TraceSummary::disk_bytes() const {
+  uint64_t n = 0;
+  for (auto& d : drives) n += d.bytes;
+  return n;
+}
+
+TraceSummary summarize_trace(const TraceFile& tf, const std::string& path, size_t top_n) {
+  TraceSummary s;
+  s.path = path;
+  s.dirs.assign(tf.header.dirs().begin(), tf.header.dirs().end());
+  s.events = tf.events.size();
+  std::map<uint32_t, std::vector<double>> waits;
+  std::unordered_map<uint64_t, ExpertReads> per_expert;
+  std::vector<double> service_ms_sum;
+  for (const auto& e : tf.events) {
+    const double t = double(e.t_ns()) * 1e-9;
+    s.span_s = std::max(s.span_s, t);
+    switch (e.kind()) {
+      case trace::REQUEST: ++s.requests; break;
+      case trace::HIT: ++s.tiers[e.tier()].hits; break;
+      case trace::MISS: ++s.tiers[e.tier()].misses; break;
+      case trace::PREFETCH: ++s.prefetches; break;
+      case trace::ADMISSION: e.detail() == "refused" ? ++s.refusals : ++s.admissions; break;
+      case trace::EVICTION: ++s.evictions; break;
+      case trace::UPLOAD: ++s.uploads; break;
+      case trace::READ_ISSUED: {
+        auto& d = drive(s, e.dir());
+        if (d.first_s < 0) d.first_s = t;
+        break;
+      }
+      case trace::READ_COMPLETED: {
+        auto& d = drive(s, e.dir());
+        ++d.reads;
+        d.bytes += e.bytes();
+        d.last_s = std::max(d.last_s, t);
+        d.mean_read_ms += double(e.dur_ns()) * 1e-6;  // summed here, divided below
+        auto& x = per_expert[(uint64_t{e.layer()} << 32) | e.expert()];
+        x.layer = e.layer();
+        x.expert = e.expert();
+        ++x.reads;
+        x.bytes += e.bytes();
+        break;
+      }
+      case trace::READ_FAILED: ++drive(s, e.dir()).failures; break;
+      case trace::READER_RESTART: ++drive(s, e.dir()).restarts; break;
+      case trace::LAYER_WAIT: {
+        const double ms = double(e.dur_ns()) * 1e-6;
+        waits[e.layer()].push_back(ms);
+        s.waits_ms.push_back(ms);
+        break;
+      }
+      default: break;
+    }
+  }
+  for (auto& d : s.drives) {
+    if (d.first_s < 0) d.first_s = 0;
+    if (d.reads) d.mean_read_ms /= double(d.reads);
+    if (d.last_s > d.first_s) d.busy_mb_s = double(d.bytes) / (d.last_s - d.first_s) / 1e6;
+  }
+  summarize_layers(s, waits);
+  for (auto& [k, x] : per_expert) s.top_experts.push_back(x);
+  std::sort(s.top_experts.begin(), s.top_experts.end(), [](const ExpertReads& a, const ExpertReads& b) {
+    return a.bytes != b.bytes ? a.bytes > b.bytes : std::tie(a.layer, a.expert) < std::tie(b.layer, b.expert);
+  });
+  if (s.top_experts.size() > top_n) s.top_experts.resize(top_n);
+  return s;
+}
+
+std::string format_trace_summary(const TraceSummary& s) {
+  std::string o = fmt::format("trace {}: {} events over {:.3f} s; {} expert requests, {} prefetches\n", s.path,
+                              s.events, s.span_s, s.requests, s.prefetches);
+  o += "hit rates per tier:\n";
+  static const char* names[] = {"?", "device", "host", "disk"};
+  for (auto& [t, x] : s.tiers)
+    o += fmt::format("  {:<7} {:>8} hits {:>8} misses  {:6.1f}%\n", t < 4 ? names[t] : "?", x.hits, x.misses,
+                     100 * x.hit_rate());
+  o += fmt::format("  admissions {}, refused {}, evictions {}, uploads {}\n", s.admissions, s.refusals, s.evictions,
+                   s.uploads);
+  o += "per drive:\n";
+  for (auto& d : s.drives)
+    o += fmt::format("  [{}] {}: {} reads, {:.2f} MB, {:.1f} MB/s while active, mean read {:.3f} ms, {} failures, {} "
+                     "restarts\n",
+                     d.dir, d.path, d.reads, double(d.bytes) / 1e6, d.busy_mb_s, d.mean_read_ms, d.failures, d.restarts);
+  o += "layer wait (time waiting for the last expert):\n";
+  for (auto& l : s.layers)
+    o += fmt::format("  layer {:>3}: {:>6} calls, total {:.3f} s, mean {:.3f} ms, p50 {:.3f} ms, p99 {:.3f} ms, max "
+                     "{:.3f} ms\n",
+                     l.layer, l.calls, l.total_s, l.mean_ms, l.p50_ms, l.p99_ms, l.max_ms);
+  o += "most-read experts:\n";
+  for (auto& x : s.top_experts)
+    o += fmt::format("  L{}-E{}: {} reads, {:.2f} MB\n", x.layer, x.expert, x.reads, double(x.bytes) / 1e6);
+  return o;
+}
+
+}  // namespace ferry

@@ -1,0 +1,60 @@
+// What a trace file says about a run: per-layer wait, per-drive bytes and throughput, hit rates per
+// tier, most-read experts, and time series for the plots (`ferry trace FILE [--svg DIR]`).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "actors/tracing/trace_file.hpp"
+
+namespace ferry {
+
+struct LayerWait {
+  uint32_t layer = 0;
+  uint64_t calls = 0;
+  double total_s = 0, mean_ms = 0, p50_ms = 0, p99_ms = 0, max_ms = 0;
+};
+
+struct DriveSummary {
+  uint32_t dir = 0;
+  std::string path;
+  uint64_t reads = 0, bytes = 0, failures = 0, restarts = 0;
+  double first_s = 0, last_s = 0;  // first read issued, last read completed (trace time)
+  double busy_mb_s = 0;            // bytes / (last - first)
+  double mean_read_ms = 0;         // mean service time of one read
+};
+
+struct TierSummary {
+  uint64_t hits = 0, misses = 0;
+  double hit_rate() const { return hits + misses ? double(hits) / double(hits + misses) : 0.0; }
+};
+
+struct ExpertReads {
+  uint32_t layer = 0, expert = 0;
+  uint64_t reads = 0, bytes = 0;
+};
+
+struct TraceSummary {
+  std::string path;
+  std::vector<std::string> dirs;
+  uint64_t events = 0;
+  double span_s = 0;
+  uint64_t requests = 0, prefetches = 0, admissions = 0, refusals = 0, evictions = 0, uploads = 0;
+  std::map<uint32_t, TierSummary> tiers;  // by trace.proto Tier number
+  std::vector<LayerWait> layers;
+  std::vector<DriveSummary> drives;
+  std::vector<ExpertReads> top_experts;    // most bytes read first
+  std::vector<double> waits_ms;            // every LAYER_WAIT, in order
+  uint64_t disk_bytes() const;
+};
+
+TraceSummary summarize_trace(const TraceFile& tf, const std::string& path, size_t top_n = 10);
+std::string format_trace_summary(const TraceSummary& s);
+
+// Writes drive_throughput.svg, layer_wait.svg and hit_rate.svg into out_dir (created). Returns the
+// paths. Throws ferry::Error naming a file that cannot be written.
+std::vector<std::string> write_trace_svgs(const TraceFile& tf, const TraceSummary& s, const std::string& out_dir);
+
+}  // namespace ferry

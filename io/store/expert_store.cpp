@@ -1,0 +1,242 @@
+// Expert file names and geometry, checksums, atomic writes, the manifest and usage files.
+#include "io/store/expert_store.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "io/errors.hpp"
+#include "io/formats/ggml_blocks.hpp"
+#include "io/synth/synth_layout.hpp"
+
+namespace fs = std::filesystem;
+
+namespace ferry {
+
+std::string expert_file_name(int layer, int expert) { return fmt::format("L{}-E{}.bin", layer, expert); }
+
+bool parse_expert_file_name(const std::string& name, int& layer, int& expert) {
+  int l = -1, e = -1, n = 0;
+  if (std::sscanf(name.c_str(), "L%d-E%d.bin%n", &l, &e, &n) != 2 || n != int(name.size()) || l < 0 || e < 0)
+    return false;
+  if (expert_file_name(l, e) != name) return false;  // rejects "L01-E2.bin", "L+1-..."
+  layer = l;
+  expert = e;
+  return true;
+}
+
+int64_t expert_payload_bytes(const ModelConfig& c) {
+  int64_t total = 0;
+  for (ExpertMatrix m : {ExpertMatrix::gate, ExpertMatrix::up, ExpertMatrix::down}) {
+    const auto s = expert_matrix_shape(c, m);
+    total += s.rows * (s.cols / kQK) * int64_t(sizeof(BlockMxfp4));
+  }
+  return total;
+}
+
+int64_t expert_file_bytes(const ModelConfig& c) {
+  const int64_t p = expert_payload_bytes(c);
+  return (p + kExpertFileAlign - 1) / kExpertFileAlign * kExpertFileAlign;
+}
+
+uint64_t xxh64_bytes(const void* data, size_t n) { return XXH64(data, n, 0); }
+
+uint64_t xxh64_file(const fs::path& p, int64_t* size) {
+  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw FormatError(fmt::format("{}: cannot open: {}", p.string(), std::strerror(errno)));
+  std::unique_ptr<XXH64_state_t, decltype(&XXH64_freeState)> st(XXH64_createState(), XXH64_freeState);
+  XXH64_reset(st.get(), 0);
+  std::vector<char> buf(size_t(4) << 20);
+  int64_t total = 0;
+  for (;;) {
+    const ssize_t r = ::read(fd, buf.data(), buf.size());
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      const int err = errno;
+      ::close(fd);
+      throw FormatError(fmt::format("{}: read failed: {}", p.string(), std::strerror(err)));
+    }
+    if (r == 0) break;
+    XXH64_update(st.get(), buf.data(), size_t(r));
+    total += r;
+  }
+  ::close(fd);
+  if (size) *size = total;
+  return XXH64_digest(st.get());
+}
+
+std::string hex64(uint64_t v) { return fmt::format("{:016x}", v); }
+
+uint64_t parse_hex64(const std::string& s) {
+  if (s.size() != 16 || s.find_first_not_of("0123456789abcdef") != std::string::npos)
+    throw FormatError(fmt::format("'{}' is not a 16-digit lower-case hex xxh64", s));
+  return std::stoull(s, nullptr, 16);
+}
+
+namespace {
+
+void fsync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+}  // namespace
+
+void write_file_atomic(const fs::path& path, const void* data, size_t n) {
+  const fs::path tmp = path.string() + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw FormatError(fmt::format("{}: cannot create: {}", tmp.string(), std::strerror(errno)));
+  const char* p = static_cast<const char*>(data);
+  size_t left = n;
+  while (left > 0) {
+    const ssize_t w = ::write(fd, p, left);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw FormatError(fmt::format("{}: write failed: {}", tmp.string(), std::strerror(err)));
+    }
+    p += w;
+    left -= size_t(w);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0)
+    throw FormatError(fmt::format("{}: fsync/close failed: {}", tmp.string(), std::strerror(errno)));
+  if (::rename(tmp.c_str(), path.c_str()) != 0)
+    throw FormatError(fmt::format("{}: rename failed: {}", path.string(), std::strerror(errno)));
+  fsync_dir(path.parent_path());
+}
+
+// ---- manifest ----
+
+void write_manifest(const fs::path& file, const Manifest& m) {
+  nlohmann::ordered_json j;
+  j["format"] = m.format;
+  j["config_hash"] = m.config_hash;
+  j["n_layers"] = m.n_layers;
+  j["n_experts"] = m.n_experts;
+  j["expert_bytes"] = m.expert_bytes;
+  j["file_bytes"] = m.file_bytes;
+  j["dirs"] = m.dirs;
+  j["spine"] = {{"file", m.spine_file}, {"bytes", m.spine_bytes}, {"xxh64", hex64(m.spine_xxh64)}};
+  auto& ex = j["experts"] = nlohmann::ordered_json::array();
+  for (const auto& e : m.experts)
+    ex.push_back({{"layer", e.layer}, {"expert", e.expert}, {"xxh64", hex64(e.xxh64)}, {"dirs", e.dirs}});
+  // One expert per line: readable, and diff-friendly for 82k entries.
+  std::string text = "{\n";
+  bool first = true;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (!first) text += ",\n";
+    first = false;
+    text += fmt::format(" {}: ", nlohmann::json(it.key()).dump());
+    if (it.key() != "experts") {
+      text += it.value().dump();
+      continue;
+    }
+    text += "[";
+    for (size_t i = 0; i < it.value().size(); ++i) text += (i ? ",\n  " : "\n  ") + it.value()[i].dump();
+    text += "\n ]";
+  }
+  text += "\n}\n";
+  write_file_atomic(file, text.data(), text.size());
+}
+
+namespace {
+
+template <class T>
+T field(const nlohmann::json& j, const char* key, const fs::path& file) {
+  if (!j.contains(key)) throw FormatError(fmt::format("{}: missing field '{}'", file.string(), key));
+  try {
+    return j.at(key).get<T>();
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(fmt::format("{}: field '{}' has the wrong type ({})", file.string(), key, e.what()));
+  }
+}
+
+ExpertEntry parse_entry(const nlohmann::json& x, const fs::path& file, size_t n_dirs, size_t i) {
+  ExpertEntry e;
+  e.layer = field<int32_t>(x, "layer", file);
+  e.expert = field<int32_t>(x, "expert", file);
+  try {
+    e.xxh64 = parse_hex64(field<std::string>(x, "xxh64", file));
+  } catch (const FormatError& err) {
+    throw FormatError(fmt::format("{}: experts[{}].xxh64: {}", file.string(), i, err.what()));
+  }
+  e.dirs = field<std::vector<uint16_t>>(x, "dirs", file);
+  if (e.dirs.empty()) throw FormatError(fmt::format("{}: experts[{}] ({}) lists no directory", file.string(), i, expert_file_name(e.layer, e.expert)));
+  for (auto d : e.dirs)
+    if (d >= n_dirs)
+      throw FormatError(fmt::format("{}: experts[{}] names directory {} of {}", file.string(), i, d, n_dirs));
+  return e;
+}
+
+}  // namespace
+
+Manifest read_manifest(const fs::path& file) {
+  std::ifstream in(file);
+  if (!in) throw FormatError(fmt::format("{}: cannot open manifest", file.string()));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(fmt::format("{}: not JSON: {}", file.string(), e.what()));
+  }
+  Manifest m;
+  m.format = field<std::string>(j, "format", file);
+  if (m.format != "ferry-experts/1")
+    throw FormatError(fmt::format("{}: format '{}' is not ferry-experts/1", file.string(), m.format));
+  m.config_hash = field<std::string>(j, "config_hash", file);
+  m.n_layers = field<int64_t>(j, "n_layers", file);
+  m.n_experts = field<int64_t>(j, "n_experts", file);
+  m.expert_bytes = field<int64_t>(j, "expert_bytes", file);
+  m.file_bytes = field<int64_t>(j, "file_bytes", file);
+  m.dirs = field<std::vector<std::string>>(j, "dirs", file);
+  if (j.contains("spine")) {
+    const auto& s = j["spine"];
+    m.spine_file = field<std::string>(s, "file", file);
+    m.spine_bytes = field<int64_t>(s, "bytes", file);
+    m.spine_xxh64 = parse_hex64(field<std::string>(s, "xxh64", file));
+  }
+  const auto& ex = j.contains("experts") ? j["experts"] : throw FormatError(file.string() + ": missing field 'experts'");
+  m.experts.reserve(ex.size());
+  for (size_t i = 0; i < ex.size(); ++i) m.experts.push_back(parse_entry(ex[i], file, m.dirs.size(), i));
+  return m;
+}
+
+// ---- usage ----
+
+UsageCounts load_usage(const fs::path& file) {
+  std::ifstream in(file);
+  if (!in) throw FormatError(fmt::format("{}: cannot open usage file", file.string()));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(fmt::format("{}: not JSON: {}", file.string(), e.what()));
+  }
+  if (!j.is_object()) throw FormatError(fmt::format("{}: expected an object of \"L<l>-E<e>.bin\": count", file.string()));
+  UsageCounts u;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    int l = 0, e = 0;
+    if (!parse_expert_file_name(it.key(), l, e))
+      throw FormatError(fmt::format("{}: key '{}' is not L<layer>-E<expert>.bin", file.string(), it.key()));
+    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0)
+      throw FormatError(fmt::format("{}: '{}' has a count that is not a non-negative integer", file.string(), it.key()));
+    u[key_id({l, e})] = it.value().get<int64_t>();
+  }
+  return u;
+}
+
+}  // namespace ferry

@@ -1,0 +1,119 @@
+// The expert store: one file per routed expert (`L<layer>-E<expert>.bin`, docs/FORMATS.md), spread
+// over one or more directories (drives), and the manifest that says which directory holds which copy
+// and what its xxh64 is. Writing (ferry prepare) is io/store/expert_store_prepare.hpp; this header is the
+// format: names, geometry, manifest, usage counts, placement and verification.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "io/formats/model_config.hpp"
+
+namespace ferry {
+
+class Progress;
+
+constexpr int64_t kExpertFileAlign = 4096;  // O_DIRECT alignment of every expert file
+
+// "L<layer>-E<expert>.bin" (0-based decoder layer, 0-based expert id).
+std::string expert_file_name(int layer, int expert);
+// Parses a name made by expert_file_name; false for anything else.
+bool parse_expert_file_name(const std::string& name, int& layer, int& expert);
+
+// Payload bytes of one expert (gate, up, down in ggml MXFP4 blocks) and the padded file size.
+int64_t expert_payload_bytes(const ModelConfig& c);
+int64_t expert_file_bytes(const ModelConfig& c);
+
+// xxh64 (seed 0) of a file's bytes; sets *size when given. Throws FormatError naming the file.
+uint64_t xxh64_file(const std::filesystem::path& p, int64_t* size = nullptr);
+uint64_t xxh64_bytes(const void* data, size_t n);
+std::string hex64(uint64_t v);             // 16 lower-case hex digits
+uint64_t parse_hex64(const std::string& s);  // throws FormatError
+
+struct ExpertKey {
+  int32_t layer = 0, expert = 0;
+  bool operator==(const ExpertKey&) const = default;
+};
+inline uint64_t key_id(ExpertKey k) { return (uint64_t(uint32_t(k.layer)) << 32) | uint32_t(k.expert); }
+
+struct ExpertEntry {
+  int32_t layer = 0, expert = 0;
+  uint64_t xxh64 = 0;
+  std::vector<uint16_t> dirs;  // indexes into Manifest::dirs; dirs[0] is the primary copy
+};
+
+struct Manifest {
+  std::string format = "ferry-experts/1";
+  std::string config_hash;  // hex64 of the config.json bytes
+  int64_t n_layers = 0, n_experts = 0;
+  int64_t expert_bytes = 0, file_bytes = 0;
+  std::vector<std::string> dirs;  // absolute directory paths
+  std::string spine_file = "spine.gguf";
+  int64_t spine_bytes = 0;
+  uint64_t spine_xxh64 = 0;
+  std::vector<ExpertEntry> experts;
+};
+
+// Throws FormatError naming the file and field.
+Manifest read_manifest(const std::filesystem::path& file);
+// Atomic: writes file.tmp, fsyncs, renames.
+void write_manifest(const std::filesystem::path& file, const Manifest& m);
+
+// Writes bytes to path atomically (path.tmp, fsync, rename, fsync of the directory).
+void write_file_atomic(const std::filesystem::path& path, const void* data, size_t n);
+
+// Per-(layer, expert) usage counts, keyed by key_id. File format: a JSON object
+// {"L<layer>-E<expert>.bin": count, ...} (../shared/data/k3-expert-usage-*.json). Its layer numbers
+// are 0-based decoder indexes like our file names: for K3 (93 layers, layer 0 dense) they run 1..92,
+// exactly the MoE layers. Throws FormatError naming the file and key.
+using UsageCounts = std::unordered_map<uint64_t, int64_t>;
+UsageCounts load_usage(const std::filesystem::path& file);
+
+// ---- placement ----
+struct PlacementDir {
+  std::filesystem::path path;
+  bool primary = false;  // holds a share of the one-copy-of-everything set (--expert-dir)
+  int64_t budget = -1;   // bytes this directory may hold in all (primaries + replicas); -1 = no cap
+};
+
+// Assigns every expert to directories. Primary directories split the experts between them (each
+// expert exactly once; with usage counts the hot experts are dealt round-robin so traffic spreads
+// evenly; without, round-robin in key order); then every directory with a budget gets replicas of
+// the most-used experts it does not already hold, in usage order (count descending, then layer,
+// expert), until its budget is spent. Returns, per expert in `experts` order, its directory indexes
+// (primary first). Throws LimitError when the primaries cannot hold every expert within budgets.
+std::vector<std::vector<uint16_t>> place_experts(const std::vector<ExpertKey>& experts, int64_t file_bytes,
+                                                 const std::vector<PlacementDir>& dirs, const UsageCounts* usage);
+
+// ---- verification ----
+enum class VerifyMode : uint8_t { sizes, sample, full };
+
+struct VerifyOptions {
+  VerifyMode mode = VerifyMode::sizes;
+  int64_t sample = 0;     // experts to checksum in sample mode (all their copies)
+  uint64_t seed = 0;      // sample selection
+};
+
+struct BadCopy {
+  std::string file;       // the bad copy's path
+  std::string problem;    // "missing", "size 123 != 4096", "xxh64 ... != manifest ..."
+  std::string good_copy;  // a verified good copy of the same expert, or "" when none
+};
+
+struct VerifyReport {
+  int64_t files_checked = 0;  // copies looked at
+  int64_t files_hashed = 0;
+  int64_t bytes_hashed = 0;
+  std::vector<BadCopy> bad;
+  bool ok() const { return bad.empty(); }
+};
+
+// Checks model_dir/manifest.json against the files: every copy exists with the right size; in
+// sample/full mode the chosen experts' copies are hashed, and each bad copy names a good one.
+VerifyReport verify_store(const std::filesystem::path& model_dir, const VerifyOptions& opt, Progress* progress);
+
+}  // namespace ferry

@@ -1,0 +1,937 @@
+// The tiny Kimi tokenizer of tests/fixtures/k3-tiny-a/hf (make_tiny_k3.py: 768 byte-level BPE ranks +
+// 256 specials = vocab 1024), embedded so `ferry synth` writes a runnable checkpoint from any directory.
+// Generated from those files; regenerate if they change (tests/io/synth/synth_test.cpp compares them).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace ferry::synth_tokenizer {
+
+constexpr int64_t kVocab = 1024;
+constexpr int64_t kBosId = 768, kEosId = 770, kPadId = 1023;
+
+inline constexpr std::string_view kTiktokenModel = R"~(AA== 0
+AQ== 1
+Ag== 2
+Aw== 3
+BA== 4
+BQ== 5
+Bg== 6
+Bw== 7
+CA== 8
+CQ== 9
+Cg== 10
+Cw== 11
+DA== 12
+DQ== 13
+Dg== 14
+Dw== 15
+EA== 16
+EQ== 17
+Eg== 18
+Ew== 19
+FA== 20
+FQ== 21
+Fg== 22
+Fw== 23
+GA== 24
+GQ== 25
+Gg== 26
+Gw== 27
+HA== 28
+HQ== 29
+Hg== 30
+Hw== 31
+IA== 32
+IQ== 33
+Ig== 34
+Iw== 35
+JA== 36
+JQ== 37
+Jg== 38
+Jw== 39
+KA== 40
+KQ== 41
+Kg== 42
+Kw== 43
+LA== 44
+LQ== 45
+Lg== 46
+Lw== 47
+MA== 48
+MQ== 49
+Mg== 50
+Mw== 51
+NA== 52
+NQ== 53
+Ng== 54
+Nw== 55
+OA== 56
+OQ== 57
+Og== 58
+Ow== 59
+PA== 60
+PQ== 61
+Pg== 62
+Pw== 63
+QA== 64
+QQ== 65
+Qg== 66
+Qw== 67
+RA== 68
+RQ== 69
+Rg== 70
+Rw== 71
+SA== 72
+SQ== 73
+Sg== 74
+Sw== 75
+TA== 76
+TQ== 77
+Tg== 78
+Tw== 79
+UA== 80
+UQ== 81
+Ug== 82
+Uw== 83
+VA== 84
+VQ== 85
+Vg== 86
+Vw== 87
+WA== 88
+WQ== 89
+Wg== 90
+Ww== 91
+XA== 92
+XQ== 93
+Xg== 94
+Xw== 95
+YA== 96
+YQ== 97
+Yg== 98
+Yw== 99
+ZA== 100
+ZQ== 101
+Zg== 102
+Zw== 103
+aA== 104
+aQ== 105
+ag== 106
+aw== 107
+bA== 108
+bQ== 109
+bg== 110
+bw== 111
+cA== 112
+cQ== 113
+cg== 114
+cw== 115
+dA== 116
+dQ== 117
+dg== 118
+dw== 119
+eA== 120
+eQ== 121
+eg== 122
+ew== 123
+fA== 124
+fQ== 125
+fg== 126
+fw== 127
+gA== 128
+gQ== 129
+gg== 130
+gw== 131
+hA== 132
+hQ== 133
+hg== 134
+hw== 135
+iA== 136
+iQ== 137
+ig== 138
+iw== 139
+jA== 140
+jQ== 141
+jg== 142
+jw== 143
+kA== 144
+kQ== 145
+kg== 146
+kw== 147
+lA== 148
+lQ== 149
+lg== 150
+lw== 151
+mA== 152
+mQ== 153
+mg== 154
+mw== 155
+nA== 156
+nQ== 157
+ng== 158
+nw== 159
+oA== 160
+oQ== 161
+og== 162
+ow== 163
+pA== 164
+pQ== 165
+pg== 166
+pw== 167
+qA== 168
+qQ== 169
+qg== 170
+qw== 171
+rA== 172
+rQ== 173
+rg== 174
+rw== 175
+sA== 176
+sQ== 177
+sg== 178
+sw== 179
+tA== 180
+tQ== 181
+tg== 182
+tw== 183
+uA== 184
+uQ== 185
+ug== 186
+uw== 187
+vA== 188
+vQ== 189
+vg== 190
+vw== 191
+wA== 192
+wQ== 193
+wg== 194
+ww== 195
+xA== 196
+xQ== 197
+xg== 198
+xw== 199
+yA== 200
+yQ== 201
+yg== 202
+yw== 203
+zA== 204
+zQ== 205
+zg== 206
+zw== 207
+0A== 208
+0Q== 209
+0g== 210
+0w== 211
+1A== 212
+1Q== 213
+1g== 214
+1w== 215
+2A== 216
+2Q== 217
+2g== 218
+2w== 219
+3A== 220
+3Q== 221
+3g== 222
+3w== 223
+4A== 224
+4Q== 225
+4g== 226
+4w== 227
+5A== 228
+5Q== 229
+5g== 230
+5w== 231
+6A== 232
+6Q== 233
+6g== 234
+6w== 235
+7A== 236
+7Q== 237
+7g== 238
+7w== 239
+8A== 240
+8Q== 241
+8g== 242
+8w== 243
+9A== 244
+9Q== 245
+9g== 246
+9w== 247
++A== 248
++Q== 249
++g== 250
++w== 251
+/A== 252
+/Q== 253
+/g== 254
+/w== 255
+IHQ= 256
+aGU= 257
+IHRoZQ== 258
+IGE= 259
+IG8= 260
+IHc= 261
+IGk= 262
+IHM= 263
+IGI= 264
+IG9m 265
+cmU= 266
+IGFu 267
+aGE= 268
+aGk= 269
+IG0= 270
+ZXI= 271
+b3U= 272
+IGY= 273
+ZW4= 274
+IHRv 275
+IGw= 276
+IGFuZA== 277
+IG4= 278
+IGlu 279
+IGJl 280
+b3I= 281
+aXQ= 282
+IHdh 283
+IGM= 284
+IGQ= 285
+IHA= 286
+YXQ= 287
+c3Q= 288
+b20= 289
+IGc= 290
+IGhl 291
+IG9u 292
+IGhh 293
+aW4= 294
+c2U= 295
+IGlz 296
+aGF0 297
+IGU= 298
+b3Q= 299
+IGl0 300
+Y2g= 301
+IHdhcw== 302
+ZW50 303
+b24= 304
+bGw= 305
+bGQ= 306
+IHdpdA== 307
+IGhp 308
+dXQ= 309
+IHU= 310
+IHRoYXQ= 311
+YW4= 312
+IGZvcg== 313
+IHdpdGg= 314
+ZWQ= 315
+Z2g= 316
+IHk= 317
+YXI= 318
+IHdl 319
+YXk= 320
+bGU= 321
+IGFz 322
+aWQ= 323
+aG8= 324
+IHRoaQ== 325
+dmVy 326
+YWM= 327
+IG5vdA== 328
+dmU= 329
+IHdoaQ== 330
+IGF0 331
+aGVy 332
+ZXM= 333
+b3VsZA== 334
+IGFyZQ== 335
+IGJ5 336
+IHlvdQ== 337
+IHRoaXM= 338
+cm9t 339
+IGZyb20= 340
+b21l 341
+YW0= 342
+YWQ= 343
+aW9u 344
+IHdoZQ== 345
+cmVz 346
+ZXc= 347
+IHNl 348
+dXI= 349
+IHRo 350
+dGVy 351
+cm91 352
+IHN0 353
+Z2h0 354
+IGFs 355
+IGJ1dA== 356
+YWw= 357
+IG9y 358
+IGhhZA== 359
+IGhpcw== 360
+a2U= 361
+b3c= 362
+IGdv 363
+aXI= 364
+IHVw 365
+IGxhdA== 366
+aW5n 367
+IGhpbQ== 368
+aWxs 369
+IG11 370
+IG9uZQ== 371
+IHdoaWNo 372
+ZWFy 373
+IG1v 374
+aW0= 375
+bmc= 376
+IHN0YXQ= 377
+IGhhdmU= 378
+IHRoZXk= 379
+aWdodA== 380
+bmQ= 381
+ZW50aW9u 382
+dGVudGlvbg== 383
+IGxhdGVudA== 384
+Y2U= 385
+IHdlcmU= 386
+bnQ= 387
+IGV4 388
+IHdobw== 389
+IHNoZQ== 390
+cm8= 391
+IG1l 392
+IG91dA== 393
+dGhlcg== 394
+IG1hbg== 395
+bHk= 396
+IGFsbA== 397
+IHRoZXJl 398
+bHQ= 399
+IGhlcg== 400
+dHM= 401
+cGVy 402
+IHNv 403
+IGV4cGVy 404
+IHdvcg== 405
+ZXQ= 406
+IGludA== 407
+aG93 408
+IGRv 409
+b3V0 410
+IHdoZW4= 411
+IHNh 412
+IG90aGVy 413
+IHN0YXRl 414
+YWNl 415
+IGJlZW4= 416
+IHdvdWxk 417
+IGs= 418
+IHNvbWU= 419
+IGhhcw== 420
+b25n 421
+IGxp 422
+IHRoZW4= 423
+b2s= 424
+IGRpZA== 425
+YW1l 426
+IHRoZWly 427
+YWlu 428
+YWNo 429
+IGVhY2g= 430
+IHdpbGw= 431
+YXN0 432
+YWNr 433
+IGJhY2s= 434
+IGlm 435
+IGxv 436
+IHRpbQ== 437
+IHllYXI= 438
+IG5l 439
+IHI= 440
+IGFi 441
+IG5v 442
+IGg= 443
+IHBybw== 444
+b2Q= 445
+IHdoYXQ= 446
+IGludG8= 447
+IGl0cw== 448
+IG1vcmU= 449
+bGY= 450
+bG8= 451
+IHdoaWxl 452
+YWtl 453
+dmVu 454
+IGhvdw== 455
+IHNhaWQ= 456
+dmVyeQ== 457
+ZWx0 458
+aGFu 459
+a2Vu 460
+IHRoYW4= 461
+cmVzaWQ= 462
+IEE= 463
+IEF0 464
+IEF0dGVudGlvbg== 465
+IGNhbg== 466
+IGV4cGVydHM= 467
+IG1p 468
+IG1peA== 469
+IHBlcg== 470
+b3VnaA== 471
+IGFueQ== 472
+IGZldw== 473
+IGhlYWQ= 474
+IG5ldw== 475
+aGluZw== 476
+IGJldA== 477
+IHNlZQ== 478
+IHRoZW0= 479
+IGNvdWxk 480
+IHRoZXNl 481
+YXlz 482
+c2Vk 483
+YWxs 484
+ZmU= 485
+dWNo 486
+d28= 487
+IG9ubHk= 488
+IHR3bw== 489
+Z2Fpbg== 490
+IHN1Y2g= 491
+ZnRlcg== 492
+bGk= 493
+IGFmdGVy 494
+IGFnYWlu 495
+aW5k 496
+IHRpbWU= 497
+YWRl 498
+b3Vy 499
+IG1hZGU= 500
+IGFj 501
+IGo= 502
+IGJlYw== 503
+IGtu 504
+IG15 505
+ZXJz 506
+aXJzdA== 507
+IGFib3V0 508
+IGZpcnN0 509
+IHdheQ== 510
+c2VsZg== 511
+IHRva2Vu 512
+cGxl 513
+IGFt 514
+IGdyZQ== 515
+IG1heQ== 516
+b21w 517
+IGNvbXA= 518
+IG1hbnk= 519
+cHM= 520
+cXU= 521
+cmVudA== 522
+aW5jZQ== 523
+bG9j 524
+IHJvdQ== 525
+IGF0dGVudGlvbg== 526
+IGdhdA== 527
+IG11c3Q= 528
+IHNpbmNl 529
+ZXNz 530
+bG9jaw== 531
+bmVk 532
+IGJsb2Nr 533
+IGVhcg== 534
+ZWx0YQ== 535
+b3du 536
+cm91Z2g= 537
+IHRocm91Z2g= 538
+IGVu 539
+IGRvd24= 540
+IGV2ZW4= 541
+bWI= 542
+c28= 543
+IGxl 544
+IHdoZXJl 545
+ZWM= 546
+cmVzaWR1 547
+cmVzaWR1YWw= 548
+IHJl 549
+IHJlc2lkdWFs 550
+IG91cg== 551
+b3Jl 552
+IGFsc28= 553
+IGRvbg== 554
+IGxheQ== 555
+Zm9yZQ== 556
+IGJlZm9yZQ== 557
+IHllYXJz 558
+dXN0 559
+IGhlcmU= 560
+IGxvb2s= 561
+IG92ZXI= 562
+aW1p 563
+IGFjdA== 564
+IGp1c3Q= 565
+IHBv 566
+IHdvcmxk 567
+bms= 568
+IGdvb2Q= 569
+IG11Y2g= 570
+IG5vdw== 571
+IHdlbGw= 572
+IHlvdXI= 573
+IGdp 574
+IGxpZmU= 575
+IHRvbw== 576
+dXM= 577
+dXNl 578
+IGxpa2U= 579
+IG1vc3Q= 580
+YXVzZQ== 581
+aXR0 582
+aXR0bGU= 583
+dGhpbmc= 584
+IHZlcnk= 585
+IGJlY2F1c2U= 586
+IGxpdHRsZQ== 587
+IG93 588
+IG93bg== 589
+bWVudA== 590
+IG9mZg== 591
+b3RoZXI= 592
+IGxhc3Q= 593
+IHRoaW5n 594
+d2F5cw== 595
+d2U= 596
+IGFsd2F5cw== 597
+IGFub3RoZXI= 598
+Ymxl 599
+aG9zZQ== 600
+IHRob3Nl 601
+c3M= 602
+IG9sZA== 603
+IGNo 604
+IG1ha2U= 605
+IG1pZ2h0 606
+IHRvb2s= 607
+aG91bGQ= 608
+b3J5 609
+b3Vyc2U= 610
+dXJpbmc= 611
+d2Vlbg== 612
+IGJldHdlZW4= 613
+IGNvdXJzZQ== 614
+IGR1cmluZw== 615
+IGxvbmc= 616
+IHNob3VsZA== 617
+ZW8= 618
+ZW9wbGU= 619
+b3Ro 620
+IGJvdGg= 621
+IGhpbXNlbGY= 622
+IG1lbg== 623
+IHBlb3BsZQ== 624
+IHdvcms= 625
+aGVhZA== 626
+b3VzZQ== 627
+cHV0 628
+IDA= 629
+IDQ= 630
+IEQ= 631
+IFQ= 632
+IGtl 633
+IDAx 634
+IDAxMg== 635
+IDAxMjM= 636
+IDAxMjM0 637
+IDAxMjM0NQ== 638
+IDAxMjM0NTY= 639
+IDAxMjM0NTY3 640
+IDAxMjM0NTY3OA== 641
+IDAxMjM0NTY3ODk= 642
+IDQy 643
+IERlbHRh 644
+IFRoZQ== 645
+IGJsb2Nrcw== 646
+IGNhYw== 647
+IGNhY2hl 648
+IGNvbXByZXM= 649
+IGNvbXByZXNzZWQ= 650
+IGVhcmxp 651
+IGVhcmxpZXI= 652
+IGdhdGVk 653
+IGhvdXNl 654
+IGtlZQ== 655
+IGtlZXBz 656
+IGtub3c= 657
+IGxlYXI= 658
+IGxheWVycw== 659
+IGxlYXJuZWQ= 660
+IG1peHQ= 661
+IG1peHR1 662
+IG1peHR1cmU= 663
+IG11bHQ= 664
+IG11bHRp 665
+IG91dHB1dA== 666
+IG91dHB1dHM= 667
+IHByb2o= 668
+IHByb2plYw== 669
+IHByb2plY3Rz 670
+IHJlYw== 671
+IHJlY3Vy 672
+IHJlY3VycmVudA== 673
+IHJlc2lkdWFscw== 674
+IHJvdXQ= 675
+IHJvdXRlcw== 676
+IHNj 677
+IHNw 678
+IHNjbw== 679
+IHNjb3Jlcw== 680
+IHNwYWNl 681
+IHN0YXRlcw== 682
+IHVzZQ== 683
+IHVwb24= 684
+S2ltaQ== 685
+aHk= 686
+aW5nbGU= 687
+aXRlZA== 688
+bml0ZWQ= 689
+b3RlZA== 690
+b3VuZA== 691
+cXVvdGVk 692
+cmVl 693
+c2luZ2xl 694
+IGFnYWluc3Q= 695
+IHNhbWU= 696
+IHRha2U= 697
+IHRocmVl 698
+IHVuaXRlZA== 699
+IHdlbnQ= 700
+IHdoeQ== 701
+IHdpdGhvdXQ= 702
+IGJlaW5n 703
+IGNvbWU= 704
+IGZvdW5k 705
+IGdvdA== 706
+IGRheQ== 707
+IGZhcg== 708
+ZnQ= 709
+bGFjZQ== 710
+b3VnaHQ= 711
+IGdldA== 712
+IGhhbmQ= 713
+IGxpbg== 714
+IG5ldmVy 715
+IHBsYWNl 716
+IHRob3VnaHQ= 717
+YXRoZXI= 718
+bmRlcg== 719
+IGJldHRlcg== 720
+IGNhbWU= 721
+IGRl 722
+IGxlZnQ= 723
+IG9uY2U= 724
+IHJhdGhlcg== 725
+IHVuZGVy 726
+IHdhcg== 727
+IGdyZWF0 728
+IHN0aWxs 729
+IHVz 730
+YXJ0 731
+ZW0= 732
+aWw= 733
+bnRpbA== 734
+cnM= 735
+IGxlc3M= 736
+IG1ycw== 737
+IHBhcnQ= 738
+IHB1dA== 739
+IHNheQ== 740
+IHVudGls 741
+IHVzZWQ= 742
+YWN0 743
+Y2Fu 744
+IGhpZ2g= 745
+ZXJp 746
+ZXJpY2Fu 747
+cm91cA== 748
+c3RlbQ== 749
+eXN0ZW0= 750
+IGFtZXJpY2Fu 751
+IGdyb3Vw 752
+IHN5c3RlbQ== 753
+YW1p 754
+YW1pbHk= 755
+Z3I= 756
+Z3JhbQ== 757
+IGV2ZXJ5 758
+IGZhY3Q= 759
+IGZhbWlseQ== 760
+IHByb2dyYW0= 761
+IHRoaW5r 762
+IHRvbGQ= 763
+eWVz 764
+IGFtb25n 765
+IGRvZXM= 766
+IGV5ZXM= 767
+)~";
+
+inline constexpr std::string_view kTokenizerConfig = R"~({
+  "added_tokens_decoder": {
+    "768": {
+      "content": "[BOS]",
+      "lstrip": false,
+      "normalized": false,
+      "rstrip": false,
+      "single_word": false,
+      "special": true
+    },
+    "769": {
+      "content": "[EOS]",
+      "lstrip": false,
+      "normalized": false,
+      "rstrip": false,
+      "single_word": false,
+      "special": true
+    },
+    "770": {
+      "content": "<|end_of_msg|>",
+      "lstrip": false,
+      "normalized": false,
+      "rstrip": false,
+      "single_word": false,
+      "special": true
+    },
+    "771": {
+      "content": "<|im_user|>",
+      "lstrip": false,
+      "normalized": false,
+      "rstrip": false,
+      "single_word": false,
+      "special": true
+    },
+    "772": {
+      "content": "<|im_assistant|>",
+      "lstrip": false,
+      "normalized": false,
+      "rstrip": false,
+      "single_word": false,
+      "special": true
+    },
+    "778": {
+      "content": "<|im_system|>",
+      "lstrip": false,
+      "normalized": false,
+      "rstrip": false,
+      "single_word": false,
+      "special": true
+    },
+    "779": {
+      "content": "<|open|>",
+      "lstrip": false,
+      "normalized": false,
+      "rstrip": false,
+      "single_word": false,
+      "special": true
+    },
+    "780": {
+      "content": "<|close|>",
+      "lstrip": false,
+      "normalized": false,
+      "rstrip": false,
+      "single_word": false,
+      "special": true
+    },
+    "781": {
+      "content": "<|sep|>",
+      "lstrip": false,
+      "normalized": false,
+      "rstrip": false,
+      "single_word": false,
+      "special": true
+    },
+    "785": {
+      "content": "<|im_middle|>",
+      "lstrip": false,
+      "normalized": false,
+      "rstrip": false,
+      "single_word": false,
+      "special": true
+    },
+    "789": {
+      "content": "<|kimi_image_placeholder|>",
+      "lstrip": false,
+      "normalized": false,
+      "rstrip": false,
+      "single_word": false,
+      "special": true
+    },
+    "1022": {
+      "content": "[UNK]",
+      "lstrip": false,
+      "normalized": false,
+      "rstrip": false,
+      "single_word": false,
+      "special": true
+    },
+    "1023": {
+      "content": "[PAD]",
+      "lstrip": false,
+      "normalized": false,
+      "rstrip": false,
+      "single_word": false,
+      "special": true
+    }
+  },
+  "additional_special_tokens": [
+    "<|end_of_msg|>",
+    "<|im_user|>",
+    "<|im_assistant|>",
+    "<|im_system|>",
+    "<|open|>",
+    "<|close|>",
+    "<|sep|>",
+    "<|im_middle|>",
+    "<|kimi_image_placeholder|>"
+  ],
+  "auto_map": {
+    "AutoTokenizer": [
+      "tokenization_kimi.TikTokenTokenizer",
+      null
+    ]
+  },
+  "bos_token": "[BOS]",
+  "eos_token": "[EOS]",
+  "unk_token": "[UNK]",
+  "pad_token": "[PAD]",
+  "clean_up_tokenization_spaces": false,
+  "model_max_length": 4096,
+  "tokenizer_class": "TikTokenTokenizer"
+}
+)~";
+
+inline constexpr std::string_view kSpecialTokensMap = R"~({
+  "bos_token": "[BOS]",
+  "eos_token": "[EOS]",
+  "unk_token": "[UNK]",
+  "pad_token": "[PAD]",
+  "additional_special_tokens": [
+    "<|end_of_msg|>",
+    "<|im_user|>",
+    "<|im_assistant|>",
+    "<|im_system|>",
+    "<|open|>",
+    "<|close|>",
+    "<|sep|>",
+    "<|im_middle|>",
+    "<|kimi_image_placeholder|>"
+  ]
+}
+)~";
+
+}  // namespace ferry::synth_tokenizer

@@ -1,0 +1,39 @@
+#include "kernels/decoding/generate.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+namespace ferry {
+
+std::vector<GeneratedToken> generate(Model& model, SeqState& state, std::span<const int32_t> prompt,
+                                     const GenerateParams& p, GenerateMetrics& m,
+                                     const std::function<bool(const GeneratedToken&)>& on_token) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  auto since = [&] { return std::chrono::duration<double>(clock::now() - t0).count(); };
+  Sampler sampler(p.sampling);
+  std::vector<GeneratedToken> out;
+  m.prompt_tokens = static_cast<int64_t>(prompt.size());
+  ForwardOptions pre;
+  pre.prefill = true;
+  std::vector<float> logits = model.forward(state, prompt, pre);
+  m.prompt_s = since();
+  const int64_t vocab = model.config().vocab;
+  for (int64_t i = 0; i < p.n_predict; ++i) {
+    GeneratedToken t;
+    t.pos = state.len;
+    t.id = sampler.sample(std::span<const float>(logits.data(), static_cast<size_t>(vocab)));
+    t.logits_hash = fnv1a64(logits.data(), static_cast<size_t>(vocab) * sizeof(float));
+    out.push_back(t);
+    m.generated = static_cast<int64_t>(out.size());
+    m.last_token_s = since();
+    if (i == 0) m.first_token_s = m.last_token_s;
+    const bool stop = std::find(p.stop_ids.begin(), p.stop_ids.end(), t.id) != p.stop_ids.end();
+    if ((on_token && !on_token(t)) || stop || i + 1 == p.n_predict) break;
+    logits = model.forward(state, std::vector<int32_t>{t.id});
+  }
+  m.decode_s = m.last_token_s - m.prompt_s;
+  return out;
+}
+
+}  // namespace ferry

@@ -1,0 +1,46 @@
+// Plain (non-speculative) generation on a Model: prompt pass, then one decode step per token.
+// Metrics follow DESIGN.md "Metrics".
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "kernels/model/model.hpp"
+#include "kernels/decoding/sampler.hpp"
+
+namespace ferry {
+
+struct GenerateParams {
+  int64_t n_predict = 16;
+  SamplingParams sampling;
+  std::vector<int32_t> stop_ids;  // generation ends after emitting one of these
+};
+
+struct GeneratedToken {
+  int64_t pos = 0;         // position the token takes in the sequence
+  int32_t id = 0;
+  uint64_t logits_hash = 0;  // FNV-1a 64 of the float32 logits that chose it
+};
+
+struct GenerateMetrics {
+  int64_t prompt_tokens = 0;
+  int64_t generated = 0;
+  double prompt_s = 0;       // prompt pass (prefill) duration
+  double first_token_s = 0;  // time of the first generated token, from the start of generate()
+  double last_token_s = 0;   // time of the last generated token
+  double decode_s = 0;       // from the end of the prompt pass to the last token
+  // (generated - 1) / (last - first): excludes load, prompt pass and the first step.
+  double steady_tok_s() const {
+    return generated > 1 && last_token_s > first_token_s ? (generated - 1) / (last_token_s - first_token_s) : 0.0;
+  }
+  double generation_tok_s() const { return decode_s > 0 ? generated / decode_s : 0.0; }
+};
+
+// on_token returns false to stop early (e.g. a client disconnected).
+std::vector<GeneratedToken> generate(Model& model, SeqState& state, std::span<const int32_t> prompt,
+                                     const GenerateParams& p, GenerateMetrics& m,
+                                     const std::function<bool(const GeneratedToken&)>& on_token = {});
+
+}  // namespace ferry

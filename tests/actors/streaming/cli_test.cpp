@@ -1,0 +1,82 @@
+// The real binary: `ferry run --ssd-streaming ... --json --trace`, `ferry trace` and `ferry trace diff`.
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/actors/streaming/streaming_support.hpp"
+
+using namespace ferry::test;
+
+namespace {
+
+const std::string kFerry = std::string(FERRY_BINARY_DIR) + "/apps/ferry";
+
+struct Out {
+  int rc = 0;
+  std::string text;
+};
+
+Out sh(const std::string& args, bool with_stderr = true) {
+  Out o;
+  std::FILE* p = ::popen((kFerry + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null")).c_str(), "r");
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) o.text.append(buf, n);
+  o.rc = WEXITSTATUS(::pclose(p));
+  return o;
+}
+
+const std::string kIds = "--prompt-ids 768,84,257,653,384,526,659,648 -n 8 --ignore-eos -t 2";
+
+}  // namespace
+
+TEST(StreamingCli, RunStreamsPrintsMetricsAndTracesAndMatchesTheInMemoryRun) {
+  if (!fs::exists(kFerry)) GTEST_SKIP() << "build the ferry target first";
+  const auto dir = prepared("replicated", 2, true).string();
+  const auto root = kRoot / "cli";
+  fs::create_directories(root);
+  const auto trace = (root / "t.trace").string(), h1 = (root / "stream.hash").string(), h2 = (root / "ram.hash").string();
+  auto run = sh("run -m " + dir + " " + kIds + " --ssd-streaming --cache-experts 4 --prefetch 2 --verify-reads --json --trace " +
+                    trace + " --trace-hash " + h1,
+                false);
+  ASSERT_EQ(run.rc, 0) << run.text;
+  auto j = nlohmann::json::parse(run.text);
+  ASSERT_TRUE(j.contains("streaming")) << run.text;
+  EXPECT_GT(j["streaming"]["bytes"]["disk"].get<uint64_t>(), 0u);
+  EXPECT_EQ(j["streaming"]["drives"].size(), 3u);
+  EXPECT_GT(j["streaming"]["layer_wait_s"].get<double>(), 0.0);
+
+  auto ram = sh("run -m " + dir + " " + kIds + " --trace-hash " + h2);
+  ASSERT_EQ(ram.rc, 0) << ram.text;
+  auto diff = sh("trace diff " + h1 + " " + h2);
+  EXPECT_EQ(diff.rc, 0) << diff.text;
+  EXPECT_NE(diff.text.find("identical: 8 positions"), std::string::npos) << diff.text;
+
+  auto text = sh("run -m " + dir + " " + kIds + " --ssd-streaming --cache-experts 1GB");
+  ASSERT_EQ(text.rc, 0) << text.text;
+  EXPECT_NE(text.text.find("host hits"), std::string::npos) << text.text;
+  EXPECT_NE(text.text.find("steady decode"), std::string::npos) << text.text;
+
+  auto summary = sh("trace " + trace + " --svg " + (root / "svg").string());
+  ASSERT_EQ(summary.rc, 0) << summary.text;
+  EXPECT_NE(summary.text.find("per drive"), std::string::npos) << summary.text;
+  EXPECT_NE(summary.text.find("most-read experts"), std::string::npos) << summary.text;
+  EXPECT_TRUE(fs::exists(root / "svg/drive_throughput.svg"));
+}
+
+TEST(StreamingCli, TraceDiffNamesTheFirstDifferingPosition) {
+  if (!fs::exists(kFerry)) GTEST_SKIP() << "build the ferry target first";
+  const auto root = kRoot / "cli-diff";
+  fs::create_directories(root);
+  std::ofstream(root / "a") << "24 5 aa\n25 6 bb\n26 7 cc\n";
+  std::ofstream(root / "b") << "24 5 aa\n25 9 dd\n26 7 cc\n";
+  auto d = sh("trace diff " + (root / "a").string() + " " + (root / "b").string());
+  EXPECT_EQ(d.rc, 1);
+  EXPECT_NE(d.text.find("position 25"), std::string::npos) << d.text;
+}
+
+TEST(StreamingCli, StreamingAHuggingFaceCheckpointIsRefusedWithAClearMessage) {
+  if (!fs::exists(kFerry)) GTEST_SKIP() << "build the ferry target first";
+  auto r = sh("run -m " + kHf.string() + " " + kIds + " --ssd-streaming");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.text.find("prepared model"), std::string::npos) << r.text;
+}

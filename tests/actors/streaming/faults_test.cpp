@@ -1,0 +1,155 @@
+// Supervision under generation: a reader killed mid-generation is restarted and its reads re-issued;
+// EIO on one copy is served from another; a checksum mismatch (--verify-reads) is a bad copy; with no
+// good copy left, generation ends with an error naming the file.
+#include <caf/all.hpp>
+
+#include "actors/readers/reader_actor.hpp"
+#include "io/errors.hpp"
+#include "tests/actors/streaming/streaming_support.hpp"
+
+using namespace ferry;
+using namespace ferry::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+reader_actor reader_of(StreamingExperts& s, uint32_t dir) {
+  caf::scoped_actor self{s.system()};
+  reader_actor r;
+  self->request(s.read_service(), 5s, reader_atom_v, dir)
+      .receive([&](reader_actor& x) { r = x; }, [&](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
+  return r;
+}
+
+// Kills the reader of directory 0 right after the `at`-th layer call has sent its reads out.
+ModelOptions kill_reader_at(ModelOptions o, uint64_t at, std::shared_ptr<StreamingExperts*> holder,
+                            std::shared_ptr<int> kills) {
+  o.streaming.after_schedule = [=](uint32_t, uint64_t call) {
+    if (call != at || !*holder) return;
+    caf::anon_send_exit(reader_of(**holder, 0), caf::exit_reason::kill);
+    ++*kills;
+  };
+  return o;
+}
+
+}  // namespace
+
+TEST(StreamingFaults, ReaderKilledMidGenerationLeavesOutputUnchanged) {
+  for (const char* layout : {"replicated", "one"}) {  // re-issued to the replica / to the restarted reader
+    SCOPED_TRACE(layout);
+    auto holder = std::make_shared<StreamingExperts*>(nullptr);
+    auto kills = std::make_shared<int>(0);
+    auto dir = std::string(layout) == "one" ? prepared("one", 1, false) : prepared("replicated", 2, true);
+    auto o = kill_reader_at(streaming_options(dir, 0), 40, holder, kills);  // call 40: in the decode steps
+    auto r = generate_run(o, [&](LoadedModel& m) { *holder = m.streaming; });
+    EXPECT_EQ(*kills, 1);
+    expect_same_output(r, reference());
+    EXPECT_EQ(r.metrics.drives[0].restarts, 1u);
+  }
+}
+
+// The same with the device tier (device-cache manager, upload queues; CPU memory as the "device"): the
+// re-issued reads land, are uploaded and computed as usual, and every host slot goes back to the pool.
+TEST(StreamingFaults, ReaderKilledMidGenerationWithTheDeviceTierLeavesOutputUnchanged) {
+  auto holder = std::make_shared<StreamingExperts*>(nullptr);
+  auto kills = std::make_shared<int>(0);
+  auto o = kill_reader_at(streaming_options(prepared("one", 1, false), 6), 40, holder, kills);
+  o.streaming.device_tier = true;
+  o.streaming.upload_streams = 4;
+  auto r = generate_run(o, [&](LoadedModel& m) { *holder = m.streaming; });
+  EXPECT_EQ(*kills, 1);
+  expect_same_output(r, reference());
+  EXPECT_EQ(r.metrics.drives[0].restarts, 1u);
+  EXPECT_EQ(r.metrics.pool.scratch_free, r.metrics.pool.scratch);
+  EXPECT_EQ(r.metrics.uploads, r.metrics.device.misses);
+}
+
+TEST(StreamingFaults, EioOnOneCopyIsServedFromAnotherAndOutputIsUnchanged) {
+  auto r = generate_run(streaming_options(prepared("replicated", 2, true), 0), [](LoadedModel& m) {
+    caf::anon_send(reader_of(*m.streaming, 0), knobs_atom_v, reader_knobs{0, 1000000, false});
+  });
+  expect_same_output(r, reference());
+  EXPECT_GT(r.metrics.drives[0].failures, 0u);
+  EXPECT_EQ(r.metrics.drives[0].reads, 0u) << "every read of directory 0 failed; the replica served them";
+}
+
+TEST(StreamingFaults, EioWithNoOtherCopyEndsGenerationWithAnErrorNamingTheFile) {
+  try {
+    generate_run(streaming_options(prepared("one", 1, false), 0), [](LoadedModel& m) {
+      caf::anon_send(reader_of(*m.streaming, 0), knobs_atom_v, reader_knobs{0, 1000000, false});
+    });
+    FAIL() << "generation should have failed";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("nvme0/L"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(".bin"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("Input/output error"), std::string::npos) << msg;
+  }
+}
+
+TEST(StreamingFaults, EioWithNoOtherCopyAndTheDeviceTierEndsWithAnErrorNamingTheFile) {
+  auto o = streaming_options(prepared("one", 1, false), 4);
+  o.streaming.device_tier = true;
+  try {
+    generate_run(o, [](LoadedModel& m) {
+      caf::anon_send(reader_of(*m.streaming, 0), knobs_atom_v, reader_knobs{0, 1000000, false});
+    });
+    FAIL() << "generation should have failed";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("nvme0/L"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("Input/output error"), std::string::npos) << msg;
+  }
+}
+
+namespace {
+// Copies a prepared layout so a test can corrupt files without touching the shared ones.
+fs::path corrupted_copy(const std::string& name, int primaries, bool replica, const std::string& victim_dir) {
+  const fs::path src_root = prepared(name, primaries, replica).parent_path();
+  const fs::path root = kRoot / (name + "-corrupt");
+  fs::remove_all(root);
+  fs::copy(src_root, root, fs::copy_options::recursive);
+  // manifest.json names absolute directories: point them at the copy.
+  std::string m;
+  {
+    std::ifstream f(root / "model/manifest.json");
+    m.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  for (size_t at; (at = m.find(src_root.string() + "/")) != std::string::npos;)
+    m.replace(at, src_root.string().size(), root.string());
+  std::ofstream(root / "model/manifest.json") << m;
+  for (auto& f : fs::directory_iterator(root / victim_dir)) {  // flip one byte of every expert there
+    std::fstream x(f.path(), std::ios::in | std::ios::out | std::ios::binary);
+    x.seekg(100);
+    char c = 0;
+    x.read(&c, 1);
+    c = static_cast<char>(c ^ 0x5a);
+    x.seekp(100);
+    x.write(&c, 1);
+  }
+  return root / "model";
+}
+}  // namespace
+
+TEST(StreamingFaults, VerifyReadsTreatsAChecksumMismatchAsABadCopy) {
+  auto o = streaming_options(corrupted_copy("replicated", 2, true, "nvme0"), 0);
+  o.streaming.verify_reads = true;
+  for (bool split : {false, true}) {  // a split read's mismatch is resolved by re-reading whole copies
+    SCOPED_TRACE(split ? "split reads" : "whole-file reads");
+    o.streaming.split_reads = split;
+    expect_same_output(generate_run(o), reference());
+  }
+}
+
+TEST(StreamingFaults, VerifyReadsWithNoGoodCopyEndsWithAnErrorNamingTheFile) {
+  auto o = streaming_options(corrupted_copy("one", 1, false, "nvme0"), 0);
+  o.streaming.verify_reads = true;
+  try {
+    generate_run(o);
+    FAIL() << "generation should have failed";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("one-corrupt/nvme0/L"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("xxh64"), std::string::npos) << msg;
+  }
+}

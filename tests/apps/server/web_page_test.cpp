@@ -1,0 +1,24 @@
+// The web page in headless Chromium (Debian's chromium driven by playwright-core): a message streams a
+// reply in and the dashboard numbers move. The screenshot lands in the build directory.
+#include <gtest/gtest.h>
+
+#include "tests/apps/server/server_process.hpp"
+
+namespace ferry::test {
+namespace {
+
+TEST(WebPage, ChatStreamsAReplyAndTheDashboardUpdatesInHeadlessChromium) {
+  if (!fs::exists("/usr/bin/chromium")) GTEST_FAIL() << "/usr/bin/chromium is missing: run scripts/install-deps.sh";
+  ServerProcess server({"--events-interval-ms", "200"});
+  const fs::path shot = fs::path(FERRY_BINARY_DIR) / "ferry-server-page.png";
+  fs::remove(shot);
+  std::string out;
+  const int rc = run_node("web_page.mjs http://127.0.0.1:" + std::to_string(server.port()) + "/ '" + shot.string() + "'", out);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_TRUE(fs::exists(shot)) << out;
+  EXPECT_GT(fs::exists(shot) ? fs::file_size(shot) : 0, 10000u);
+  EXPECT_TRUE(server.alive()) << server.log();
+}
+
+}  // namespace
+}  // namespace ferry::test

@@ -1,0 +1,46 @@
+// How many back-end calls one decoded token costs on the K3 architecture (tests/fixtures/k3-tiny-a:
+// latent MoE, SiTU, top-4 of 32 experts, 2 shared experts), counted by a decorator around the CPU
+// back-end. On CUDA every call is one or more API calls of a few microseconds of host time, so this is
+// the number the MoE batching work drives down; the printed table is the measurement in the report.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <vector>
+
+#include "io/formats/checkpoint.hpp"
+#include "io/formats/model_config.hpp"
+#include "kernels/model/model.hpp"
+#include "tests/kernels/cpu/counting_backend.hpp"
+
+namespace ferry {
+namespace {
+
+TEST(MoeCallCount, DecodeStepRunsEachMoeLayerAsOneExpertBatchAndOneCombine) {
+  const auto dir = std::filesystem::path(FERRY_FIXTURES) / "k3-tiny-a/hf";
+  const ModelConfig cfg = load_model_config(dir);
+  const auto src = open_safetensors_checkpoint(dir);
+  auto cpu = make_cpu_backend(1);
+  test::CountingBackend be(*cpu);
+  Model model(cfg, *src, be, LoadOptions{});
+  auto st = model.new_state(64);
+  ForwardOptions pre;
+  pre.prefill = true;
+  model.forward(*st, std::vector<int32_t>{1, 2, 3, 4, 5}, pre);
+
+  be.counts.clear();
+  model.forward(*st, std::vector<int32_t>{6});
+  const int64_t moe_layers = cfg.count(Ffn::moe);
+  std::printf("[moe-calls] one decode step, %lld layers (%lld MoE, top-%lld): %lld back-end calls\n",
+              static_cast<long long>(cfg.n_layers), static_cast<long long>(moe_layers),
+              static_cast<long long>(cfg.moe.top_k), static_cast<long long>(be.total()));
+  for (const auto& [op, n] : be.counts) std::printf("[moe-calls]   %-14s %lld\n", op.c_str(), static_cast<long long>(n));
+  ASSERT_GT(moe_layers, 0);
+  // Resident experts arrive as one batch per layer: one expert_ffn and one combine per MoE layer,
+  // and no per-rank axpy.
+  EXPECT_EQ(be.counts["expert_ffn"], moe_layers);
+  EXPECT_EQ(be.counts["moe_combine"], moe_layers);
+  EXPECT_EQ(be.counts["axpy"], 0);
+}
+
+}  // namespace
+}  // namespace ferry

@@ -1,0 +1,53 @@
+// `ferry run --profile-ops`: the timing decorator changes no bit of the output, and its report accounts
+// for the ops a decode runs (matmuls by type and shape, the MoE ops) within the span it measured.
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "actors/runtime/model_loader.hpp"
+#include "kernels/decoding/generate.hpp"
+
+namespace ferry::test {
+namespace {
+
+std::vector<uint64_t> hashes_of(LoadedModel& m) {
+  auto st = m.model->new_state(64);
+  GenerateParams gp;
+  gp.n_predict = 6;
+  GenerateMetrics gm;
+  std::vector<uint64_t> h;
+  const std::vector<int32_t> prompt = {768, 84, 257, 653, 384, 526};
+  generate(*m.model, *st, prompt, gp, gm, [&](const GeneratedToken& t) {
+    h.push_back(t.logits_hash);
+    return true;
+  });
+  return h;
+}
+
+TEST(TimingBackend, ProfilingChangesNoOutputAndReportsEveryOpKind) {
+  ModelOptions o;
+  o.dir = (std::filesystem::path(FERRY_FIXTURES) / "k3-tiny-a/hf").string();
+  o.threads = 2;
+  LoadedModel plain = load_model(o);
+  const auto want = hashes_of(plain);
+  o.profile_ops = true;
+  LoadedModel timed = load_model(o);
+  ASSERT_NE(timed.timing, nullptr);
+  EXPECT_EQ(timed.timing->report().ops.size(), 0u) << "loading is not part of the profile";
+  EXPECT_EQ(hashes_of(timed), want);
+  const auto r = timed.timing->report();
+  uint64_t matmuls = 0;
+  for (const auto& [label, t] : r.ops)
+    if (label.rfind("matmul ", 0) == 0) matmuls += t.calls;
+  EXPECT_GT(matmuls, 0u);
+  EXPECT_TRUE(r.ops.count("expert_ffn (batches of 8+)") || r.ops.count("expert_ffn (batches of 4)"))
+      << "the resident experts of a layer arrive as one batch";
+  const uint64_t kda = r.ops.count("kda_chunked") ? r.ops.at("kda_chunked").calls : 0;
+  EXPECT_EQ(r.ops.at("moe_combine").calls * 4, (r.ops.at("kda_recurrent").calls + kda) * 5)
+      << "k3-tiny-a runs 5 MoE layers and 4 KDA layers per forward";
+  EXPECT_GT(r.busy_ms, 0.0);
+  EXPECT_LE(r.busy_ms, r.span_ms * 1.001);
+}
+
+}  // namespace
+}  // namespace ferry::test
