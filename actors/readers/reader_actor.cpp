@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "io/errors.hpp"
+#include "io/regular_file.hpp"
 #include "io/read_engine/pinned_arena.hpp"
 #include "io/read_engine/uring_reader_log.hpp"
 
@@ -174,7 +175,7 @@ class ReaderCore {
     if (r.err != 0) {
       ++errors_;
       auto code = r.err == ENOENT ? errc::file_missing : errc::io_error;
-      p.promise.deliver(caf::make_error(code, p.path, std::string(std::strerror(r.err))));
+      p.promise.deliver(caf::make_error(code, p.path, open_error_text(r.err)));
     } else if (r.bytes_read < p.req.bytes) {
       ++errors_;
       p.promise.deliver(caf::make_error(errc::short_read, p.path,

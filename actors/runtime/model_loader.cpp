@@ -1,6 +1,10 @@
 #include "actors/runtime/model_loader.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <thread>
+
+#include <fmt/format.h>
 
 #include "actors/streaming/expert_catalog.hpp"
 #include "actors/runtime/prepared_model.hpp"
@@ -53,14 +57,28 @@ void load_prepared(const ModelOptions& o, LoadedModel& m, LoadOptions& lo) {
     m.streaming = s.get();
     m.experts = std::move(s);
   } else {
-    m.experts = std::make_unique<FileExperts>(m.cfg, make_catalog(manifest, o.streaming.expert_dirs), *m.backend);
+    m.experts = std::make_unique<FileExperts>(m.cfg, make_catalog(manifest, o.streaming.expert_dirs), *m.backend,
+                                              o.streaming.verify_reads);
   }
 }
 
 }  // namespace
 
+void validate_model_options(const ModelOptions& o) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (o.threads < 0) throw ConfigError(fmt::format("-t/--threads {} is negative (0 = all {} cores)", o.threads, cores));
+  if (o.threads > cores)
+    throw ConfigError(fmt::format("-t/--threads {} is more than the {} cores of this machine (0 = all cores)", o.threads, cores));
+  const io::EngineConfig& e = o.streaming.engine_cfg;
+  if (e.max_inflight < 1) throw ConfigError("--io-depth 0: at least one read per drive must be in flight");
+  if (e.max_inflight > 4096) throw ConfigError(fmt::format("--io-depth {} is above the limit of 4096", e.max_inflight));
+  if (!o.streaming.trace_path.empty() && !o.ssd_streaming)
+    throw ConfigError("--trace records the streaming runtime's events: it needs --ssd-streaming");
+}
+
 LoadedModel load_model(const ModelOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
+  validate_model_options(o);
   const std::filesystem::path dir(o.dir);
   if (!std::filesystem::is_directory(dir)) throw Error("model directory " + o.dir + " does not exist");
   LoadedModel m;
@@ -72,6 +90,9 @@ LoadedModel load_model(const ModelOptions& o) {
   }
   LoadOptions lo;
   if (is_prepared_model(dir)) {
+    if (o.spine_type != "f32")
+      throw ConfigError("--spine-type " + o.spine_type + " does not apply to a prepared model: its spine keeps the "
+                        "types `ferry prepare --spine-type` wrote");
     load_prepared(o, m, lo);
   } else {
     if (o.ssd_streaming)

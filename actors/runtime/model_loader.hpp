@@ -42,7 +42,13 @@ struct LoadedModel {
   double load_s = 0;
 };
 
+// Checks the options before anything is loaded (load_model calls it): threads >= 0 and at most the
+// machine's cores (more only adds contention; -t 100000 once exhausted the machine's PIDs), io depth
+// >= 1, --trace only with --ssd-streaming. Throws ConfigError naming the flag.
+void validate_model_options(const ModelOptions& o);
+
 // Throws ferry::Error subclasses naming the file/tensor/field when the directory is unusable.
+// A non-default --spine-type on a prepared model (whose spine types `ferry prepare` fixed) is refused.
 LoadedModel load_model(const ModelOptions& o);
 
 // The back-end named "cpu", "cuda" or "auto" (cuda when this build has the CUDA back-end and a device is

@@ -8,9 +8,9 @@
 #include <caf/all.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
-#include <xxhash.h>
 
 #include "actors/streaming/prefetch_queue.hpp"
+#include "actors/streaming/read_verifier.hpp"
 #include "actors/readers/reader_actor.hpp"
 #include "actors/tracing/tracer_actor.hpp"
 #include "io/read_engine/pinned_arena.hpp"
@@ -43,6 +43,7 @@ struct Fill {
   std::vector<uint32_t> dirs;   // copies still allowed (bad ones removed)
   std::vector<uint32_t> used;   // directories that served this round's parts
   bool whole = false;           // read unsplit: set after a checksum mismatch of a split read
+  bool verified = false;        // this round's bytes matched the manifest's xxh64
   caf::error error;
 };
 
@@ -146,6 +147,7 @@ void issue_reads(sched self, const expert_key& k) {
   if (split) parts.push_back({half, fb - half});
   f.outstanding = static_cast<uint32_t>(parts.size());
   f.used.clear();
+  f.verified = false;
   for (auto [off, len] : parts) {
     fetch_req r{st.next_fetch++, k, f.dirs, off, len, {f.where.slot, f.where.offset + off}};
     self->request(st.cfg.reads, st.cfg.timeout, fetch_atom_v, std::move(r))
@@ -218,32 +220,28 @@ void on_part(sched self, const expert_key& k, const caf::expected<read_done>& r)
   if (f.outstanding == 0) finish_fill(self, k);
 }
 
-// Every part has answered. A failed fill gives its slot back (ok = false drops the cache entry) only
-// now, so no read still in flight can write into a slot someone else got.
+void check_hash(sched self, const expert_key& k, uint64_t got);
+
+// Every part has answered. With a verifier the landed bytes are hashed first (on a hasher thread; this
+// actor serves other fills meanwhile). A failed fill gives its slot back (ok = false drops the cache
+// entry) only now, so no read still in flight can write into a slot someone else got.
 void finish_fill(sched self, const expert_key& k) {
   auto& st = self->state;
   auto it = st.fills.find(k);
   Fill& f = it->second;
-  if (!f.error && st.cfg.verify_reads) {
+  if (!f.error && st.cfg.verifier && !f.verified) {
     const auto* p = st.cfg.arena->slot(f.where.slot) + f.where.offset;
-    const uint64_t got = XXH64(p, st.cfg.catalog->file_bytes, 0), want = st.cfg.catalog->hash_of(k);
-    if (got != want) {
-      auto detail = fmt::format("xxh64 {:016x} != manifest {:016x}", got, want);
-      std::sort(f.used.begin(), f.used.end());
-      f.used.erase(std::unique(f.used.begin(), f.used.end()), f.used.end());
-      if (f.used.size() > 1) {  // halves from two drives: re-read whole files to find the bad copy
-        spdlog::warn("layer scheduler: {}: {} (read in halves); re-reading whole copies", expert_file_name(k), detail);
-        f.whole = true;
-        return issue_reads(self, k);
-      }
-      const std::string bad = st.cfg.catalog->path_of(k, f.used.at(0));
-      std::erase(f.dirs, f.used[0]);
-      spdlog::warn("layer scheduler: {}: {}{}", bad, detail, f.dirs.empty() ? "" : "; reading another copy");
-      trace(self, trace::READ_FAILED, 0, k, 0, 0, bad + ": " + detail);
-      if (!f.dirs.empty()) return issue_reads(self, k);
-      f.error = caf::make_error(errc::no_replica, bad, detail + " (checksum mismatch, no other copy)");
-      for (uint64_t id : f.calls) fail_call(self, id, f.error);
-    }
+    self->request(st.cfg.verifier->next(), st.cfg.timeout, caf::get_atom_v, uint64_t(reinterpret_cast<uintptr_t>(p)),
+                  uint64_t(st.cfg.catalog->file_bytes))
+        .then([=](uint64_t got) { check_hash(self, k, got); },
+              [=](caf::error& e) {
+                Fill& g = self->state.fills.at(k);
+                g.error = std::move(e);
+                for (uint64_t id : g.calls) fail_call(self, id, g.error);
+                g.verified = true;  // nothing left to check: finish as failed
+                finish_fill(self, k);
+              });
+    return;
   }
   auto calls = std::move(f.calls);
   const bool failed = static_cast<bool>(f.error), prefetch = f.prefetch;
@@ -253,6 +251,36 @@ void finish_fill(sched self, const expert_key& k) {
   if (failed) return release(self, k, false);
   if (calls.empty()) return release(self, k, true);  // a prefetch landed: cached, unpinned
   deliver_ready(self, calls[0], k, where, tier::disk);
+}
+
+// A mismatch drops the copy that served the bytes and reads another; with none left the fill fails
+// naming the bad file. Halves read from two drives are re-read whole to find which copy is bad.
+void check_hash(sched self, const expert_key& k, uint64_t got) {
+  auto& st = self->state;
+  Fill& f = st.fills.at(k);
+  const uint64_t want = st.cfg.catalog->hash_of(k);
+  if (got == want) {
+    f.verified = true;
+    return finish_fill(self, k);
+  }
+  st.cfg.verifier->counters().mismatches.fetch_add(1, std::memory_order_relaxed);
+  auto detail = fmt::format("xxh64 {:016x} != manifest {:016x}", got, want);
+  std::sort(f.used.begin(), f.used.end());
+  f.used.erase(std::unique(f.used.begin(), f.used.end()), f.used.end());
+  if (f.used.size() > 1) {
+    spdlog::warn("layer scheduler: {}: {} (read in halves); re-reading whole copies", expert_file_name(k), detail);
+    f.whole = true;
+    return issue_reads(self, k);
+  }
+  const std::string bad = st.cfg.catalog->path_of(k, f.used.at(0));
+  std::erase(f.dirs, f.used[0]);
+  spdlog::warn("layer scheduler: {}: {}{}", bad, detail, f.dirs.empty() ? "" : "; reading another copy");
+  trace(self, trace::READ_FAILED, 0, k, 0, 0, bad + ": " + detail);
+  if (!f.dirs.empty()) return issue_reads(self, k);
+  f.error = caf::make_error(errc::no_replica, bad, detail + " (checksum mismatch, no other copy)");
+  for (uint64_t id : f.calls) fail_call(self, id, f.error);
+  f.verified = true;
+  finish_fill(self, k);
 }
 
 void prefetch(sched self, uint32_t layer, const std::vector<uint32_t>& experts) {

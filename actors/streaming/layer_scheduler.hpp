@@ -20,14 +20,18 @@ class PinnedArena;
 
 namespace ferry {
 
+class ReadVerifier;
+
 struct LayerSchedulerConfig {
   uint32_t layer = 0;
   std::shared_ptr<const ExpertCatalog> catalog;
-  std::shared_ptr<io::PinnedArena> arena;  // to checksum landed bytes (verify_reads)
+  std::shared_ptr<io::PinnedArena> arena;  // to checksum landed bytes
   read_service_actor reads;
   host_pool_actor pool;
   tracer_actor tracer;                     // optional
-  bool verify_reads = false;
+  // xxh64 of every landed read against the manifest on the verifier's hasher threads; a mismatch is a
+  // bad copy (read another). nullptr: reads are not verified (--no-verify-reads).
+  std::shared_ptr<ReadVerifier> verifier;
   // A plain decode step (one row) reads an expert with copies on two drives as two halves, one per
   // drive, so both drives work on it (DESIGN.md "One decode step" 3). Prompt-pass fills read whole files.
   bool split_reads = true;

@@ -13,6 +13,7 @@
 #include "actors/streaming/expert_catalog.hpp"
 #include "actors/streaming/host_pool.hpp"
 #include "actors/streaming/layer_scheduler.hpp"
+#include "actors/streaming/read_verifier.hpp"
 #include "actors/readers/reader_supervisor.hpp"
 #include "actors/tracing/tracer_actor.hpp"
 #include "io/errors.hpp"
@@ -36,6 +37,7 @@ struct StreamingExperts::Impl {
   read_service_actor reads;
   host_pool_actor pool;
   tracer_actor tracer;
+  std::shared_ptr<ReadVerifier> verifier;         // null with --no-verify-reads
   std::vector<layer_scheduler_actor> scheds;      // [layer], empty handle for dense layers
   std::vector<std::vector<uint32_t>> last_used;   // [layer]: the last call's experts
   std::vector<std::vector<uint64_t>> uses;        // [layer][expert]: rows routed to it so far
@@ -130,6 +132,8 @@ StreamingExperts::StreamingExperts(const ModelConfig& cfg, const Manifest& manif
                  s.opt.upload_streams);
   }
 
+  if (s.opt.verify_reads)
+    s.verifier = std::make_shared<ReadVerifier>(*s.sys, s.opt.hash_threads ? s.opt.hash_threads : ReadVerifier::default_threads());
   s.scheds.resize(size_t(cfg.n_layers));
   s.last_used.resize(size_t(cfg.n_layers));
   s.uses.assign(size_t(cfg.n_layers), std::vector<uint64_t>(size_t(cfg.moe.n_experts), 0));
@@ -142,7 +146,7 @@ StreamingExperts::StreamingExperts(const ModelConfig& cfg, const Manifest& manif
     lc.reads = s.reads;
     lc.pool = s.pool;
     lc.tracer = s.tracer;
-    lc.verify_reads = s.opt.verify_reads;
+    lc.verifier = s.verifier;
     lc.split_reads = s.opt.split_reads;
     lc.prefetch_max = s.opt.prefetch;
     // A request to the read service may try every copy, each within read_timeout.
@@ -168,6 +172,10 @@ StreamingExperts::~StreamingExperts() {
   caf::anon_send_exit(s.pool, caf::exit_reason::user_shutdown);
   if (s.dcache) caf::anon_send_exit(s.dcache, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(s.reads, caf::exit_reason::user_shutdown);
+  // The hashers quit; the handles go with the last owner (the schedulers drop theirs as they exit), so
+  // the actor system below can reclaim their threads.
+  if (s.verifier) s.verifier->stop();
+  s.verifier.reset();
   if (s.tracer) caf::anon_send_exit(s.tracer, caf::exit_reason::user_shutdown);
   s.self.reset();
   s.dev.reset();  // waits for its uploads (they read the arena), frees the device slots
@@ -375,6 +383,15 @@ StreamingMetrics StreamingExperts::metrics() {
     m.upload_bytes = s.dev->upload_bytes();
     m.upload_streams = s.dev->upload_queues();
     self->request(s.dcache, t, stats_atom_v).receive([&](device_stats& d) { m.device = d; }, err);
+  }
+  if (s.verifier) {
+    const VerifyCounters& v = s.verifier->counters();
+    m.verify = true;
+    m.verify_threads = s.verifier->threads();
+    m.verify_hashes = v.hashes.load();
+    m.verify_bytes = v.bytes.load();
+    m.verify_s = double(v.ns.load()) * 1e-9;
+    m.verify_mismatches = v.mismatches.load();
   }
   self->request(s.reads, t, stats_atom_v).receive([&](std::vector<dir_stats>& d) { m.drives = d; }, err);
   self->request(s.pool, t, stats_atom_v).receive([&](pool_stats& p) { m.pool = p; }, err);

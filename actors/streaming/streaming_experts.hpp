@@ -39,7 +39,11 @@ struct StreamingOptions {
   uint32_t prefetch = 0;
   io::EngineKind engine = io::EngineKind::automatic;
   io::EngineConfig engine_cfg;
-  bool verify_reads = false;  // xxh64 of every read against the manifest; a mismatch is a bad copy
+  // xxh64 of every read against the manifest (on hash_threads hasher threads, 0 = a quarter of the
+  // cores); a mismatch is a bad copy: another is read, or the fetch fails naming the file.
+  // On by default; --no-verify-reads turns it off.
+  bool verify_reads = true;
+  uint32_t hash_threads = 0;
   bool split_reads = true;    // decode fills of experts with two copies read half from each
   std::string trace_path;     // --trace FILE
   // CUDA: the back-end whose memory holds a device cache of this many experts above the host pool

@@ -4,7 +4,9 @@
 // faults hit the drafter: its worker actor killed, its sidecar process killed (between calls and in
 // the middle of one) or stopped (SIGSTOP) past the deadline, garbage answers, crashes, hangs, a
 // sidecar that cannot start or speaks another protocol version. Each run's hashes are compared with
-// the reference; the exit status is non-zero if any position differs.
+// the reference; the exit status is non-zero if any position differs. On a prepared model the storage
+// scenarios follow (apps/ferry/faults_storage.hpp): drives that die, fail, slow down, return damaged
+// bytes or vanish while the experts stream. `--only drafter|storage` runs one half.
 #include <signal.h>
 #include <unistd.h>
 
@@ -19,6 +21,8 @@
 #include "actors/drafter/drafter_bridge.hpp"
 #include "actors/runtime/model_loader.hpp"
 #include "apps/ferry/commands.hpp"
+#include "apps/ferry/faults_storage.hpp"
+#include "actors/runtime/prepared_model.hpp"
 #include "io/errors.hpp"
 
 namespace ferry::cli {
@@ -30,6 +34,7 @@ struct FaultOptions {
   uint64_t seed = 1;
   int deadline_ms = 200;
   std::string exe;
+  std::string only;  // "", "drafter" or "storage"
 };
 
 // What a scenario does: extra sidecar flags, another executable, and random faults from outside.
@@ -131,6 +136,10 @@ std::vector<int32_t> default_prompt(const LoadedModel& m) {
   return ids;
 }
 
+int64_t drafter_matrix(const FaultOptions& o, LoadedModel& m, const std::string& replay, std::span<const int32_t> prompt,
+                       const std::vector<GeneratedToken>& ref);
+int64_t storage_matrix(const FaultOptions& o, std::span<const int32_t> prompt, const std::vector<GeneratedToken>& ref);
+
 int faults_main(const FaultOptions& o) {
   LoadedModel m = load_model(o.model);
   const std::vector<int32_t> prompt = default_prompt(m);
@@ -147,12 +156,22 @@ int faults_main(const FaultOptions& o) {
     for (int32_t id : prompt) f << id << '\n';
     for (const auto& t : ref) f << t.id << '\n';
   }
+  std::printf("ferry faults: %s, %lld tokens per run, plain reference %.1f tok/s, drafter deadline %d ms\n\n",
+              o.model.dir.c_str(), static_cast<long long>(o.n), g.generation_tok_s(), o.deadline_ms);
+  int64_t total = 0;
+  if (o.only != "storage") total += drafter_matrix(o, m, replay, prompt, ref);
+  if (o.only != "drafter" && is_prepared_model(o.model.dir)) total += storage_matrix(o, prompt, ref);
+  std::filesystem::remove_all(dir);
+  std::printf("\ntotal mismatches: %lld\n", static_cast<long long>(total));
+  return total == 0 ? 0 : 1;
+}
+
+int64_t drafter_matrix(const FaultOptions& o, LoadedModel& m, const std::string& replay, std::span<const int32_t> prompt,
+                       const std::vector<GeneratedToken>& ref) {
   caf::actor_system_config cfg;
   register_ferry_types(cfg);
   caf::actor_system sys{cfg};
-  std::printf("ferry faults: %s, %lld tokens per run, plain reference %.1f tok/s, drafter deadline %d ms\n\n",
-              o.model.dir.c_str(), static_cast<long long>(o.n), g.generation_tok_s(), o.deadline_ms);
-  std::printf("%-24s %7s %9s %8s %7s %8s %10s\n", "scenario", "faults", "fallbacks", "restarts", "blocks", "accepted",
+  std::printf("%-24s %7s %9s %8s %7s %8s %10s\n", "drafter scenario", "faults", "fallbacks", "restarts", "blocks", "accepted",
               "mismatches");
   int64_t total = 0;
   for (const Scenario& sc : scenarios()) {
@@ -164,9 +183,25 @@ int faults_main(const FaultOptions& o) {
     std::fflush(stdout);
     total += r.mismatches;
   }
-  std::filesystem::remove_all(dir);
-  std::printf("\ntotal mismatches: %lld\n", static_cast<long long>(total));
-  return total == 0 ? 0 : 1;
+  return total;
+}
+
+// Storage rows. A run that ended with a clear error (no good copy of an expert left) is shown as that
+// error, not counted as a mismatch: without a replica that is the expected outcome.
+int64_t storage_matrix(const FaultOptions& o, std::span<const int32_t> prompt, const std::vector<GeneratedToken>& ref) {
+  std::printf("\n%-28s %7s %10s %10s  %s\n", "storage scenario", "faults", "recoveries", "mismatches", "outcome");
+  const auto rows = run_storage_faults(o.model, o.n, o.seed, prompt,
+                                       [&](const std::vector<GeneratedToken>& got) { return count_mismatches(ref, got); });
+  int64_t total = 0;
+  for (const auto& r : rows) {
+    std::printf("%-28s %7llu %10llu %10lld  %s\n", r.name.c_str(), static_cast<unsigned long long>(r.faults),
+                static_cast<unsigned long long>(r.recoveries), static_cast<long long>(r.mismatches),
+                r.error.empty() ? "identical output" : ("error: " + r.error).c_str());
+    total += r.mismatches;
+    if (r.faults == 0) std::printf("  (no fault was injected in this run)\n");
+  }
+  std::fflush(stdout);
+  return total;
 }
 
 }  // namespace
@@ -180,6 +215,8 @@ void add_faults_command(CLI::App& app) {
   c->add_option("-s,--seed", o->seed, "Seed of the fault schedule and the replay drafter")->capture_default_str();
   c->add_option("--draft-deadline-ms", o->deadline_ms, "Per-call drafter deadline")->capture_default_str();
   c->add_option("--drafter-exe", o->exe, "The ferry-drafter binary (default: next to ferry)");
+  c->add_option("--only", o->only, "Run one half: drafter or storage (storage needs a prepared model)")
+      ->check(CLI::IsMember({"drafter", "storage"}));
   c->callback([o] {
     const int rc = faults_main(*o);
     if (rc != 0) throw CLI::RuntimeError(rc);

@@ -15,6 +15,7 @@
 #include "apps/ferry/streaming_flags.hpp"
 #include "actors/runtime/model_loader.hpp"
 #include "io/errors.hpp"
+#include "io/strict_parse.hpp"
 #include "kernels/decoding/generate.hpp"
 
 namespace ferry::cli {
@@ -34,21 +35,8 @@ struct RunOptions {
   std::string system;  // --system: its system message
 };
 
-std::vector<int32_t> parse_ids(const std::string& s) {
-  std::vector<int32_t> ids;
-  std::stringstream ss(s);
-  std::string tok;
-  while (std::getline(ss, tok, ',')) {
-    if (tok.empty()) continue;
-    try {
-      ids.push_back(static_cast<int32_t>(std::stol(tok)));
-    } catch (const std::exception&) {
-      throw Error("--prompt-ids: '" + tok + "' is not a token id");
-    }
-  }
-  if (ids.empty()) throw Error("--prompt-ids: no token ids given");
-  return ids;
-}
+// Strict: "4294967297" and "1.5" are refused, not read as 1 (io/strict_parse.hpp).
+std::vector<int32_t> parse_ids(const std::string& s) { return parse_token_ids(s, "--prompt-ids"); }
 
 std::vector<int32_t> prompt_tokens(const RunOptions& o, const LoadedModel& m) {
   if (!o.prompt_ids.empty()) return parse_ids(o.prompt_ids);
@@ -148,6 +136,11 @@ void print_metrics(const RunOptions& o, const LoadedModel& m, const GenerateMetr
 
 void run_main(const RunOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
+  GenerateParams gp;
+  gp.n_predict = o.n_predict;
+  gp.sampling = {o.temp, o.top_p, o.seed};
+  validate_generate_params(gp);  // before the (long) load
+  if (o.ctx < 1) throw ConfigError("-c/--ctx-size " + std::to_string(o.ctx) + " must be at least 1");
   LoadedModel m = load_model(o.model);
   const std::vector<int32_t> prompt = prompt_tokens(o, m);
   if (static_cast<int64_t>(prompt.size()) + o.n_predict > o.ctx)
@@ -155,9 +148,6 @@ void run_main(const RunOptions& o) {
                      " exceeds the context size -c " + std::to_string(o.ctx));
   auto state = m.model->new_state(o.ctx);
   m.model->set_profile(o.profile);
-  GenerateParams gp;
-  gp.n_predict = o.n_predict;
-  gp.sampling = {o.temp, o.top_p, o.seed};
   if (!o.ignore_eos && m.cfg.eos_id >= 0) gp.stop_ids.push_back(static_cast<int32_t>(m.cfg.eos_id));
   if (!o.ignore_eos && o.chat) gp.stop_ids.push_back(kimi_end_of_turn(*m.tokenizer));
   std::unique_ptr<std::ofstream> hash_out;
@@ -167,7 +157,7 @@ void run_main(const RunOptions& o) {
   }
   if (!o.json) {
     if (m.tokenizer) {
-      std::fputs(m.tokenizer->decode(prompt).c_str(), stdout);
+      std::fputs(m.tokenizer->display(prompt).c_str(), stdout);
     } else {
       for (int32_t id : prompt) std::printf("%d ", id);
       std::printf("|");
@@ -179,7 +169,7 @@ void run_main(const RunOptions& o) {
     if (hash_out) *hash_out << t.pos << ' ' << t.id << ' ' << std::hex << t.logits_hash << std::dec << '\n';
     if (!o.json) {
       if (m.tokenizer)
-        std::fputs(m.tokenizer->token_bytes(t.id).c_str(), stdout);
+        std::fputs(m.tokenizer->display_bytes(t.id).c_str(), stdout);
       else
         std::printf(" %d", t.id);
       std::fflush(stdout);

@@ -66,7 +66,9 @@ void add_streaming_flags(CLI::App* c, ModelOptions& o) {
       },
       "Expert reads: auto (io_uring when the kernel allows, else a pread pool), uring, pread")
       ->check(CLI::IsMember({"auto", "uring", "pread"}));
-  c->add_flag("--verify-reads", s.verify_reads, "Check every expert read against manifest.json's xxh64");
+  c->add_flag("--verify-reads,!--no-verify-reads", s.verify_reads,
+              "Check every expert read against manifest.json's xxh64 (on by default; --no-verify-reads accepts "
+              "silent corruption from a failing drive)");
   c->add_option("--trace", s.trace_path, "Record every scheduling event to FILE (read it with `ferry trace FILE`)");
   c->add_option("--prefetch", s.prefetch, "Next-layer prefetch: up to N likely experts per layer into the cache (0 = off; see the prefetch hit rate)")->capture_default_str();
   c->add_option("--min-rows", s.min_rows, "Block-aware admission: rows of a block that must use an expert")

@@ -14,6 +14,7 @@
 #include "io/read_engine/pinned_arena.hpp"
 #include "io/read_engine/pread_pool.hpp"
 #include "io/read_engine/uring_reader_log.hpp"
+#include "io/regular_file.hpp"
 
 namespace ferry::io {
 namespace {
@@ -105,7 +106,7 @@ class UringEngine final : public ReadEngine {
       f->result.err = EFBIG;
       return false;
     }
-    f->fd = ::open(f->op.path.c_str(), O_RDONLY | O_CLOEXEC | (f->op.direct ? O_DIRECT : 0));
+    f->fd = open_regular_file(f->op.path.c_str(), O_RDONLY | O_CLOEXEC | (f->op.direct ? O_DIRECT : 0));
     if (f->fd < 0) {
       f->result.err = errno;
       f->result.open_failed = true;
