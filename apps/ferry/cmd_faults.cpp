@@ -189,12 +189,12 @@ int64_t drafter_matrix(const FaultOptions& o, LoadedModel& m, const std::string&
 // Storage rows. A run that ended with a clear error (no good copy of an expert left) is shown as that
 // error, not counted as a mismatch: without a replica that is the expected outcome.
 int64_t storage_matrix(const FaultOptions& o, std::span<const int32_t> prompt, const std::vector<GeneratedToken>& ref) {
-  std::printf("\n%-28s %7s %10s %10s  %s\n", "storage scenario", "faults", "recoveries", "mismatches", "outcome");
+  std::printf("\n%-32s %7s %10s %10s  %s\n", "storage scenario", "faults", "recoveries", "mismatches", "outcome");
   const auto rows = run_storage_faults(o.model, o.n, o.seed, prompt,
                                        [&](const std::vector<GeneratedToken>& got) { return count_mismatches(ref, got); });
   int64_t total = 0;
   for (const auto& r : rows) {
-    std::printf("%-28s %7llu %10llu %10lld  %s\n", r.name.c_str(), static_cast<unsigned long long>(r.faults),
+    std::printf("%-32s %7llu %10llu %10lld  %s\n", r.name.c_str(), static_cast<unsigned long long>(r.faults),
                 static_cast<unsigned long long>(r.recoveries), static_cast<long long>(r.mismatches),
                 r.error.empty() ? "identical output" : ("error: " + r.error).c_str());
     total += r.mismatches;

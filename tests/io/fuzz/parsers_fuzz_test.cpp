@@ -77,18 +77,20 @@ nlohmann::json hostile_value(std::mt19937_64& rng) {
   }
 }
 
-// Replaces 1-3 random leaves (at any depth) with hostile values.
+// Replaces 1-3 random values (at any depth) with hostile ones; the tree is walked again after each
+// edit, since replacing a container frees the values below it.
 void mutate_json(nlohmann::json& j, std::mt19937_64& rng) {
-  std::vector<nlohmann::json*> leaves;
-  std::function<void(nlohmann::json&)> walk = [&](nlohmann::json& v) {
-    if (v.is_structured()) {
-      for (auto& c : v) walk(c);
-    }
-    leaves.push_back(&v);
-  };
-  walk(j);
   const int edits = 1 + int(rng() % 3);
-  for (int i = 0; i < edits; ++i) *leaves[rng() % leaves.size()] = hostile_value(rng);
+  for (int i = 0; i < edits; ++i) {
+    std::vector<nlohmann::json*> values;
+    std::function<void(nlohmann::json&)> walk = [&](nlohmann::json& v) {
+      if (v.is_structured())
+        for (auto& c : v) walk(c);
+      values.push_back(&v);
+    };
+    walk(j);
+    *values[rng() % values.size()] = hostile_value(rng);
+  }
 }
 
 // A JSON text mutated either structurally (valid JSON, hostile values) or byte by byte.
