@@ -31,6 +31,7 @@ class CudaBackend final : public Backend {
   void synchronize() override;
   void register_host(void* p, size_t bytes) override;
   void unregister_host(void* p) override;
+  MemoryInfo device_memory() override;
 
   uint32_t upload_queues() const override { return static_cast<uint32_t>(uploads_.size()); }
   void set_upload_queues(uint32_t n) override;
