@@ -49,9 +49,14 @@ int matmul_group_rows(WType t);
 
 // Whether the fast path takes this weight and x (type, cols % 512, alignment).
 bool matmul_fast_supported(const Weight& w, const float* x);
-// Benchmark knob of the fast path: weight rows per warp (1, 2 or 4; 0 = the default per row count).
-// It changes speed only, never results.
-void matmul_fast_tune(int rows_per_warp);
+// Benchmark knobs of the fast path (plain matmul and grouped expert matmul): spread (0 = default, 1 =
+// one work item per thread block, 2 = a grid of resident blocks each walking a run of items) and stage
+// depth (0 = default, 1 = deep, 2 = shallow). They change speed only, never results.
+void matmul_fast_tune(int spread, int depth);
+// The launchers' choices under the knobs: shallow stages? and the grid for nitems work items when
+// per_sm blocks fit on an SM. q8: the weight type is q8_0 (else mxfp4).
+bool fast_shallow(bool q8);
+int64_t fast_grid(int64_t nitems, int per_sm, bool q8);
 // The fast path (matmul_fast.cu); only for matmul_fast_supported(w, x).
 void launch_matmul_fast(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t stream);
 
