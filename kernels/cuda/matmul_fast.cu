@@ -44,15 +44,19 @@ int sm_count() {
 
 }  // namespace
 
-bool fast_shallow(bool q8) { return g_depth ? g_depth == 2 : q8; }
+// Defaults measured on the H200 (2026-12-01, MatmulBenchDepthAndSpreadSweep and
+// MoeBenchExpertBatchBandwidth): shallow stages (more blocks per SM) are faster or equal for every
+// matrix and row count (q8_0 7168x33792 at one row 2.10 -> 2.63 TB/s; a 16-expert mxfp4 batch at
+// 4 rows each 521 -> 412 us); resident blocks walking runs of tiles are not faster than one tile per
+// block (the hardware's block scheduler), and slower for the expert batches.
+bool fast_shallow(bool q8) {
+  (void)q8;
+  return g_depth != 1;
+}
 
-// One item per block (a grid of tiles, the hardware schedules them) or a grid of resident blocks
-// each walking a contiguous run of items through its pipeline. Measured on the H200 (2026-12-01,
-// MatmulBenchDepthAndBlocksSweep): resident blocks with shallow stages help the q8_0 spine matrices
-// (7168x33792 at one row 2.10 -> 2.62 TB/s), not the mxfp4 experts.
 int64_t fast_grid(int64_t nitems, int per_sm, bool q8) {
-  const bool resident = g_spread ? g_spread == 2 : q8;
-  return resident ? std::min<int64_t>(nitems, static_cast<int64_t>(per_sm) * sm_count()) : nitems;
+  (void)q8;
+  return g_spread == 2 ? std::min<int64_t>(nitems, static_cast<int64_t>(per_sm) * sm_count()) : nitems;
 }
 
 namespace {

@@ -154,26 +154,58 @@ struct Item {
   int c, r0, z;
 };
 
-// Copy chunk `c` of item `it`'s weights and x rows into stage memory `st`.
-template <class F, int NR, int kThreads, class P>
-__device__ __forceinline__ void load_chunk(const P& p, const Item& it, uint8_t* st, int c) {
-  constexpr int G = F::kChunkBytes / 16;
-  for (int i = threadIdx.x; i < kTileRows * G; i += kThreads) {
-    const int rr = i / G, g = i - rr * G;
-    if (rr < it.nrows)
-      cp_async16(st + rr * F::kChunkBytes + g * 16,
-                 it.w + static_cast<size_t>(rr) * p.row_bytes + static_cast<size_t>(c) * F::kChunkBytes + g * 16);
+// This thread's share of the copies into a stage: fixed 16-byte granules of the weight tile (granule
+// i = threadIdx.x + k * kThreads of the 16 x kChunkBytes chunk) and granule threadIdx.x of every x row.
+// The granules' stage offsets are set once per block and their source addresses once per item, so a
+// chunk costs a few adds and cp.async per thread (the plain loop with a division by the granule count
+// and 64-bit address arithmetic per granule was about 40 % of the kernel's instructions at one row).
+template <class F, int NR, int kThreads>
+struct Loader {
+  static_assert(kThreads == kChunk / 4, "one x granule per thread and row");
+  static constexpr int G = F::kChunkBytes / 16;
+  static constexpr int KW = (kTileRows * G + kThreads - 1) / kThreads;
+  const uint8_t* src[KW];  // granule k of chunk 0 of the current item, nullptr: none
+  int dst[KW];             // its offset in a stage
+  int xdst;                // offset (floats) of this thread's x granule in a stage's x row
+  const float** xtab;      // shared: two tables of the x rows of an item (the current one: xcur)
+  int xcur = 0;
+
+  __device__ void init() {
+#pragma unroll
+    for (int k = 0; k < KW; ++k) {
+      const int i = threadIdx.x + k * kThreads, rr = i / G;
+      dst[k] = rr * F::kChunkBytes + (i - rr * G) * 16;
+    }
+    const int g = threadIdx.x, b = g >> 3;
+    xdst = 32 * b + 4 * ((g & 7) ^ F::swz(b));
   }
-  float* xs = reinterpret_cast<float*>(st + kTileRows * F::kChunkBytes + 16);
-  for (int i = threadIdx.x; i < NR * (kChunk / 4); i += kThreads) {
-    const int r = i / (kChunk / 4), g = i % (kChunk / 4);
-    if (r < it.nr) {
-      const int b = g >> 3;
-      cp_async16(xs + r * kChunk + 32 * b + 4 * ((g & 7) ^ F::swz(b)),
-                 p.xrow(it, r) + static_cast<int64_t>(c) * kChunk + 4 * g);
+  // The loader moves to item `it` (all threads together: it synchronises the block). Its x row
+  // pointers go to the other table, so threads still copying from the last item are not disturbed.
+  template <class P>
+  __device__ void set(const P& p, const Item& it) {
+    xcur ^= 1;
+    if (threadIdx.x < NR) xtab[xcur * NR + threadIdx.x] = threadIdx.x < it.nr ? p.xrow(it, threadIdx.x) : nullptr;
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < KW; ++k) {
+      const int i = threadIdx.x + k * kThreads, rr = i / G;
+      src[k] = i < kTileRows * G && rr < it.nrows ? it.w + static_cast<size_t>(rr) * p.row_bytes + (i - rr * G) * 16
+                                                  : nullptr;
     }
   }
-}
+  // Chunk c of item it into stage st.
+  template <class P>
+  __device__ void load(const P& p, const Item& it, uint8_t* st, int c) const {
+    const size_t off = static_cast<size_t>(c) * F::kChunkBytes;
+#pragma unroll
+    for (int k = 0; k < KW; ++k)
+      if (src[k]) cp_async16(st + dst[k], src[k] + off);
+    float* xs = reinterpret_cast<float*>(st + kTileRows * F::kChunkBytes + 16);
+#pragma unroll
+    for (int r = 0; r < NR; ++r)
+      if (r < it.nr) cp_async16(xs + r * kChunk + xdst, xtab[xcur * NR + r] + static_cast<int64_t>(c) * kChunk + 4 * threadIdx.x);
+  }
+};
 
 // The block's work: items first..last-1 in order, as one stream of chunks through S shared-memory
 // stages (S - 1 chunks in flight), so the copies of the next item overlap the arithmetic of this one
@@ -188,14 +220,22 @@ __device__ __forceinline__ void items_body(const P& p, int first, int last, uint
   const int nchunks = p.cols / kChunk;
   const Lane ln = F::lane(lane >> 1, lane & 1);
 
+  __shared__ const float* xtab[2 * NR];
+  Loader<F, NR, kThreads> ld;
+  ld.init();
+  ld.xtab = xtab;
   int lj = first, lc = 0, ls = 0;  // the loader: item, chunk, stage
   Item li = lj < last ? p.item(lj) : Item{};
+  if (lj < last) ld.set(p, li);
   auto load_next = [&] {
     if (lj < last) {
-      load_chunk<F, NR, kThreads>(p, li, smem + ls * SB, lc);
+      ld.load(p, li, smem + ls * SB, lc);
       if (++lc == nchunks) {
         lc = 0;
-        if (++lj < last) li = p.item(lj);
+        if (++lj < last) {
+          li = p.item(lj);
+          ld.set(p, li);
+        }
       }
       if (++ls == S) ls = 0;
     }
