@@ -40,8 +40,7 @@ struct GroupArgs {
     it.z = j / per_z;
     const int rem = j - it.z * per_z;
     const int yb = rem / ntiles, tile = rem - yb * ntiles;
-    int c = 0;
-    while (c + 1 < t.ncalls && yb >= t.bstart[c + 1]) ++c;
+    const int c = t.piece[yb];
     it.c = c;
     it.r0 = (yb - t.bstart[c]) * group;
     it.nr = min(group, t.m[c] - it.r0);  // >= 1: piece c has ceil(m / NR) row groups
@@ -61,7 +60,7 @@ struct GroupArgs {
 };
 
 // __grid_constant__: the table is indexed with per-block values; without it nvcc would copy the
-// whole 2.7 KB parameter into local memory per thread to take its address.
+// whole 2.9 KB parameter into local memory per thread to take its address.
 template <class F, int NR, int S>
 __global__ void __launch_bounds__(kTileRows / kO * 32) grouped_kernel(const __grid_constant__ GroupArgs a, int64_t nitems) {
   extern __shared__ __align__(16) uint8_t smem[];
@@ -93,7 +92,9 @@ void launch_nr(GroupArgs& a, int nz, cudaStream_t st) {
   int nb = 0;
   for (int c = 0; c < a.t.ncalls; ++c) {
     a.t.bstart[c] = nb;
-    nb += (a.t.m[c] + NR - 1) / NR;
+    const int groups = (a.t.m[c] + NR - 1) / NR;
+    for (int g = 0; g < groups; ++g) a.t.piece[nb + g] = static_cast<uint8_t>(c);
+    nb += groups;
   }
   a.t.bstart[a.t.ncalls] = nb;
   if (nb == 0) return;
