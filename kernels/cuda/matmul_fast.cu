@@ -22,7 +22,7 @@ constexpr int kO = 4;  // weight rows per warp: 4 warps per 16-row tile (the mea
 constexpr size_t kShallow = 44 * 1024;  // the shallow variant's stage budget (more blocks per SM)
 
 template <class F, int NR, int S>
-__global__ void __launch_bounds__(kTileRows / kO * 32) matmul_fast_kernel(const PlainProblem p, int64_t nitems) {
+__global__ void __launch_bounds__(kTileRows / kO * 32, min_blocks<F, NR>()) matmul_fast_kernel(const PlainProblem p, int64_t nitems) {
   extern __shared__ __align__(16) uint8_t smem[];
   int first, last;
   block_items(nitems, gridDim.x, first, last);

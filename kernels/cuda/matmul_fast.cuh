@@ -143,6 +143,15 @@ __host__ __device__ constexpr int stages(size_t budget = kStageBudget) {
   return s < 3 ? 3 : s > 8 ? 8 : static_cast<int>(s);
 }
 
+// Blocks per SM the one-row kernel is compiled for (register cap 65536 / (128 x this)):
+// it is bound by instruction issue, so more resident warps help. mxfp4 at one row needed 123-141
+// registers (3 blocks per SM); 4 blocks (128 registers) cost no spills, 5 would (ptxas -v); two rows
+// would spill at 4.
+template <class F, int NR>
+constexpr int min_blocks() {
+  return NR == 1 ? 4 : 1;
+}
+
 // One work item: a 16-row weight tile against a group of nr (<= NR) activation rows. Which rows and
 // which weight is the problem's business (PlainProblem, the grouped expert problem of moe_grouped.cu):
 // c, r0 and z are its coordinates; w points at the tile's first weight row.
@@ -244,9 +253,8 @@ __device__ __forceinline__ void items_body(const P& p, int first, int last, uint
   for (int s = 0; s < S - 1; ++s) load_next();
 
   int cs = 0;  // the stage being computed
-  const Item it0 = li;  // the loader's first item is the compute's
   for (int j = first; j < last; ++j) {
-    const Item it = j == first ? it0 : p.item(j);
+    const Item it = p.item(j);
     float acc[O][NR];
 #pragma unroll
     for (int o = 0; o < O; ++o)
