@@ -3,6 +3,8 @@
 # benchmarks with their speed-knob sweeps), memcheck over the new kernels' tests, then the resident
 # decode of a full-width K3.1 slice (1 dense + 1 MoE layer, experts on /dev/shm) with the binary
 # before the change (bin/ferry-before, when bundled) and after: steady rate and --profile-ops.
+# Switches: TESTS=0 skips the tests, MEMCHECK=0 the memcheck, NCU=1 / SASS=1 add Nsight Compute and
+# SASS of the one-row kernels, MODEL=0 skips the model, LAYERS=N its layers (2: 1 MoE layer).
 # Bundle: device-bundle.sh .bundle-kernels build/tests/ferry_test_gpu build/apps/ferry, compressed
 # to ferry-bundle.tar.xz, plus this script; command: bash .bundle-kernels/run.sh (carry .bundle-kernels).
 set -uo pipefail
@@ -17,11 +19,13 @@ export FERRY_FIXTURES_DIR="$PWD/tests/fixtures"
 T0=$(date +%s)
 stamp() { echo "== [$(($(date +%s) - T0)) s] $*"; }
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv
+if [ "${TESTS:-1}" = 1 ]; then
 stamp "GPU tests"
 timeout ${TEST_TIMEOUT:-150} "$B/bin/ferry_test_gpu" ${TEST_FILTER:+--gtest_filter=$TEST_FILTER} > "$OUT/gpu_tests.log" 2>&1
 echo "gpu tests exit $?"
 grep -E '^\[(gpu-op|bench)\]|BANDWIDTH' "$OUT/gpu_tests.log"
 grep -E '^\[  (FAILED|PASSED) +\]|tests? ran|Failure|error' "$OUT/gpu_tests.log" | head -30
+fi
 if [ "${MEMCHECK:-1}" = 1 ] && command -v compute-sanitizer > /dev/null; then
   stamp "memcheck"
   timeout 70 compute-sanitizer --tool memcheck --leak-check no "$B/bin/ferry_test_gpu" \

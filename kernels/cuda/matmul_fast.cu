@@ -22,7 +22,8 @@ constexpr int kO = 4;  // weight rows per warp: 4 warps per 16-row tile (the mea
 constexpr size_t kShallow = 44 * 1024;  // the shallow variant's stage budget (more blocks per SM)
 
 template <class F, int NR, int S>
-__global__ void __launch_bounds__(kTileRows / kO * 32, min_blocks<F, NR>()) matmul_fast_kernel(const PlainProblem p, int64_t nitems) {
+__global__ void __launch_bounds__(kTileRows / kO * 32, min_blocks<F, NR>())
+    matmul_fast_kernel(const PlainProblem p, int64_t nitems) {
   extern __shared__ __align__(16) uint8_t smem[];
   int first, last;
   block_items(nitems, gridDim.x, first, last);
@@ -73,7 +74,8 @@ void launch_s(const PlainProblem& p, cudaStream_t st) {
     return std::max(b, 1);
   }();
   const int64_t nitems = static_cast<int64_t>(p.ntiles) * ((p.n + NR - 1) / NR);
-  if (nitems > (int64_t{1} << 31) - 1) throw LimitError("cuda matmul: " + std::to_string(nitems) + " tiles in one call");
+  if (nitems > (int64_t{1} << 31) - 1)
+    throw LimitError("cuda matmul: " + std::to_string(nitems) + " tiles in one call (max 2^31 - 1)");
   const int64_t blocks = fast_grid(nitems, per_sm, std::is_same_v<F, Q8>);
   matmul_fast_kernel<F, NR, S><<<static_cast<unsigned>(blocks), kThreads, smem, st>>>(p, nitems);
   FERRY_CUDA_LAUNCHED(matmul_fast_kernel);

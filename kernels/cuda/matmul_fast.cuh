@@ -212,7 +212,8 @@ struct Loader {
     float* xs = reinterpret_cast<float*>(st + kTileRows * F::kChunkBytes + 16);
 #pragma unroll
     for (int r = 0; r < NR; ++r)
-      if (r < it.nr) cp_async16(xs + r * kChunk + xdst, xtab[xcur * NR + r] + static_cast<int64_t>(c) * kChunk + 4 * threadIdx.x);
+      if (r < it.nr)
+        cp_async16(xs + r * kChunk + xdst, xtab[xcur * NR + r] + static_cast<int64_t>(c) * kChunk + 4 * threadIdx.x);
   }
 };
 

@@ -55,14 +55,16 @@ struct GroupArgs {
   }
   __device__ float* yrow(const Item& it, int r) const {
     const int i = t.loc[it.c] + it.r0 + r;
-    return which == 0 ? y[it.z] + (static_cast<int64_t>(t.base) + i) * rows : y[0] + static_cast<int64_t>(t.dst[i]) * rows;
+    return which == 0 ? y[it.z] + (static_cast<int64_t>(t.base) + i) * rows
+                      : y[0] + static_cast<int64_t>(t.dst[i]) * rows;
   }
 };
 
 // __grid_constant__: the table is indexed with per-block values; without it nvcc would copy the
 // whole 2.9 KB parameter into local memory per thread to take its address.
 template <class F, int NR, int S>
-__global__ void __launch_bounds__(kTileRows / kO * 32, min_blocks<F, NR>()) grouped_kernel(const __grid_constant__ GroupArgs a, int64_t nitems) {
+__global__ void __launch_bounds__(kTileRows / kO * 32, min_blocks<F, NR>())
+    grouped_kernel(const __grid_constant__ GroupArgs a, int64_t nitems) {
   extern __shared__ __align__(16) uint8_t smem[];
   int first, last;
   block_items(nitems, gridDim.x, first, last);

@@ -235,9 +235,9 @@ TEST_F(Ops, MoeBenchExpertBatchBandwidth) {
                                          std::pair{2, 2}}) {
       cuda::matmul_fast_tune(spread, depth);
       const double t = device_time_per_call(gpu(), a);
-      std::printf("[bench] expert batch 16 x 3072x3584 mxfp4, m=%2lld rows each, depth=%d spread=%d: %7.1f us  %5.0f GB/s  "
-                  "(floor at 4.8 TB/s %.1f us)\n", static_cast<long long>(m), depth, spread, t * 1e6, bytes / t / 1e9,
-                  bytes / 4.8e12 * 1e6);
+      std::printf("[bench] expert batch 16 x 3072x3584 mxfp4, m=%2lld rows each, depth=%d spread=%d: %7.1f us  "
+                  "%5.0f GB/s  (floor at 4.8 TB/s %.1f us)\n",
+                  static_cast<long long>(m), depth, spread, t * 1e6, bytes / t / 1e9, bytes / 4.8e12 * 1e6);
     }
     cuda::matmul_fast_tune(0, 0);
   }
