@@ -166,8 +166,9 @@ struct Item {
 // This thread's share of the copies into a stage: fixed 16-byte granules of the weight tile (granule
 // i = threadIdx.x + k * kThreads of the 16 x kChunkBytes chunk) and granule threadIdx.x of every x row.
 // The granules' stage offsets are set once per block and their source addresses once per item, so a
-// chunk costs a few adds and cp.async per thread (the plain loop with a division by the granule count
-// and 64-bit address arithmetic per granule was about 40 % of the kernel's instructions at one row).
+// chunk costs a few adds and cp.async per thread (the plain loop divided by the granule count and built
+// 64-bit addresses per granule: dropping it cut the executed instructions at one row by 12 %, Nsight
+// Compute, 2026-12-01).
 template <class F, int NR, int kThreads>
 struct Loader {
   static_assert(kThreads == kChunk / 4, "one x granule per thread and row");
