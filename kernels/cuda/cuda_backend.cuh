@@ -86,7 +86,7 @@ class CudaBackend final : public Backend {
 
   // Grow-only device scratch buffers, one per use, reused by later calls (stream order makes the reuse
   // safe: a later op's copy into a slot runs after every earlier kernel that read it).
-  enum Slot { kIds, kPos, kFreq, kKeys, kCounts, kScores, kPtrs, kMoeAct, kMoeWts, kNumSlots };
+  enum Slot { kIds, kPos, kFreq, kKeys, kCounts, kScores, kPtrs, kMoeAct, kMoeWts, kResScores, kNumSlots };
   void* scratch(Slot s, size_t bytes);
   // Host -> device copy of small host arrays into a scratch slot (returns the device copy).
   void* stage(Slot s, const void* host, size_t bytes);
