@@ -19,7 +19,8 @@
 #include <thread>
 
 #include "actors/drafter/drafter_bridge.hpp"
-#include "actors/runtime/model_loader.hpp"
+#include "actors/runtime/engine.hpp"
+#include "apps/engine_cli/engine_cli.hpp"
 #include "apps/ferry/commands.hpp"
 #include "apps/ferry/faults_storage.hpp"
 #include "actors/runtime/prepared_model.hpp"
@@ -29,11 +30,9 @@ namespace ferry::cli {
 namespace {
 
 struct FaultOptions {
-  ModelOptions model;
+  EngineOptions engine;  // the one engine option set; its drafter is the replay below (--draft refused)
   int64_t n = 128;
   uint64_t seed = 1;
-  int deadline_ms = 200;
-  std::string exe;
   std::string only;  // "", "drafter" or "storage"
 };
 
@@ -77,11 +76,11 @@ int64_t count_mismatches(const std::vector<GeneratedToken>& ref, const std::vect
 Row run_scenario(caf::actor_system& sys, LoadedModel& m, const FaultOptions& o, const Scenario& sc,
                  const std::string& replay, std::span<const int32_t> prompt, const std::vector<GeneratedToken>& ref) {
   DrafterBridgeOptions bo;
-  bo.sidecar = sidecar_for_spec("replay:" + replay + ",rate=0.8,seed=" + std::to_string(o.seed), 1, o.exe);
+  bo.sidecar = sidecar_for_spec("replay:" + replay + ",rate=0.8,seed=" + std::to_string(o.seed), 1, o.engine.draft.exe);
   if (!sc.exe.empty()) bo.sidecar.exe = sc.exe;
   bo.sidecar.args.insert(bo.sidecar.args.end(), sc.sidecar_flags.begin(), sc.sidecar_flags.end());
   bo.target = {m.tokenizer.get(), static_cast<int32_t>(m.cfg.vocab)};
-  bo.deadline_ms = o.deadline_ms;
+  bo.deadline_ms = o.engine.draft.deadline_ms;
   bo.backoff_max_ms = 100;
   Row row{sc.name};
   std::mt19937_64 rng(o.seed * 7919 + std::hash<std::string>{}(sc.name));
@@ -140,8 +139,12 @@ int64_t drafter_matrix(const FaultOptions& o, LoadedModel& m, const std::string&
                        const std::vector<GeneratedToken>& ref);
 int64_t storage_matrix(const FaultOptions& o, std::span<const int32_t> prompt, const std::vector<GeneratedToken>& ref);
 
-int faults_main(const FaultOptions& o) {
-  LoadedModel m = load_model(o.model);
+int faults_main(FaultOptions& o) {
+  if (!o.engine.draft.spec.empty())
+    throw UsageError("ferry faults runs its own replay drafter (the plain run's tokens): drop --draft " + o.engine.draft.spec);
+  if (o.n < 1) throw UsageError("-n/--n-predict must be at least 1");
+  Engine e = start_engine(o.engine);
+  LoadedModel& m = e.model;
   const std::vector<int32_t> prompt = default_prompt(m);
   auto state = m.model->new_state(static_cast<int64_t>(prompt.size()) + o.n + 1);
   GenerateParams gp;
@@ -157,10 +160,10 @@ int faults_main(const FaultOptions& o) {
     for (const auto& t : ref) f << t.id << '\n';
   }
   std::printf("ferry faults: %s, %lld tokens per run, plain reference %.1f tok/s, drafter deadline %d ms\n\n",
-              o.model.dir.c_str(), static_cast<long long>(o.n), g.generation_tok_s(), o.deadline_ms);
+              o.engine.model.dir.c_str(), static_cast<long long>(o.n), g.generation_tok_s(), o.engine.draft.deadline_ms);
   int64_t total = 0;
   if (o.only != "storage") total += drafter_matrix(o, m, replay, prompt, ref);
-  if (o.only != "drafter" && is_prepared_model(o.model.dir)) total += storage_matrix(o, prompt, ref);
+  if (o.only != "drafter" && is_prepared_model(o.engine.model.dir)) total += storage_matrix(o, prompt, ref);
   std::filesystem::remove_all(dir);
   std::printf("\ntotal mismatches: %lld\n", static_cast<long long>(total));
   return total == 0 ? 0 : 1;
@@ -190,7 +193,7 @@ int64_t drafter_matrix(const FaultOptions& o, LoadedModel& m, const std::string&
 // error, not counted as a mismatch: without a replica that is the expected outcome.
 int64_t storage_matrix(const FaultOptions& o, std::span<const int32_t> prompt, const std::vector<GeneratedToken>& ref) {
   std::printf("\n%-32s %7s %10s %10s  %s\n", "storage scenario", "faults", "recoveries", "mismatches", "outcome");
-  const auto rows = run_storage_faults(o.model, o.n, o.seed, prompt,
+  const auto rows = run_storage_faults(o.engine.model, o.n, o.seed, prompt,
                                        [&](const std::vector<GeneratedToken>& got) { return count_mismatches(ref, got); });
   int64_t total = 0;
   for (const auto& r : rows) {
@@ -209,12 +212,10 @@ int64_t storage_matrix(const FaultOptions& o, std::span<const int32_t> prompt, c
 void add_faults_command(CLI::App& app) {
   auto o = std::make_shared<FaultOptions>();
   CLI::App* c = app.add_subcommand("faults", "Fault-injection runs: the drafter fails in every way, output must not change");
-  c->add_option("-m,--model", o->model.dir, "Model directory")->required();
-  c->add_option("-t,--threads", o->model.threads, "CPU threads (0 = all cores)")->capture_default_str();
+  o->engine.draft.deadline_ms = 200;
+  add_engine_flags(c, o->engine);
   c->add_option("-n,--n-predict", o->n, "Tokens per run")->capture_default_str();
   c->add_option("-s,--seed", o->seed, "Seed of the fault schedule and the replay drafter")->capture_default_str();
-  c->add_option("--draft-deadline-ms", o->deadline_ms, "Per-call drafter deadline")->capture_default_str();
-  c->add_option("--drafter-exe", o->exe, "The ferry-drafter binary (default: next to ferry)");
   c->add_option("--only", o->only, "Run one half: drafter or storage (storage needs a prepared model)")
       ->check(CLI::IsMember({"drafter", "storage"}));
   c->callback([o] {

@@ -2,16 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fmt/format.h>
-
-#include "io/errors.hpp"
 
 namespace ferry {
-
-void validate_generate_params(const GenerateParams& p, const char* n_name) {
-  if (p.n_predict < 0) throw ConfigError(fmt::format("{} {} is negative: give the number of tokens to generate", n_name, p.n_predict));
-  validate_sampling(p.sampling);
-}
 
 std::vector<GeneratedToken> generate(Model& model, SeqState& state, std::span<const int32_t> prompt,
                                      const GenerateParams& p, GenerateMetrics& m,

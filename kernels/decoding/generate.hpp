@@ -18,9 +18,6 @@ struct GenerateParams {
   std::vector<int32_t> stop_ids;  // generation ends after emitting one of these
 };
 
-// Throws ConfigError for a negative n_predict (named `n_name`) or bad sampling (validate_sampling).
-void validate_generate_params(const GenerateParams& p, const char* n_name = "-n");
-
 struct GeneratedToken {
   int64_t pos = 0;         // position the token takes in the sequence
   int32_t id = 0;

@@ -5,18 +5,7 @@
 #include <numeric>
 #include <vector>
 
-#include <fmt/format.h>
-
-#include "io/errors.hpp"
-
 namespace ferry {
-
-void validate_sampling(const SamplingParams& p, const char* temp_name, const char* top_p_name) {
-  if (!std::isfinite(p.temperature) || p.temperature < 0)
-    throw ConfigError(fmt::format("{} {} is not a temperature (a finite number >= 0; 0 = greedy)", temp_name, p.temperature));
-  if (!std::isfinite(p.top_p) || p.top_p <= 0 || p.top_p > 1)
-    throw ConfigError(fmt::format("{} {} is not in (0, 1]", top_p_name, p.top_p));
-}
 
 int32_t Sampler::argmax(std::span<const float> logits) {
   int32_t best = 0;

@@ -13,11 +13,6 @@ struct SamplingParams {
   uint64_t seed = 0;
 };
 
-// Throws ConfigError unless temperature is finite and >= 0 (0 = greedy) and top_p is in (0, 1]: a NaN
-// temperature made every probability NaN and every id 0; a negative one was greedy in disguise.
-// `temp_name` / `top_p_name` are what the caller calls them ("--temp", "temperature").
-void validate_sampling(const SamplingParams& p, const char* temp_name = "--temp", const char* top_p_name = "--top-p");
-
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}

@@ -77,18 +77,18 @@ TEST_F(Cli, PromptIdsAreParsedStrictlyNotTruncated) {
 }
 
 TEST_F(Cli, MeaninglessSamplingNumbersAreRefused) {
-  expect_run_refused("--prompt-ids 1 --temp nan", "--temp nan");  // gave all-zero ids
-  expect_run_refused("--prompt-ids 1 --temp -1", "--temp -1");
-  expect_run_refused("--prompt-ids 1 --top-p nan", "--top-p nan");
-  expect_run_refused("--prompt-ids 1 --top-p 1.5", "--top-p 1.5");
-  expect_run_refused("--prompt-ids 1 -n -4", "-n -4 is negative");
+  expect_run_refused("--prompt-ids 1 --temp nan", "--temp must be a finite number >= 0");  // gave all-zero ids
+  expect_run_refused("--prompt-ids 1 --temp -1", "--temp must be a finite number >= 0");
+  expect_run_refused("--prompt-ids 1 --top-p nan", "--top-p must be in (0, 1]");
+  expect_run_refused("--prompt-ids 1 --top-p 1.5", "--top-p must be in (0, 1]");
+  expect_run_refused("--prompt-ids 1 -n -4", "-4 is negative");
   expect_run_refused("--prompt-ids 1 -c 0", "--ctx-size 0");
 }
 
 TEST_F(Cli, ThreadsAboveTheCoresAreRefusedWithTheCoreCount) {
   const auto cores = std::thread::hardware_concurrency();
-  expect_run_refused("--prompt-ids 1 -t 100000", "-t/--threads 100000 is more than the " + std::to_string(cores) + " cores");
-  expect_run_refused("--prompt-ids 1 -t -2", "is negative");
+  expect_run_refused("--prompt-ids 1 -t 100000", "-t/--threads 100000 is outside 0.." + std::to_string(cores));
+  expect_run_refused("--prompt-ids 1 -t -2", "-t/--threads -2 is outside");
 }
 
 TEST_F(Cli, FlagsThatDoNotApplyAreRefused) {
