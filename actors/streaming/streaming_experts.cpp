@@ -1,6 +1,7 @@
 #include "actors/streaming/streaming_experts.hpp"
 
 #include <algorithm>
+#include <mutex>
 #include <unordered_map>
 
 #include <caf/all.hpp>
@@ -40,6 +41,7 @@ struct StreamingExperts::Impl {
   std::vector<std::vector<uint32_t>> last_used;   // [layer]: the last call's experts
   std::vector<std::vector<uint64_t>> uses;        // [layer][expert]: rows routed to it so far
   StreamingMetrics m;
+  std::mutex m_mu;  // m: written by the model thread after each call, read by metrics() from any thread
   uint64_t calls = 0;
   std::string failed;  // non-empty once an error ended generation
 
@@ -349,6 +351,7 @@ void StreamingExperts::fetch(int layer, std::span<const ExpertUse> uses, const E
     s.failed = error;
     throw Error("reading routed experts failed: " + error);
   }
+  std::lock_guard lock(s.m_mu);
   s.m.layer_calls += 1;
   s.m.requested += uses.size();
   s.m.device_hits += hit_idx.size();
@@ -366,8 +369,14 @@ void StreamingExperts::fetch(int layer, std::span<const ExpertUse> uses, const E
 
 StreamingMetrics StreamingExperts::metrics() {
   Impl& s = *impl_;
-  StreamingMetrics m = s.m;
-  auto& self = *s.self;
+  StreamingMetrics m;
+  {
+    std::lock_guard lock(s.m_mu);
+    m = s.m;
+  }
+  // Its own scoped actor: metrics() may be called (the server's /metrics) while the model thread waits
+  // in fetch() on s.self's mailbox, and the two must not take each other's answers.
+  caf::scoped_actor self{*s.sys};
   const auto t = std::chrono::seconds(10);
   auto err = [&](caf::error& e) { spdlog::warn("streaming metrics: {}", s.sys->render(e)); };
   if (s.dev) {
