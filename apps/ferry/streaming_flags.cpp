@@ -72,9 +72,18 @@ void add_streaming_flags(CLI::App* c, ModelOptions& o) {
   c->add_option("--min-rows", s.min_rows, "Block-aware admission: rows of a block that must use an expert")
       ->capture_default_str();
   c->add_option_function<std::string>(
-      "--cache-policy", [&s](const std::string& v) { s.policy = v == "lru" ? CachePolicy::lru : CachePolicy::block_aware; },
-      "Cache admission: block (block-aware, default) or lru")
-      ->check(CLI::IsMember({"block", "lru"}));
+      "--cache-policy",
+      [&s](const std::string& v) {
+        s.policy = v == "lru" ? CachePolicy::lru : v == "block" ? CachePolicy::block_aware : CachePolicy::frequency;
+      },
+      "Cache admission and eviction: freq (frequency with decay, seeded by the store's usage.json; default), "
+      "block (block-aware LRFU) or lru")
+      ->check(CLI::IsMember({"freq", "block", "lru"}));
+  c->add_option("--usage-file", s.usage_path,
+                "Usage counts seeding the caches and updated by the run (default: usage.json of the model)");
+  c->add_flag("!--no-learn-usage", s.learn_usage, "Do not add this run's expert counts to the usage file");
+  c->add_option("--usage-prior", s.prior_mass, "Row-uses per MoE layer the usage counts weigh against live counts")
+      ->capture_default_str();
   c->add_option("--stream-slots", s.stream_slots, "Scratch slots for experts that stream through (0 = 2 x top-k)");
   c->add_option("--io-depth", s.engine_cfg.max_inflight, "Reads in flight per drive")->capture_default_str();
   c->add_option("--upload-streams", s.upload_streams,
