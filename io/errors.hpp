@@ -20,6 +20,11 @@ struct FormatError : Error {
 struct ConfigError : Error {
   using Error::Error;
 };
+// Bad flags or a request that cannot fit, found before anything loads (an unknown drafter, a missing
+// file, a size without a unit, a context too long for the memory). The apps exit with status 2.
+struct UsageError : ConfigError {
+  using ConfigError::ConfigError;
+};
 // A tensor that is missing or has the wrong dtype/shape for the model being built.
 struct TensorError : Error {
   using Error::Error;

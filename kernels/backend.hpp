@@ -134,6 +134,12 @@ class Backend {
   // Page-locks host memory that uploads read from (CUDA: cudaHostRegister); a no-op on the CPU.
   virtual void register_host(void* p, size_t bytes) { (void)p; (void)bytes; }
   virtual void unregister_host(void* p) { (void)p; }
+  // Bytes free and in all of a device with its own memory (CUDA: cudaMemGetInfo); {0, 0} when the
+  // back-end computes in host memory (the memory plan then uses the host's).
+  struct MemoryInfo {
+    uint64_t free = 0, total = 0;
+  };
+  virtual MemoryInfo device_memory() { return {}; }
 
   // ---- ordering and asynchronous uploads (expert streaming) -----------------------------------
   // Work runs on queues: the compute queue (every op of this interface; kComputeQueue) and upload

@@ -156,8 +156,13 @@ void TimingBackend::attn_res(const float* const* vs, int64_t nv, const float* w,
                              float* out) {
   timed("attn_res", [&] { in_->attn_res(vs, nv, w, T, D, eps, out); });
 }
+// Labelled by batch size and whether every expert has one row (a decode step's batch) or some have
+// more (prompt passes, verify blocks), so a decode batch's time is not averaged with a prompt's.
 void TimingBackend::expert_ffn(const ExpertFfnArgs& a) {
-  timed(fmt::format("expert_ffn (batches of {})", a.n_calls >= 8 ? "8+" : std::to_string(a.n_calls)),
+  bool one_row = true;
+  for (size_t i = 0; i < a.n_calls; ++i) one_row = one_row && a.calls[i].m <= 1;
+  timed(fmt::format("expert_ffn (batches of {}, {})", a.n_calls >= 8 ? "8+" : std::to_string(a.n_calls),
+                    one_row ? "1 row each" : "more rows"),
         [&] { in_->expert_ffn(a); });
 }
 void TimingBackend::moe_combine(const float* y, const float* w, int64_t n, int64_t k, int64_t dim, float* acc) {

@@ -46,6 +46,7 @@ class TimingBackend final : public Backend {
   void synchronize() override { in_->synchronize(); }
   void register_host(void* p, size_t b) override { in_->register_host(p, b); }
   void unregister_host(void* p) override { in_->unregister_host(p); }
+  MemoryInfo device_memory() override { return in_->device_memory(); }
   uint32_t upload_queues() const override { return in_->upload_queues(); }
   void set_upload_queues(uint32_t n) override { in_->set_upload_queues(n); }
   Event create_event() override { return in_->create_event(); }

@@ -31,6 +31,31 @@ std::unique_ptr<Backend> make_backend(const std::string& name, int cpu_threads) 
 
 namespace {
 
+// Counts the bytes the Model constructor reads, tensor by tensor, for the load progress.
+class ProgressSource final : public TensorSource {
+ public:
+  ProgressSource(const TensorSource& in, const ModelOptions& o, int64_t total) : in_(in), o_(o), total_(total) {}
+  bool has(const std::string& name) const override { return in_.has(name); }
+  TensorView get(const std::string& name) const override {
+    TensorView v = in_.get(name);
+    done_ = std::min(total_, done_ + int64_t(v.nbytes));
+    o_.progress("spine", done_, total_);
+    return v;
+  }
+  std::vector<std::string> names() const override { return in_.names(); }
+  std::string describe() const override { return in_.describe(); }
+
+ private:
+  const TensorSource& in_;
+  const ModelOptions& o_;
+  int64_t total_;
+  mutable int64_t done_ = 0;
+};
+
+void report(const ModelOptions& o, const char* phase, int64_t done, int64_t total) {
+  if (o.progress) o.progress(phase, done, total);
+}
+
 void load_prepared(const ModelOptions& o, LoadedModel& m, LoadOptions& lo) {
   const std::filesystem::path dir(o.dir);
   m.prepared = true;
@@ -50,22 +75,37 @@ void load_prepared(const ModelOptions& o, LoadedModel& m, LoadOptions& lo) {
       so.cache_experts = 0;
       so.cache_bytes = 0;
     }
+    const int64_t pool = int64_t(std::max(so.host_pool_bytes, so.cache_bytes + so.cache_experts * uint64_t(manifest.file_bytes)));
+    report(o, "host pool", 0, pool);
     auto s = std::make_unique<StreamingExperts>(m.cfg, manifest, so);
+    report(o, "host pool", pool, pool);
     m.streaming = s.get();
     m.experts = std::move(s);
   } else {
+    const int64_t all = int64_t(manifest.experts.size()) * manifest.expert_bytes;
+    report(o, "experts", 0, all);
     m.experts = std::make_unique<FileExperts>(m.cfg, make_catalog(manifest, o.streaming.expert_dirs), *m.backend);
+    report(o, "experts", all, all);
   }
+}
+
+// Bytes the spine's tensors hold (what the progress counts to).
+int64_t source_bytes(const TensorSource& src) {
+  int64_t n = 0;
+  for (const auto& name : src.names()) n += int64_t(src.get(name).nbytes);
+  return n;
 }
 
 }  // namespace
 
-LoadedModel load_model(const ModelOptions& o) {
+LoadedModel load_model(const ModelOptions& o) { return load_model(o, make_backend(o.backend, o.threads)); }
+
+LoadedModel load_model(const ModelOptions& o, std::unique_ptr<Backend> backend) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::filesystem::path dir(o.dir);
   if (!std::filesystem::is_directory(dir)) throw Error("model directory " + o.dir + " does not exist");
   LoadedModel m;
-  m.backend = make_backend(o.backend, o.threads);
+  m.backend = std::move(backend);
   if (o.profile_ops) {
     auto t = std::make_unique<TimingBackend>(std::move(m.backend));
     m.timing = t.get();
@@ -83,7 +123,12 @@ LoadedModel load_model(const ModelOptions& o) {
     lo.spine_type = parse_spine_type(o.spine_type);
   }
   if (has_tokenizer(dir)) m.tokenizer = load_tokenizer(dir);
-  m.model = std::make_unique<Model>(m.cfg, *m.src, *m.backend, lo, m.experts.get());
+  if (o.progress) {
+    const ProgressSource counted(*m.src, o, m.prepared ? source_bytes(*m.src) : 0);
+    m.model = std::make_unique<Model>(m.cfg, counted, *m.backend, lo, m.experts.get());
+  } else {
+    m.model = std::make_unique<Model>(m.cfg, *m.src, *m.backend, lo, m.experts.get());
+  }
   if (m.timing) m.timing->reset();
   m.load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return m;

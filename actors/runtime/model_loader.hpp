@@ -6,6 +6,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -23,10 +24,13 @@ struct ModelOptions {
   std::string dir;
   std::string spine_type = "f32";  // for Hugging Face checkpoints; prepared models keep theirs
   int threads = 0;
-  std::string backend = "cpu";  // cpu, cuda or auto (cuda when a device is present and built in)
+  std::string backend = "auto";  // cpu, cuda or auto (cuda when a device is present and built in)
   bool ssd_streaming = false;      // prepared models only: stream routed experts from the expert files
   StreamingOptions streaming;
   bool profile_ops = false;        // time every back-end op (TimingBackend; `ferry run --profile-ops`)
+  // Load progress, called on the loading thread: a phase ("host pool", "spine", "experts") starts with
+  // done = 0 and ends with done = total (bytes); the spine reports each tensor as it is read.
+  std::function<void(const std::string& phase, int64_t done, int64_t total)> progress;
 };
 
 struct LoadedModel {
@@ -44,6 +48,8 @@ struct LoadedModel {
 
 // Throws ferry::Error subclasses naming the file/tensor/field when the directory is unusable.
 LoadedModel load_model(const ModelOptions& o);
+// The same on a back-end made already (make_backend), e.g. one the memory plan asked for its free memory.
+LoadedModel load_model(const ModelOptions& o, std::unique_ptr<Backend> backend);
 
 // The back-end named "cpu", "cuda" or "auto" (cuda when this build has the CUDA back-end and a device is
 // present, else cpu). Throws ConfigError for other names or for "cuda" in a build without CUDA.

@@ -141,6 +141,14 @@ EngineMetrics::EngineMetrics(MetricsRegistry& r)
   r.declare("ferry_expert_hits_total", MetricKind::counter, "Routed-expert lookups served by a tier");
   r.declare("ferry_expert_bytes_read_total", MetricKind::counter, "Routed-expert bytes moved from a tier");
   r.declare("ferry_drive_read_bytes_total", MetricKind::counter, "Expert bytes read per drive (expert directory)");
+  r.declare("ferry_drive_reads_total", MetricKind::counter, "Reads per drive; a split read counts one part on each drive");
+  r.declare("ferry_drive_rate_bytes_per_second", MetricKind::gauge, "Estimated read rate per drive (EWMA of completions)");
+  r.declare("ferry_cache_experts", MetricKind::gauge, "Experts resident in a cache tier, and its capacity");
+  r.gauge("ferry_streaming", "1 when routed experts stream from the expert files");
+  r.counter("ferry_expert_requests_total", "Routed experts asked for by MoE layer calls");
+  r.counter("ferry_expert_reads_total", "Experts read from disk (a split read of a replicated expert counts once)");
+  r.counter("ferry_prefetch_issued_total", "Next-layer prefetch reads issued");
+  r.counter("ferry_prefetch_hits_total", "Prefetched experts a layer then used");
   for (const char* t : kExpertTiers) {
     tier_hits(t);
     tier_bytes(t);
@@ -157,6 +165,33 @@ EngineMetrics::EngineMetrics(MetricsRegistry& r)
       {"ferry_drafter_block_tokens_total", "Tokens emitted by verification blocks"},
   };
   for (auto& d : drafter) r.counter(d[0], d[1]);
+}
+
+void EngineMetrics::set_streaming(const StreamingMetrics& m) {
+  registry.get("ferry_streaming").set(1);
+  registry.get("ferry_expert_requests_total").set(double(m.requested));
+  registry.get("ferry_expert_reads_total").set(double(m.disk_reads));
+  registry.get("ferry_prefetch_issued_total").set(double(m.prefetch_issued));
+  registry.get("ferry_prefetch_hits_total").set(double(m.prefetch_hits));
+  tier_hits("device").set(double(m.device_hits));
+  tier_hits("host").set(double(m.host_hits));
+  tier_hits("disk").set(double(m.disk_reads));
+  tier_bytes("device").set(double(m.device_bytes()));
+  tier_bytes("host").set(double(m.host_bytes()));
+  tier_bytes("disk").set(double(m.disk_bytes()));
+  layer_wait_seconds.set(m.layer_wait_s);
+  for (const auto& d : m.drives) {
+    const std::string name = d.dir < m.dirs.size() ? m.dirs[d.dir] : std::to_string(d.dir);
+    drive_bytes(name).set(double(d.bytes));
+    registry.get("ferry_drive_reads_total", {{"drive", name}}).set(double(d.reads));
+    registry.get("ferry_drive_rate_bytes_per_second", {{"drive", name}}).set(d.rate_bps);
+  }
+  registry.get("ferry_cache_experts", {{"tier", "host"}, {"of", "resident"}}).set(m.pool.resident);
+  registry.get("ferry_cache_experts", {{"tier", "host"}, {"of", "capacity"}}).set(m.pool.capacity);
+  if (m.upload_streams) {
+    registry.get("ferry_cache_experts", {{"tier", "device"}, {"of", "resident"}}).set(m.device.resident);
+    registry.get("ferry_cache_experts", {{"tier", "device"}, {"of", "capacity"}}).set(m.device.capacity);
+  }
 }
 
 Metric& EngineMetrics::tier_hits(const std::string& tier) {

@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "actors/streaming/streaming_metrics.hpp"
+
 namespace ferry {
 
 enum class MetricKind { counter, gauge };
@@ -89,6 +91,11 @@ struct EngineMetrics {
   Metric& tier_bytes(const std::string& tier);
   // Per drive (expert directory): bytes read; the dashboard derives the throughput.
   Metric& drive_bytes(const std::string& drive);
+
+  // Mirrors the streaming runtime's counters (totals since start) into the registry; the meaning of
+  // each is the run summary's (docs/USAGE.md "Counters"): an expert read is one per expert fetched from
+  // disk, a split read of a replicated expert included; per drive, reads count the parts.
+  void set_streaming(const StreamingMetrics& m);
 };
 
 extern const char* const kExpertTiers[3];

@@ -1,5 +1,5 @@
-// Files compiled into ferry-server (generated at configure time by CMakeLists.txt from web/ and
-// config/templates/), so the binary needs nothing beside the model directory.
+// The web page compiled into ferry-server (generated at configure time by CMakeLists.txt from web/;
+// the chat templates are apps/engine_cli/template_catalog.hpp's), so the binary needs nothing beside the model directory.
 #pragma once
 
 #include <string_view>
@@ -9,7 +9,5 @@
 namespace ferry::server {
 
 std::string_view embedded_index_html();
-// (file name, JSON text) of every config/templates/*.json.
-const std::vector<std::pair<std::string_view, std::string_view>>& embedded_templates();
 
 }  // namespace ferry::server

@@ -15,7 +15,9 @@ EventsHub::~EventsHub() { stop(); }
 
 std::string EventsHub::event() const {
   const double t = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  nlohmann::json j = {{"t", t}, {"model", c_.model_name}, {"metrics", c_.registry.snapshot()}};
+  refresh_engine_metrics(c_);
+  nlohmann::json j = {{"t", t}, {"model", c_.model_name}, {"metrics", c_.registry.snapshot()},
+                      {"plan", plan_json(c_.plan)}};
   return sse_event(j);
 }
 

@@ -116,7 +116,12 @@ Handled handle_health(ServerContext& c, const Request& req) {
   return reply(c, req, 200, dump_json(body), "application/json");
 }
 
+void refresh_engine_metrics(ServerContext& c) {
+  if (c.model.streaming) c.metrics->set_streaming(c.model.streaming->metrics());
+}
+
 Handled handle_metrics(ServerContext& c, const Request& req) {
+  refresh_engine_metrics(c);
   return reply(c, req, 200, c.registry.prometheus(), "text/plain; version=0.0.4; charset=utf-8");
 }
 

@@ -1,21 +1,27 @@
 // ferry-server: an OpenAI-compatible HTTP server with a web chat and a live engine dashboard.
 // `ferry-server --help` lists the options; docs/USAGE.md "Server" shows the API.
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 
+#include "apps/engine_cli/engine_cli.hpp"
 #include "apps/ferry-server/events_hub.hpp"
 #include "apps/ferry-server/server_context.hpp"
-#include "apps/ferry-server/template_catalog.hpp"
+#include "apps/engine_cli/template_catalog.hpp"
 #include "io/errors.hpp"
 
 namespace ferry::server {
 namespace {
 
 void add_options(CLI::App& app, ServerOptions& o) {
-  app.add_option("-m,--model", o.model.dir, "Model directory: a Hugging Face checkpoint or a `ferry prepare` output")
-      ->required();
+  cli::add_engine_flags(&app, o.engine);
   app.add_option("--host", o.host, "Address to listen on")->capture_default_str();
   app.add_option("--port", o.port, "TCP port")->capture_default_str();
   app.add_option("--api-key", o.api_key, "Require 'Authorization: Bearer KEY' on /v1/* (also $FERRY_API_KEY)")
@@ -26,13 +32,8 @@ void add_options(CLI::App& app, ServerOptions& o) {
       ->capture_default_str()->check(CLI::Range(1, 1 << 30));
   app.add_option("--max-body-bytes", o.max_body_bytes, "Largest request body; larger ones get 413")
       ->capture_default_str()->check(CLI::Range(256, 1 << 30));
-  app.add_option("-c,--ctx", o.ctx, "Context per request in tokens (prompt + reply)")->capture_default_str()
-      ->check(CLI::Range(2, 1 << 24));
-  app.add_option("-t,--threads", o.model.threads, "CPU threads for the model (0 = all cores)")->capture_default_str();
   app.add_option("--http-threads", o.http_threads, "Threads serving HTTP")->capture_default_str()
       ->check(CLI::Range(1, 64));
-  app.add_option("--spine-type", o.model.spine_type, "Non-expert weights in memory: f32 (exact) or q8_0")
-      ->capture_default_str();
   app.add_option("--chat-template", o.chat_template,
                  "Chat template: a built-in name (kimi, plain) or a template JSON file; default by model_type");
   app.add_option("--model-name", o.model_name, "Model id reported by /v1/models (default: the directory name)");
@@ -50,31 +51,79 @@ std::string default_model_name(const std::string& dir) {
   return p.filename().string();
 }
 
-void start(ServerContext& c) {
-  c.model = load_model(c.opt.model);
-  if (!c.model.tokenizer) throw ConfigError("model directory " + c.opt.model.dir + " has no tokenizer files");
-  if (c.model.cfg.max_positions > 0 && c.opt.ctx > c.model.cfg.max_positions) {
-    std::fprintf(stderr, "ferry-server: --ctx %lld is over the model's %lld positions; using %lld\n",
-                 static_cast<long long>(c.opt.ctx), static_cast<long long>(c.model.cfg.max_positions),
-                 static_cast<long long>(c.model.cfg.max_positions));
-    c.opt.ctx = c.model.cfg.max_positions;
+// Holds host:port from before the model loads until RESTinio binds it: a port in use fails at once,
+// not after minutes of loading, and nobody takes it meanwhile.
+class PortHold {
+ public:
+  PortHold(const std::string& host, uint16_t port) {
+    addrinfo hints{}, *res = nullptr;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    const std::string where = host + ":" + std::to_string(port);
+    if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || !res)
+      throw UsageError("--host " + host + ": cannot resolve the address to listen on");
+    fd_ = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const int one = 1;
+    ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    // Bound, not listening: a server already listening there makes bind fail; clients polling during
+    // the load are refused at once instead of waiting in a backlog nobody accepts.
+    const bool ok = fd_ >= 0 && ::bind(fd_, res->ai_addr, res->ai_addrlen) == 0;
+    const int err = errno;
+    ::freeaddrinfo(res);
+    if (!ok) {
+      release();
+      throw UsageError("cannot listen on " + where + " (--host/--port): " + std::strerror(err));
+    }
   }
-  c.tmpl = choose_chat_template(c.opt.chat_template, c.opt.model.dir, c.model.cfg.model_type);
+  ~PortHold() { release(); }
+  void release() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+void load(ServerContext& c) {
+  validate_engine_options(c.opt.engine);
+  if (!c.opt.engine.draft.spec.empty())
+    throw UsageError("--draft: ferry-server does not run a drafter yet (use it with `ferry run`)");
+  Engine e = start_engine(c.opt.engine);
+  c.model = std::move(e.model);
+  c.plan = e.plan;
+  if (!c.model.tokenizer) throw UsageError("model directory " + c.opt.engine.model.dir + " has no tokenizer files");
+  int64_t& ctx = c.opt.engine.ctx;
+  if (c.model.cfg.max_positions > 0 && ctx > c.model.cfg.max_positions) {
+    std::fprintf(stderr, "ferry-server: --ctx %lld is over the model's %lld positions; using %lld\n",
+                 static_cast<long long>(ctx), static_cast<long long>(c.model.cfg.max_positions),
+                 static_cast<long long>(c.model.cfg.max_positions));
+    ctx = c.model.cfg.max_positions;
+  }
+  c.tmpl = cli::choose_chat_template(c.opt.chat_template, c.opt.engine.model.dir, c.model.cfg.model_type);
   for (const auto& name : missing_specials(c.tmpl, *c.model.tokenizer))
     std::fprintf(stderr, "ferry-server: warning: the vocabulary has no special token %s; template '%s' encodes it "
                  "as plain text\n", name.c_str(), c.tmpl.name.c_str());
   if (c.model.cfg.eos_id >= 0) c.chat_stop_ids.push_back(static_cast<int32_t>(c.model.cfg.eos_id));
   for (int32_t id : stop_token_ids(c.tmpl, *c.model.tokenizer)) c.chat_stop_ids.push_back(id);
-  c.model_name = c.opt.model_name.empty() ? default_model_name(c.opt.model.dir) : c.opt.model_name;
+}
+
+void start(ServerContext& c) {
+  PortHold hold(c.opt.host, c.opt.port);
+  load(c);
+  c.model_name = c.opt.model_name.empty() ? default_model_name(c.opt.engine.model.dir) : c.opt.model_name;
   c.limits.max_tokens_limit = c.opt.max_tokens_limit;
   c.started_unix = std::chrono::duration_cast<std::chrono::seconds>(
                        std::chrono::system_clock::now().time_since_epoch()).count();
   c.metrics = std::make_unique<EngineMetrics>(c.registry);
-  c.engine = std::make_unique<ServerEngine>(*c.model.model, *c.model.tokenizer, c.opt.ctx, c.opt.max_queue, *c.metrics);
+  c.engine = std::make_unique<ServerEngine>(*c.model.model, *c.model.tokenizer, c.opt.engine.ctx, c.opt.max_queue,
+                                            *c.metrics);
   c.events = std::make_unique<EventsHub>(c, std::chrono::milliseconds(c.opt.events_interval_ms));
-  std::fprintf(stderr, "ferry-server: model %s (%s, backend %s) loaded in %.2f s; chat template '%s'; context %lld\n",
-               c.model_name.c_str(), c.model.cfg.model_type.c_str(), c.model.backend->name().c_str(), c.model.load_s,
-               c.tmpl.name.c_str(), static_cast<long long>(c.opt.ctx));
+  std::fprintf(stderr, "ferry-server: model %s (%s, backend %s%s) loaded in %.2f s; chat template '%s'; context %lld\n",
+               c.model_name.c_str(), c.model.cfg.model_type.c_str(), c.model.backend->name().c_str(),
+               c.model.streaming ? ", experts streaming" : "", c.model.load_s, c.tmpl.name.c_str(),
+               static_cast<long long>(c.opt.engine.ctx));
+  hold.release();
   run_http_server(c);
   c.events->stop();
   c.engine->stop();
@@ -96,7 +145,7 @@ int main(int argc, char** argv) {
     ferry::server::start(*c);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ferry-server: error: %s\n", e.what());
-    return 1;
+    return ferry::cli::exit_status(e);  // 2: refused before loading (bad flag, misfit, port taken)
   }
   return 0;
 }

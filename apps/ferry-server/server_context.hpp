@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "io/tokenizers/chat_template.hpp"
-#include "actors/runtime/model_loader.hpp"
+#include "actors/runtime/engine.hpp"
 #include "actors/server/server_engine.hpp"
 #include "actors/server/server_metrics.hpp"
 #include "apps/ferry-server/api_request.hpp"
@@ -19,14 +19,13 @@ namespace ferry::server {
 class EventsHub;
 
 struct ServerOptions {
-  ModelOptions model;
+  EngineOptions engine;            // the one engine option set (model, back-end, streaming, caches, ...)
   std::string host = "127.0.0.1";
   uint16_t port = 8080;
   std::string api_key;             // empty: no authentication
   size_t max_queue = 8;            // requests that may wait while one generates
   int64_t max_tokens_limit = 4096; // largest max_tokens a request may ask for
   size_t max_body_bytes = 1 << 20; // larger request bodies get 413
-  int64_t ctx = 4096;              // context per generation (prompt + reply), tokens
   std::string chat_template;       // name of a built-in template or a path to a template file
   std::string model_name;          // the id /v1/models reports; default: the model directory's name
   int http_threads = 2;
@@ -37,6 +36,7 @@ struct ServerOptions {
 struct ServerContext {
   ServerOptions opt;
   LoadedModel model;
+  MemoryPlan plan;                 // how the engine divided GPU and host memory
   ChatTemplate tmpl;
   std::vector<int32_t> chat_stop_ids;  // end-of-text id + the template's stop tokens
   std::string model_name;
@@ -48,6 +48,9 @@ struct ServerContext {
   std::unique_ptr<EventsHub> events;
   std::atomic<uint64_t> next_id{1};
 };
+
+// Copies the streaming runtime's counters into the registry (before /metrics and each dashboard event).
+void refresh_engine_metrics(ServerContext& c);
 
 // Runs the HTTP server until SIGINT or SIGTERM (blocks). Throws when the address cannot be bound.
 void run_http_server(ServerContext& c);

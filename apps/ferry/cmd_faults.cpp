@@ -17,7 +17,8 @@
 #include <thread>
 
 #include "actors/drafter/drafter_bridge.hpp"
-#include "actors/runtime/model_loader.hpp"
+#include "actors/runtime/engine.hpp"
+#include "apps/engine_cli/engine_cli.hpp"
 #include "apps/ferry/commands.hpp"
 #include "io/errors.hpp"
 
@@ -25,11 +26,9 @@ namespace ferry::cli {
 namespace {
 
 struct FaultOptions {
-  ModelOptions model;
+  EngineOptions engine;  // the one engine option set; its drafter is the replay below (--draft refused)
   int64_t n = 128;
   uint64_t seed = 1;
-  int deadline_ms = 200;
-  std::string exe;
 };
 
 // What a scenario does: extra sidecar flags, another executable, and random faults from outside.
@@ -72,11 +71,11 @@ int64_t count_mismatches(const std::vector<GeneratedToken>& ref, const std::vect
 Row run_scenario(caf::actor_system& sys, LoadedModel& m, const FaultOptions& o, const Scenario& sc,
                  const std::string& replay, std::span<const int32_t> prompt, const std::vector<GeneratedToken>& ref) {
   DrafterBridgeOptions bo;
-  bo.sidecar = sidecar_for_spec("replay:" + replay + ",rate=0.8,seed=" + std::to_string(o.seed), 1, o.exe);
+  bo.sidecar = sidecar_for_spec("replay:" + replay + ",rate=0.8,seed=" + std::to_string(o.seed), 1, o.engine.draft.exe);
   if (!sc.exe.empty()) bo.sidecar.exe = sc.exe;
   bo.sidecar.args.insert(bo.sidecar.args.end(), sc.sidecar_flags.begin(), sc.sidecar_flags.end());
   bo.target = {m.tokenizer.get(), static_cast<int32_t>(m.cfg.vocab)};
-  bo.deadline_ms = o.deadline_ms;
+  bo.deadline_ms = o.engine.draft.deadline_ms;
   bo.backoff_max_ms = 100;
   Row row{sc.name};
   std::mt19937_64 rng(o.seed * 7919 + std::hash<std::string>{}(sc.name));
@@ -131,8 +130,12 @@ std::vector<int32_t> default_prompt(const LoadedModel& m) {
   return ids;
 }
 
-int faults_main(const FaultOptions& o) {
-  LoadedModel m = load_model(o.model);
+int faults_main(FaultOptions& o) {
+  if (!o.engine.draft.spec.empty())
+    throw UsageError("ferry faults runs its own replay drafter (the plain run's tokens): drop --draft " + o.engine.draft.spec);
+  if (o.n < 1) throw UsageError("-n/--n-predict must be at least 1");
+  Engine e = start_engine(o.engine);
+  LoadedModel& m = e.model;
   const std::vector<int32_t> prompt = default_prompt(m);
   auto state = m.model->new_state(static_cast<int64_t>(prompt.size()) + o.n + 1);
   GenerateParams gp;
@@ -151,7 +154,7 @@ int faults_main(const FaultOptions& o) {
   register_ferry_types(cfg);
   caf::actor_system sys{cfg};
   std::printf("ferry faults: %s, %lld tokens per run, plain reference %.1f tok/s, drafter deadline %d ms\n\n",
-              o.model.dir.c_str(), static_cast<long long>(o.n), g.generation_tok_s(), o.deadline_ms);
+              o.engine.model.dir.c_str(), static_cast<long long>(o.n), g.generation_tok_s(), o.engine.draft.deadline_ms);
   std::printf("%-24s %7s %9s %8s %7s %8s %10s\n", "scenario", "faults", "fallbacks", "restarts", "blocks", "accepted",
               "mismatches");
   int64_t total = 0;
@@ -174,12 +177,10 @@ int faults_main(const FaultOptions& o) {
 void add_faults_command(CLI::App& app) {
   auto o = std::make_shared<FaultOptions>();
   CLI::App* c = app.add_subcommand("faults", "Fault-injection runs: the drafter fails in every way, output must not change");
-  c->add_option("-m,--model", o->model.dir, "Model directory")->required();
-  c->add_option("-t,--threads", o->model.threads, "CPU threads (0 = all cores)")->capture_default_str();
+  o->engine.draft.deadline_ms = 200;
+  add_engine_flags(c, o->engine);
   c->add_option("-n,--n-predict", o->n, "Tokens per run")->capture_default_str();
   c->add_option("-s,--seed", o->seed, "Seed of the fault schedule and the replay drafter")->capture_default_str();
-  c->add_option("--draft-deadline-ms", o->deadline_ms, "Per-call drafter deadline")->capture_default_str();
-  c->add_option("--drafter-exe", o->exe, "The ferry-drafter binary (default: next to ferry)");
   c->callback([o] {
     const int rc = faults_main(*o);
     if (rc != 0) throw CLI::RuntimeError(rc);

@@ -1,4 +1,4 @@
-// ferry inspect HF_DIR|MODEL_DIR|config.json [--json] [--spine-type T] [--gpu-mem 96G --host-mem 256G]
+// ferry inspect HF_DIR|MODEL_DIR|config.json [--json] [--spine-type T] [--gpu-mem 96GiB --host-mem 256GB -c N]
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -8,7 +8,9 @@
 #include "io/errors.hpp"
 #include "io/store/expert_store.hpp"
 #include "io/formats/model_config.hpp"
+#include "io/store/memory_plan.hpp"
 #include "io/store/sizing.hpp"
+#include "actors/runtime/engine.hpp"
 
 namespace fs = std::filesystem;
 
@@ -18,8 +20,31 @@ namespace {
 
 struct InspectArgs {
   std::string path, gpu_mem, host_mem, spine_type = "q8_0";
+  int64_t ctx = 4096;
   bool json = false;
 };
+
+// The plan a run would compute on a machine with these memories (actors/runtime/engine.hpp, the same
+// function `ferry run` and `ferry-server` call with the memory they find free).
+MemoryPlan inspect_plan(const InspectArgs& a, const FitInput& in, const fs::path& cfg) {
+  PlanRequest r;
+  if (fs::is_directory(a.path) && fs::exists(fs::path(a.path) / "manifest.json")) {
+    EngineOptions eo;
+    eo.model.dir = a.path;
+    eo.ctx = a.ctx;
+    r = plan_request(eo);
+  } else {
+    // A checkpoint or config is planned as its prepared form would run (spine of --spine-type, experts
+    // streamable): that is the question inspect answers before `ferry prepare`.
+    r.model = model_footprint(load_model_config(cfg), in.spine);
+    r.model.prepared = true;
+    r.ctx = a.ctx;
+  }
+  r.gpu = in.gpu_mem > 0;
+  r.gpu_free = uint64_t(in.gpu_mem);
+  r.host_available = uint64_t(in.host_mem);
+  return plan_memory(r);
+}
 
 // A prepared MODEL_DIR also carries config.json (copied by prepare) and a manifest.
 nlohmann::json store_summary(const fs::path& dir) {
@@ -46,17 +71,20 @@ void run(const InspectArgs& a) {
   const auto s = size_model(load_model_config(cfg));
   FitInput in;
   in.spine = parse_spine_type(a.spine_type);
-  if (!a.gpu_mem.empty()) in.gpu_mem = parse_size(a.gpu_mem);
-  if (!a.host_mem.empty()) in.host_mem = parse_size(a.host_mem);
+  if (!a.gpu_mem.empty()) in.gpu_mem = int64_t(parse_size(a.gpu_mem, "--gpu-mem"));
+  if (!a.host_mem.empty()) in.host_mem = int64_t(parse_size(a.host_mem, "--host-mem"));
   const bool prepared = fs::is_directory(p) && fs::exists(p / "manifest.json");
+  const bool plan = in.gpu_mem > 0 || in.host_mem > 0;
   if (a.json) {
     auto j = sizing_json(s, in);
     j["source"] = cfg.string();
     if (prepared) j["store"] = store_summary(p);
+    if (plan) j["plan"] = plan_json(inspect_plan(a, in, cfg));
     fmt::print("{}\n", j.dump(2));
     return;
   }
   fmt::print("source         {}\n{}", cfg.string(), sizing_report(s, in));
+  if (plan) fmt::print("\n{}", format_plan(inspect_plan(a, in, cfg)));
   if (prepared) {
     const auto j = store_summary(p);
     fmt::print("prepared store {} experts, {} copies\n", j["experts"].get<int64_t>(), j["copies"].get<int64_t>());
@@ -73,8 +101,9 @@ void add_inspect_command(CLI::App& app) {
   c->add_option("path", a->path, "HF checkpoint dir, prepared model dir, or config.json")->required();
   c->add_flag("--json", a->json, "print JSON");
   c->add_option("--spine-type", a->spine_type, "spine type for the memory table: q8_0 | bf16 | f32")->capture_default_str();
-  c->add_option("--gpu-mem", a->gpu_mem, "GPU memory, e.g. 96G (binary) or 96GB (decimal)");
-  c->add_option("--host-mem", a->host_mem, "host memory for the pinned expert pool, e.g. 256G");
+  c->add_option("--gpu-mem", a->gpu_mem, "GPU memory free for ferry, e.g. 96GiB (binary) or 96GB (decimal)");
+  c->add_option("--host-mem", a->host_mem, "host memory available to ferry, e.g. 256GB");
+  c->add_option("-c,--ctx-size,--ctx", a->ctx, "context of the memory plan in tokens")->capture_default_str();
   c->callback([a] { run(*a); });
 }
 

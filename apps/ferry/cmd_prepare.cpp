@@ -30,7 +30,7 @@ void run(const PrepareArgs& a) {
     const auto eq = b.rfind('=');
     if (eq == std::string::npos || eq == 0)
       throw ConfigError(fmt::format("--replica-budget '{}': expected DIR=SIZE, e.g. /nvme1/k31=2T", b));
-    o.replica_budgets.emplace_back(b.substr(0, eq), parse_size(b.substr(eq + 1)));
+    o.replica_budgets.emplace_back(b.substr(0, eq), int64_t(parse_size(b.substr(eq + 1), "--replica-budget")));
   }
   o.progress = !a.quiet;
   const auto r = prepare_model(o);

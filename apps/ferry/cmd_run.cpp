@@ -9,11 +9,12 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "apps/ferry/chat_prompt.hpp"
+#include "apps/engine_cli/template_catalog.hpp"
 #include "apps/ferry/commands.hpp"
 #include "apps/ferry/draft_run.hpp"
-#include "apps/ferry/streaming_flags.hpp"
-#include "actors/runtime/model_loader.hpp"
+#include "apps/ferry/streaming_report.hpp"
+#include "apps/engine_cli/engine_cli.hpp"
+#include "actors/runtime/engine.hpp"
 #include "io/errors.hpp"
 #include "kernels/decoding/generate.hpp"
 
@@ -21,17 +22,16 @@ namespace ferry::cli {
 namespace {
 
 struct RunOptions {
-  ModelOptions model;
+  EngineOptions engine;  // model, back-end, streaming, caches, drafter (apps/engine_cli)
   std::string prompt, prompt_file, prompt_ids, trace_hash;
   int64_t n_predict = 64;
-  int64_t ctx = 4096;
   float temp = 0.0f, top_p = 1.0f;
   uint64_t seed = 0;
   bool json = false, ignore_eos = false, no_bos = false;
   bool profile = false;  // --profile: section times (Model::set_profile)
-  DraftFlags draft;  // --draft (apps/ferry/draft_run.hpp)
-  bool chat = false;   // --chat: wrap the prompt in the Kimi chat template (apps/ferry/chat_prompt.hpp)
+  bool chat = false;   // --chat: the prompt as a user turn of the chat template ferry-server uses
   std::string system;  // --system: its system message
+  std::string chat_template;  // --chat-template (default: by model_type, as the server)
 };
 
 std::vector<int32_t> parse_ids(const std::string& s) {
@@ -50,6 +50,10 @@ std::vector<int32_t> parse_ids(const std::string& s) {
   return ids;
 }
 
+ChatTemplate chat_template_of(const RunOptions& o, const LoadedModel& m) {
+  return choose_chat_template(o.chat_template, o.engine.model.dir, m.cfg.model_type);
+}
+
 std::vector<int32_t> prompt_tokens(const RunOptions& o, const LoadedModel& m) {
   if (!o.prompt_ids.empty()) return parse_ids(o.prompt_ids);
   std::string text = o.prompt;
@@ -58,24 +62,20 @@ std::vector<int32_t> prompt_tokens(const RunOptions& o, const LoadedModel& m) {
     if (!f) throw Error("cannot read prompt file " + o.prompt_file);
     text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
   }
-  if (!m.tokenizer) throw Error("model directory " + o.model.dir + " has no tokenizer: use --prompt-ids");
-  if (o.chat) return kimi_chat_ids(*m.tokenizer, text, o.system);
+  if (!m.tokenizer) throw Error("model directory " + o.engine.model.dir + " has no tokenizer: use --prompt-ids");
+  if (o.chat) {
+    const ChatTemplate t = chat_template_of(o, m);
+    std::vector<ChatMessage> msgs;
+    if (!o.system.empty()) msgs.push_back({"system", o.system, {}});
+    msgs.push_back({"user", text, {}});
+    return tokenize_prompt(t, *m.tokenizer, render_chat(t, msgs, ""));
+  }
   std::vector<int32_t> ids;
   if (!o.no_bos && m.tokenizer->bos_id() >= 0) ids.push_back(m.tokenizer->bos_id());
   auto t = m.tokenizer->encode(text, true);
   ids.insert(ids.end(), t.begin(), t.end());
   if (ids.empty()) throw Error("the prompt is empty");
   return ids;
-}
-
-void add_model_flags(CLI::App* c, ModelOptions& o) {
-  c->add_option("-m,--model", o.dir, "Model directory: a Hugging Face checkpoint or a `ferry prepare` output")
-      ->required();
-  c->add_option("--spine-type", o.spine_type, "Non-expert weights in memory: f32 (exact) or q8_0")
-      ->capture_default_str();
-  c->add_option("-t,--threads", o.threads, "CPU threads (0 = all cores)")->capture_default_str();
-  c->add_option("--backend", o.backend, "Compute back-end: cpu, cuda or auto (cuda when a GPU is present)")
-      ->capture_default_str();
 }
 
 // `--profile-ops`: device time per op label, largest first, and how busy the device was.
@@ -92,10 +92,10 @@ void print_op_profile(const TimingBackend::Report& r) {
 
 void print_metrics(const RunOptions& o, const LoadedModel& m, const GenerateMetrics& g, double wall,
                    const std::vector<int32_t>& prompt, const std::vector<GeneratedToken>& toks,
-                   const DraftRun* draft) {
+                   const std::vector<int32_t>& stop_ids, const DraftRun* draft) {
   if (o.json) {
     nlohmann::json j;
-    j["model"] = o.model.dir;
+    j["model"] = o.engine.model.dir;
     j["backend"] = m.backend->name();
     j["n"] = o.n_predict;
     j["prompt_tokens"] = g.prompt_tokens;
@@ -108,8 +108,14 @@ void print_metrics(const RunOptions& o, const LoadedModel& m, const GenerateMetr
     j["load_s"] = m.load_s;
     j["wall"] = wall;
     std::vector<int32_t> ids;
-    for (auto& t : toks) ids.push_back(t.id);
+    std::string text;  // the reply as ferry-server streams it: token bytes, end tokens left out
+    for (auto& t : toks) {
+      ids.push_back(t.id);
+      if (m.tokenizer && std::find(stop_ids.begin(), stop_ids.end(), t.id) == stop_ids.end())
+        text += m.tokenizer->token_bytes(t.id);
+    }
     j["ids"] = ids;
+    if (m.tokenizer) j["text"] = text;
     if (draft) j["draft"] = draft_json(*draft);
     if (m.timing) {
       const auto r = m.timing->report();
@@ -146,20 +152,23 @@ void print_metrics(const RunOptions& o, const LoadedModel& m, const GenerateMetr
   report_streaming(m, nullptr);
 }
 
-void run_main(const RunOptions& o) {
+void run_main(RunOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
-  LoadedModel m = load_model(o.model);
+  validate_sampling(o.n_predict, o.temp, o.top_p);
+  Engine e = start_engine(o.engine);
+  LoadedModel& m = e.model;
   const std::vector<int32_t> prompt = prompt_tokens(o, m);
-  if (static_cast<int64_t>(prompt.size()) + o.n_predict > o.ctx)
+  if (static_cast<int64_t>(prompt.size()) + o.n_predict > o.engine.ctx)
     throw LimitError("prompt (" + std::to_string(prompt.size()) + " tokens) + -n " + std::to_string(o.n_predict) +
-                     " exceeds the context size -c " + std::to_string(o.ctx));
-  auto state = m.model->new_state(o.ctx);
+                     " exceeds the context size -c " + std::to_string(o.engine.ctx));
+  auto state = m.model->new_state(o.engine.ctx);
   m.model->set_profile(o.profile);
   GenerateParams gp;
   gp.n_predict = o.n_predict;
   gp.sampling = {o.temp, o.top_p, o.seed};
   if (!o.ignore_eos && m.cfg.eos_id >= 0) gp.stop_ids.push_back(static_cast<int32_t>(m.cfg.eos_id));
-  if (!o.ignore_eos && o.chat) gp.stop_ids.push_back(kimi_end_of_turn(*m.tokenizer));
+  if (!o.ignore_eos && o.chat)
+    for (int32_t id : stop_token_ids(chat_template_of(o, m), *m.tokenizer)) gp.stop_ids.push_back(id);
   std::unique_ptr<std::ofstream> hash_out;
   if (!o.trace_hash.empty()) {
     hash_out = std::make_unique<std::ofstream>(o.trace_hash);
@@ -187,15 +196,15 @@ void run_main(const RunOptions& o) {
     return true;
   };
   DraftRun draft;
-  const bool drafting = !o.draft.spec.empty();
-  auto toks = drafting ? generate_with_drafter(o.draft, m, *state, prompt, gp, g, draft, on_token)
+  const bool drafting = !o.engine.draft.spec.empty();
+  auto toks = drafting ? generate_with_drafter(o.engine.draft, m, *state, prompt, gp, g, draft, on_token)
                        : generate(*m.model, *state, prompt, gp, g, on_token);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!o.json && m.tokenizer) {
     std::fprintf(stderr, "\nferry: ids:");
     for (auto& t : toks) std::fprintf(stderr, " %d", t.id);
   }
-  print_metrics(o, m, g, wall, prompt, toks, drafting ? &draft : nullptr);
+  print_metrics(o, m, g, wall, prompt, toks, gp.stop_ids, drafting ? &draft : nullptr);
 }
 
 }  // namespace
@@ -203,31 +212,31 @@ void run_main(const RunOptions& o) {
 void add_run_command(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* c = app.add_subcommand("run", "Generate text from a prompt");
-  add_model_flags(c, o->model);
-  add_streaming_flags(c, o->model);
+  add_engine_flags(c, o->engine);
   auto* p = c->add_option("-p,--prompt", o->prompt, "Prompt text");
   auto* f = c->add_option("-f,--file", o->prompt_file, "Read the prompt text from a file");
   auto* ids = c->add_option("--prompt-ids", o->prompt_ids, "Prompt as comma-separated token ids");
   p->excludes(f)->excludes(ids);
   f->excludes(ids);
   c->add_option("-n,--n-predict", o->n_predict, "Tokens to generate")->capture_default_str();
-  c->add_option("-c,--ctx-size", o->ctx, "Context size in tokens (prompt + generated)")->capture_default_str();
   c->add_option("--temp", o->temp, "Sampling temperature (0 = greedy)")->capture_default_str();
   c->add_option("--top-p", o->top_p, "Nucleus sampling threshold")->capture_default_str();
   c->add_option("-s,--seed", o->seed, "Sampling seed")->capture_default_str();
   c->add_option("--trace-hash", o->trace_hash,
                 "Write 'position token FNV-1a-64(logits)' per generated position to FILE");
   c->add_flag("--json", o->json, "Print the result and metrics as one JSON object");
-  c->add_flag("--profile-ops", o->model.profile_ops,
+  c->add_flag("--profile-ops", o->engine.model.profile_ops,
               "Time every back-end op on the device (events around each op) and print the largest");
   c->add_flag("--profile", o->profile,
               "Time each section (embedding, mixer and feed-forward by kind, head) with a back-end sync at its "
               "edges; slows decoding");
   c->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past the end-of-text token");
   c->add_flag("--no-bos", o->no_bos, "Do not prepend the BOS token to a text prompt");
-  add_draft_flags(c, o->draft);
-  auto* chat = c->add_flag("--chat", o->chat, "Wrap the prompt in the Kimi chat template (as a user turn)");
+  auto* chat = c->add_flag("--chat", o->chat, "Wrap the prompt in the chat template (as a user turn), as ferry-server does");
   c->add_option("--system", o->system, "System message of --chat (default: the template's)")->needs(chat);
+  c->add_option("--chat-template", o->chat_template,
+                "Chat template of --chat: a built-in name (kimi, plain) or a template JSON file; default by model_type")
+      ->needs(chat);
   chat->excludes(ids);
   c->callback([o, c] {
     if (o->prompt.empty() && o->prompt_file.empty() && o->prompt_ids.empty())
@@ -241,12 +250,14 @@ void add_eval_command(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   auto out = std::make_shared<std::string>();
   CLI::App* c = app.add_subcommand("eval", "Teacher-forced logits, log-likelihood and perplexity of token ids");
-  add_model_flags(c, o->model);
+  add_engine_flags(c, o->engine);
   c->add_option("--prompt-ids", o->prompt_ids, "Token ids, comma-separated")->required();
   c->add_option("--logits-out", *out, "Write float32 LE logits [n_ids, vocab] here");
   c->callback([o, out] {
-    LoadedModel m = load_model(o->model);
     const auto ids = parse_ids(o->prompt_ids);
+    o->engine.ctx = std::max<int64_t>(o->engine.ctx, static_cast<int64_t>(ids.size()));
+    Engine e = start_engine(o->engine);
+    LoadedModel& m = e.model;
     auto state = m.model->new_state(static_cast<int64_t>(ids.size()));
     ForwardOptions fo;
     fo.prefill = true;

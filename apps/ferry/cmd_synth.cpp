@@ -68,7 +68,7 @@ void run(SynthArgs& a) {
   if (!a.prepared.empty()) return run_prepared(a);
   if (!a.expert_dirs.empty() || a.threads != 0 || !a.spine_type.empty())
     throw ConfigError("synth: --expert-dir, --spine-type and --threads go with --prepared (for --out, run ferry prepare afterwards)");
-  if (!a.shard_size.empty()) a.opt.shard_bytes = parse_size(a.shard_size);
+  if (!a.shard_size.empty()) a.opt.shard_bytes = int64_t(parse_size(a.shard_size, "--shard-size"));
   const auto r = synth_checkpoint(a.out, a.opt);
   fmt::print("wrote {} tensors, {} in {} files to {}\n", r.tensors, format_bytes(r.bytes), r.files.size(), a.out);
   print_tracking(r.tracking);

@@ -1,6 +1,5 @@
 #include "apps/ferry/draft_run.hpp"
 
-#include <CLI/CLI.hpp>
 #include <caf/all.hpp>
 #include <cstdio>
 
@@ -9,19 +8,7 @@
 
 namespace ferry::cli {
 
-void add_draft_flags(CLI::App* c, DraftFlags& f) {
-  c->add_option("--draft", f.spec, "Speculative decoding with a drafter: ngram[:N], replay:FILE[,opts], qwen3:DIR");
-  c->add_option("--draft-gate", f.gate, "Confidence gate: a threshold in [0,1] or 'adaptive' (starts at 0.9)")
-      ->capture_default_str();
-  c->add_option("--draft-max", f.max, "Drafts per block (1-15; a block is the current token + drafts)")
-      ->capture_default_str();
-  c->add_option("--draft-deadline-ms", f.deadline_ms, "Per-call drafter deadline; late = a plain step")
-      ->capture_default_str();
-  c->add_option("--draft-threads", f.threads, "CPU threads of a checkpoint drafter")->capture_default_str();
-  c->add_option("--drafter-exe", f.exe, "The ferry-drafter binary (default: next to ferry, or $FERRY_DRAFTER)");
-}
-
-SpecParams spec_params(const DraftFlags& f) {
+SpecParams spec_params(const DraftOptions& f) {
   SpecParams sp;
   if (f.max < 1 || f.max > 15) throw ConfigError("--draft-max " + std::to_string(f.max) + " is outside 1..15");
   sp.draft_max = f.max;
@@ -40,7 +27,7 @@ SpecParams spec_params(const DraftFlags& f) {
   return sp;
 }
 
-std::vector<GeneratedToken> generate_with_drafter(const DraftFlags& f, LoadedModel& m, SeqState& state,
+std::vector<GeneratedToken> generate_with_drafter(const DraftOptions& f, LoadedModel& m, SeqState& state,
                                                   std::span<const int32_t> prompt, const GenerateParams& gp,
                                                   GenerateMetrics& g, DraftRun& out,
                                                   const std::function<bool(const GeneratedToken&)>& on_token) {

@@ -1,4 +1,4 @@
-// `--draft` for `ferry run`: flags, generation through the drafter bridge, and the stats (DESIGN.md
+// `--draft` for `ferry run`: generation through the drafter bridge, and the stats (DESIGN.md
 // "Metrics": blocks, accepted, drafts, full, partial, zero, calls, call_ms, blk_tokens).
 #pragma once
 
@@ -8,27 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "actors/runtime/engine_options.hpp"
 #include "actors/runtime/model_loader.hpp"
 #include "kernels/decoding/verify.hpp"
 #include "messages/messages.hpp"
 
-namespace CLI {
-class App;
-}
-
 namespace ferry::cli {
 
-struct DraftFlags {
-  std::string spec;                // "" = off; ngram[:N] | replay:FILE[,opts] | qwen3:DIR
-  std::string gate = "adaptive";   // or a fixed threshold in [0, 1]
-  int max = 15;                    // drafts per block (1..15)
-  int deadline_ms = 500;           // per drafter call
-  int threads = 1;                 // of a checkpoint drafter
-  std::string exe;                 // ferry-drafter binary (default: next to ferry)
-};
-
-void add_draft_flags(CLI::App* c, DraftFlags& f);
-SpecParams spec_params(const DraftFlags& f);  // throws ConfigError on a bad --draft-gate/--draft-max
+SpecParams spec_params(const DraftOptions& f);  // values checked by validate_engine_options
 
 struct DraftRun {
   SpecStats spec;
@@ -36,7 +23,7 @@ struct DraftRun {
 };
 
 // generate() with the drafter sidecar on (starts it, stops it at the end).
-std::vector<GeneratedToken> generate_with_drafter(const DraftFlags& f, LoadedModel& m, SeqState& state,
+std::vector<GeneratedToken> generate_with_drafter(const DraftOptions& f, LoadedModel& m, SeqState& state,
                                                   std::span<const int32_t> prompt, const GenerateParams& gp,
                                                   GenerateMetrics& g, DraftRun& out,
                                                   const std::function<bool(const GeneratedToken&)>& on_token);

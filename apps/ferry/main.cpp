@@ -5,9 +5,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/spdlog.h>
-
+#include "apps/engine_cli/engine_cli.hpp"
 #include "apps/ferry/commands.hpp"
 
 int main(int argc, char** argv) {
@@ -32,7 +30,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ferry: error: %s\n", e.what());
-    return 1;
+    return ferry::cli::exit_status(e);  // 2: refused before loading (bad flag, misfit)
   }
   return 0;
 }

@@ -15,6 +15,7 @@
 
 #include "io/formats/ggml_blocks.hpp"
 #include "io/formats/model_config.hpp"
+#include "io/units.hpp"
 
 namespace ferry {
 
@@ -29,12 +30,6 @@ SpineType parse_spine_type(const std::string& s);
 GgmlType spine_tensor_type(const std::string& name, const std::vector<int64_t>& shape, SpineType t);
 // Bytes of n elements of a ggml type (n a multiple of 32 for block types).
 int64_t ggml_type_bytes(GgmlType t, int64_t n);
-
-// Sizes like "96G" / "96GiB" (binary) or "96GB" (decimal); K, M, G, T; a plain number is bytes.
-// Throws ConfigError naming the text when it is not a size.
-int64_t parse_size(const std::string& text);
-// "17.55 MB", "1.45 TB", "33,792 B" style decimal formatting.
-std::string format_bytes(int64_t bytes);
 
 struct DtypeCount {
   std::string dtype;   // "mxfp4 (routed experts)", "bf16", "f32"

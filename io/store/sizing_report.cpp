@@ -10,41 +10,6 @@
 
 namespace ferry {
 
-int64_t parse_size(const std::string& text) {
-  size_t pos = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &pos);
-  } catch (const std::exception&) {
-    throw ConfigError(fmt::format("'{}' is not a size (expected e.g. 96G, 512MiB, 2TB or a byte count)", text));
-  }
-  std::string unit = text.substr(pos);
-  for (auto& ch : unit) ch = char(std::toupper(static_cast<unsigned char>(ch)));
-  double mul = 1;
-  const std::string letters = "KMGT";
-  if (!unit.empty() && unit != "B") {
-    const auto i = letters.find(unit[0]);
-    const std::string rest = unit.substr(1);
-    if (i == std::string::npos || !(rest.empty() || rest == "IB" || rest == "B"))
-      throw ConfigError(fmt::format("'{}': unknown size unit '{}' (use K, M, G, T; KiB..; KB.. for decimal)", text, unit));
-    mul = std::pow(rest == "B" ? 1000.0 : 1024.0, double(i + 1));
-  }
-  if (v < 0 || !std::isfinite(v)) throw ConfigError(fmt::format("'{}' is not a non-negative size", text));
-  return static_cast<int64_t>(std::llround(v * mul));
-}
-
-std::string format_bytes(int64_t b) {
-  const char* units[] = {"B", "kB", "MB", "GB", "TB", "PB"};
-  double v = double(b);
-  int u = 0;
-  while (std::fabs(v) >= 1000 && u < 5) {
-    v /= 1000;
-    ++u;
-  }
-  if (u == 0) return fmt::format("{} B", b);
-  return fmt::format("{:.{}f} {}", v, v < 10 ? 2 : v < 100 ? 1 : 0, units[u]);
-}
-
 namespace {
 
 std::string grouped(int64_t v) {

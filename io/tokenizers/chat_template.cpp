@@ -81,29 +81,33 @@ ChatTemplate parse_chat_template(const std::string& json_text, const std::string
       throw ConfigError(where + ": 'open' and 'close' must both be set or both be empty");
     if (r.contains("starts_open")) t.reasoning.starts_in_reasoning = r.value("starts_open", false);
   }
+  if (j.contains("aliases")) {
+    if (!j["aliases"].is_object()) throw ConfigError(origin + ": field 'aliases' must map a name to a list of names");
+    for (const auto& [name, v] : j["aliases"].items()) t.aliases[name] = str_list(j["aliases"], name.c_str(), origin + ": aliases");
+  }
   return t;
 }
 
 std::vector<PromptSegment> render_chat(const ChatTemplate& t, const std::vector<ChatMessage>& messages,
                                        const std::string& tools_json, bool add_generation_prompt) {
   std::vector<PromptSegment> out;
-  auto turn = [&](const std::string& role, const std::string& content) {
+  auto turn = [&](const std::string& role, const std::string& content, const std::vector<int32_t>& ids) {
     auto it = t.roles.find(role);
     if (it == t.roles.end()) throw ConfigError("chat template '" + t.name + "' has no format for role '" + role + "'");
-    out.push_back({it->second.prefix, true});
-    out.push_back({content, false});
-    out.push_back({it->second.suffix, true});
+    out.push_back({it->second.prefix, true, {}});
+    out.push_back({content, false, ids});
+    out.push_back({it->second.suffix, true, {}});
   };
   if (!tools_json.empty()) {
-    out.push_back({t.tools.prefix, true});
-    out.push_back({tools_json, false});
-    out.push_back({t.tools.suffix, true});
+    out.push_back({t.tools.prefix, true, {}});
+    out.push_back({tools_json, false, {}});
+    out.push_back({t.tools.suffix, true, {}});
   }
   const bool has_system = !messages.empty() && messages.front().role == "system";
-  if (!has_system && !t.default_system.empty()) turn("system", t.default_system);
-  for (const auto& m : messages) turn(m.role, m.content);
-  if (add_generation_prompt) out.push_back({t.generation_prompt, true});
-  std::erase_if(out, [](const PromptSegment& s) { return s.text.empty(); });
+  if (!has_system && !t.default_system.empty()) turn("system", t.default_system, {});
+  for (const auto& m : messages) turn(m.role, m.content, m.ids);
+  if (add_generation_prompt) out.push_back({t.generation_prompt, true, {}});
+  std::erase_if(out, [](const PromptSegment& s) { return s.text.empty() && s.ids.empty(); });
   return out;
 }
 
@@ -112,25 +116,43 @@ std::vector<int32_t> tokenize_prompt(const ChatTemplate& t, const Tokenizer& tok
   std::vector<int32_t> ids;
   if (t.add_bos && tok.bos_id() >= 0) ids.push_back(tok.bos_id());
   for (const auto& s : segments) {
-    auto part = tok.encode(s.text, s.control);
+    if (!s.ids.empty()) {
+      ids.insert(ids.end(), s.ids.begin(), s.ids.end());
+      continue;
+    }
+    auto part = tok.encode(s.control ? resolve_aliases(t, tok, s.text) : s.text, s.control);
     ids.insert(ids.end(), part.begin(), part.end());
   }
   return ids;
 }
 
+std::string resolve_aliases(const ChatTemplate& t, const Tokenizer& tok, std::string text) {
+  for (const auto& [name, others] : t.aliases) {
+    if (tok.id_of(name) >= 0 || text.find(name) == std::string::npos) continue;
+    for (const auto& o : others) {
+      if (tok.id_of(o) < 0) continue;
+      for (size_t p = text.find(name); p != std::string::npos; p = text.find(name, p + o.size())) text.replace(p, name.size(), o);
+      break;
+    }
+  }
+  return text;
+}
+
 std::vector<std::string> missing_specials(const ChatTemplate& t, const Tokenizer& tok) {
   static const std::regex special(R"(<\|[A-Za-z0-9_]+\|>)");
   std::set<std::string> missing;
-  for (const auto& text : control_texts(t))
+  for (const auto& raw : control_texts(t)) {
+    const std::string text = resolve_aliases(t, tok, raw);
     for (auto it = std::sregex_iterator(text.begin(), text.end(), special); it != std::sregex_iterator(); ++it)
       if (tok.id_of(it->str()) < 0) missing.insert(it->str());
+  }
   return {missing.begin(), missing.end()};
 }
 
 std::vector<int32_t> stop_token_ids(const ChatTemplate& t, const Tokenizer& tok) {
   std::vector<int32_t> ids;
   for (const auto& s : t.stop)
-    if (int32_t id = tok.id_of(s); id >= 0) ids.push_back(id);
+    if (int32_t id = tok.id_of(resolve_aliases(t, tok, s)); id >= 0) ids.push_back(id);
   return ids;
 }
 

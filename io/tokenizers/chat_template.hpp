@@ -30,17 +30,23 @@ struct ChatTemplate {
   std::string generation_prompt;         // opens the assistant's reply
   std::vector<std::string> stop;         // stop strings (special names among them also stop by id)
   ReasoningMarkers reasoning;
+  // Other names of a special token in other vocabularies of the family, used when the tokenizer lacks
+  // the template's name: K3 calls K2's <|im_end|> <|end_of_msg|> (same slot).
+  std::map<std::string, std::vector<std::string>> aliases;
 };
 
 struct ChatMessage {
   std::string role;
   std::string content;
+  std::vector<int32_t> ids;  // when not empty: content's tokens as the model generated them (used as is)
 };
 
-// One piece of a rendered prompt. control: template text (specials allowed); else user text.
+// One piece of a rendered prompt. control: template text (specials allowed); else user text. ids, when
+// not empty, are used instead of encoding text (a reply the model generated, special tokens included).
 struct PromptSegment {
   std::string text;
   bool control = false;
+  std::vector<int32_t> ids;
 };
 
 // Parses a template's JSON text; `origin` names the file in errors. Throws ConfigError naming the field.
@@ -59,7 +65,10 @@ std::vector<int32_t> tokenize_prompt(const ChatTemplate& t, const Tokenizer& tok
 // they are encoded as plain text, so the server warns about them at start-up.
 std::vector<std::string> missing_specials(const ChatTemplate& t, const Tokenizer& tok);
 
-// Stop strings of the template that are single special tokens of the vocabulary, as ids.
+// `text` with every special name the tokenizer lacks replaced by its first alias the tokenizer has.
+std::string resolve_aliases(const ChatTemplate& t, const Tokenizer& tok, std::string text);
+
+// Stop strings of the template that are single special tokens of the vocabulary (aliases resolved), as ids.
 std::vector<int32_t> stop_token_ids(const ChatTemplate& t, const Tokenizer& tok);
 
 }  // namespace ferry

@@ -101,39 +101,88 @@ __global__ void indexer_scores_kernel(const float* q, const float* k, const floa
   if (lane == 0) score[t * L + s] = acc;
 }
 
-__global__ void attn_res_kernel(const float* const* vs, int64_t nv, const float* w, int64_t D, float eps,
-                                float* out) {
-  extern __shared__ float p[];
+// Attention residuals in two launches, so a decode row (T = 1) is spread over many SMs instead of one
+// block walking nv x 7168 floats with one load in flight. Scores: block (s, t) reduces vs[s] row t (the
+// same block_sum over 256 threads as before, with loads four at a time in the same order); mix: block
+// (d-chunk, t) takes the softmax of row t's nv scores (thread 0, in order s) and sums the vectors.
+__device__ __forceinline__ double strided_sum_res(const float* v, const float* w, float inv, int64_t D, bool second) {
+  double s = 0.0;
+  const int64_t bd = blockDim.x;
+  int64_t d = threadIdx.x;
+  auto f = [&](int64_t i) {
+    return second ? static_cast<double>(mul(v[i], inv)) * w[i] : static_cast<double>(v[i]) * v[i];
+  };
+  for (; d + 3 * bd < D; d += 4 * bd) {
+    const double a = f(d), b = f(d + bd), c = f(d + 2 * bd), e = f(d + 3 * bd);
+    s += a;
+    s += b;
+    s += c;
+    s += e;
+  }
+  for (; d < D; d += bd) s += f(d);
+  return s;
+}
+
+constexpr int kResRegs = 32;  // rows of up to 32 x 256 floats are held in registers (one round of loads)
+
+__global__ void attn_res_scores_kernel(const float* const* vs, int64_t nv, const float* w, int64_t D, float eps,
+                                       float* scores) {
   __shared__ double sh[32];
-  const int64_t t = blockIdx.x;
-  for (int64_t s = 0; s < nv; ++s) {
-    const float* v = vs[s] + t * D;
+  const int64_t s = blockIdx.x, t = blockIdx.y;
+  const float* v = vs[s] + t * D;
+  if (D <= kResRegs * static_cast<int64_t>(blockDim.x)) {
+    // Element k of this thread is d = threadIdx.x + k * blockDim.x: strided_sum_res's order.
+    float vv[kResRegs], wv[kResRegs];
+#pragma unroll
+    for (int k = 0; k < kResRegs; ++k) {
+      const int64_t d = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      vv[k] = d < D ? v[d] : 0.0f;
+      wv[k] = d < D ? w[d] : 0.0f;
+    }
     double ss = 0.0;
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) ss += static_cast<double>(v[d]) * v[d];
+#pragma unroll
+    for (int k = 0; k < kResRegs; ++k)
+      if (threadIdx.x + static_cast<int64_t>(k) * blockDim.x < D) ss += static_cast<double>(vv[k]) * vv[k];
     ss = block_sum(ss, sh);
     const auto inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(D) + eps));
     double sc = 0.0;
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) sc += static_cast<double>(mul(v[d], inv)) * w[d];
+#pragma unroll
+    for (int k = 0; k < kResRegs; ++k)
+      if (threadIdx.x + static_cast<int64_t>(k) * blockDim.x < D) sc += static_cast<double>(mul(vv[k], inv)) * wv[k];
     sc = block_sum(sc, sh);
-    if (threadIdx.x == 0) p[s] = static_cast<float>(sc);
+    if (threadIdx.x == 0) scores[t * nv + s] = static_cast<float>(sc);
+    return;
   }
-  __syncthreads();
+  double ss = strided_sum_res(v, w, 0.0f, D, false);
+  ss = block_sum(ss, sh);
+  const auto inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(D) + eps));
+  double sc = strided_sum_res(v, w, inv, D, true);
+  sc = block_sum(sc, sh);
+  if (threadIdx.x == 0) scores[t * nv + s] = static_cast<float>(sc);
+}
+
+__global__ void attn_res_mix_kernel(const float* const* vs, int64_t nv, const float* scores, int64_t D, float* out) {
+  extern __shared__ float p[];  // nv weights, then nv pointers
+  const float** vp = reinterpret_cast<const float**>(p + ((nv + 1) & ~int64_t{1}));
+  const int64_t t = blockIdx.y;
+  for (int64_t s = threadIdx.x; s < nv; s += blockDim.x) vp[s] = vs[s] + t * D;
   if (threadIdx.x == 0) {
+    const float* sc = scores + t * nv;
     float mx = -INFINITY;
-    for (int64_t s = 0; s < nv; ++s) mx = fmaxf(mx, p[s]);
+    for (int64_t s = 0; s < nv; ++s) mx = fmaxf(mx, sc[s]);
     float sum = 0.0f;
     for (int64_t s = 0; s < nv; ++s) {
-      p[s] = expf(__fsub_rn(p[s], mx));
+      p[s] = expf(__fsub_rn(sc[s], mx));
       sum = add(sum, p[s]);
     }
     for (int64_t s = 0; s < nv; ++s) p[s] = p[s] / sum;
   }
   __syncthreads();
-  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-    float o = 0.0f;
-    for (int64_t s = 0; s < nv; ++s) o = add(o, mul(p[s], vs[s][t * D + d]));
-    out[t * D + d] = o;
-  }
+  const int64_t d = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (d >= D) return;
+  float o = 0.0f;
+  for (int64_t s = 0; s < nv; ++s) o = add(o, mul(p[s], vp[s][d]));
+  out[t * D + d] = o;
 }
 
 }  // namespace
@@ -225,10 +274,15 @@ void CudaBackend::attn_res(const float* const* vs_host, int64_t nv, const float*
   if (T <= 0 || nv <= 0) return;
   if (nv > 4096) throw LimitError("cuda attn_res: " + std::to_string(nv) + " inputs (max 4096)");
   bind();
+  if (T > 65535) throw LimitError("cuda attn_res: " + std::to_string(T) + " rows in one call (max 65535)");
   const auto* vs = static_cast<const float* const*>(stage(kPtrs, vs_host, static_cast<size_t>(nv) * sizeof(float*)));
-  attn_res_kernel<<<static_cast<unsigned>(T), 256, static_cast<size_t>(nv) * sizeof(float), stream_>>>(vs, nv, w, D,
-                                                                                                       eps, out);
-  FERRY_CUDA_LAUNCHED(attn_res_kernel);
+  auto* scores = static_cast<float*>(scratch(kResScores, static_cast<size_t>(T * nv) * sizeof(float)));
+  attn_res_scores_kernel<<<dim3(static_cast<unsigned>(nv), static_cast<unsigned>(T)), 256, 0, stream_>>>(vs, nv, w, D,
+                                                                                                         eps, scores);
+  FERRY_CUDA_LAUNCHED(attn_res_scores_kernel);
+  const size_t smem = static_cast<size_t>((nv + 1) & ~int64_t{1}) * sizeof(float) + static_cast<size_t>(nv) * sizeof(float*);
+  attn_res_mix_kernel<<<dim3(blocks_for(D, 256), static_cast<unsigned>(T)), 256, smem, stream_>>>(vs, nv, scores, D, out);
+  FERRY_CUDA_LAUNCHED(attn_res_mix_kernel);
 }
 
 }  // namespace ferry::cuda

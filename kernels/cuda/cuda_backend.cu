@@ -142,6 +142,13 @@ void CudaBackend::register_host(void* p, size_t bytes) {
   FERRY_CUDA_CHECK(cudaHostRegister(p, bytes, cudaHostRegisterDefault));
 }
 
+Backend::MemoryInfo CudaBackend::device_memory() {
+  bind();
+  size_t free = 0, total = 0;
+  FERRY_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return {free, total};
+}
+
 void CudaBackend::unregister_host(void* p) {
   bind();
   cudaHostUnregister(p);  // best effort at shutdown: nothing to do if it fails

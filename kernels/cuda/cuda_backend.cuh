@@ -31,6 +31,7 @@ class CudaBackend final : public Backend {
   void synchronize() override;
   void register_host(void* p, size_t bytes) override;
   void unregister_host(void* p) override;
+  MemoryInfo device_memory() override;
 
   uint32_t upload_queues() const override { return static_cast<uint32_t>(uploads_.size()); }
   void set_upload_queues(uint32_t n) override;
@@ -85,7 +86,7 @@ class CudaBackend final : public Backend {
 
   // Grow-only device scratch buffers, one per use, reused by later calls (stream order makes the reuse
   // safe: a later op's copy into a slot runs after every earlier kernel that read it).
-  enum Slot { kIds, kPos, kFreq, kKeys, kCounts, kScores, kPtrs, kMoeAct, kMoeWts, kNumSlots };
+  enum Slot { kIds, kPos, kFreq, kKeys, kCounts, kScores, kPtrs, kMoeAct, kMoeWts, kResScores, kNumSlots };
   void* scratch(Slot s, size_t bytes);
   // Host -> device copy of small host arrays into a scratch slot (returns the device copy).
   void* stage(Slot s, const void* host, size_t bytes);

@@ -12,15 +12,68 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// This thread's share of a row sum: f(i) for i = threadIdx.x, + blockDim.x, ... added in that order,
+// with four terms loaded before they are added. A decode row is one block of 7168 floats: a plain
+// strided loop waits out one global-load latency per element (~15 us per row measured on the H200);
+// four loads in flight cut that fourfold without changing the order of the additions.
+template <class F>
+__device__ __forceinline__ double strided_sum(int64_t dim, F f) {
+  double s = 0.0;
+  const int64_t bd = blockDim.x;
+  int64_t i = threadIdx.x;
+  for (; i + 3 * bd < dim; i += 4 * bd) {
+    const double a = f(i), b = f(i + bd), c = f(i + 2 * bd), d = f(i + 3 * bd);
+    s += a;
+    s += b;
+    s += c;
+    s += d;
+  }
+  for (; i < dim; i += bd) s += f(i);
+  return s;
+}
+
+// A row of up to kRegs * blockDim.x floats held in registers: one round of loads in flight for the
+// whole row (and its weights), where a strided loop pays one global-load latency per step. Element k
+// of this thread is index threadIdx.x + k * blockDim.x, so sums over k keep strided_sum's order.
+constexpr int kRegs = 32;  // 8192 floats at 256 threads: every hidden size of the real models
+
+__device__ __forceinline__ void load_row(const float* r, int64_t dim, float* v) {
+#pragma unroll
+  for (int k = 0; k < kRegs; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    v[k] = i < dim ? r[i] : 0.0f;
+  }
+}
+
+__device__ __forceinline__ double sum_squares(const float* v, int64_t dim) {
+  double s = 0.0;
+#pragma unroll
+  for (int k = 0; k < kRegs; ++k)
+    if (threadIdx.x + static_cast<int64_t>(k) * blockDim.x < dim) s += static_cast<double>(v[k]) * v[k];
+  return s;
+}
+
 __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t dim, float eps, float* y) {
   __shared__ double sh[32];
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
   float* yr = y + static_cast<int64_t>(blockIdx.x) * dim;
-  double ss = 0.0;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += static_cast<double>(xr[i]) * xr[i];
+  if (dim <= kRegs * static_cast<int64_t>(blockDim.x)) {
+    float v[kRegs], wv[kRegs];
+    load_row(xr, dim, v);
+    if (w) load_row(w, dim, wv);
+    double ss = block_sum(sum_squares(v, dim), sh);
+    const auto inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(dim) + eps));
+    // y may alias x: every thread has read its elements above, and block_sum synchronised.
+#pragma unroll
+    for (int k = 0; k < kRegs; ++k) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      if (i < dim) yr[i] = w ? mul(mul(v[k], inv), wv[k]) : mul(v[k], inv);
+    }
+    return;
+  }
+  double ss = strided_sum(dim, [&](int64_t i) { return static_cast<double>(xr[i]) * xr[i]; });
   ss = block_sum(ss, sh);
   const auto inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(dim) + eps));
-  // y may alias x: every thread has read its elements above, and block_sum synchronised.
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = w ? mul(mul(xr[i], inv), w[i]) : mul(xr[i], inv);
 }
 
@@ -28,11 +81,9 @@ __global__ void layernorm_kernel(const float* x, const float* w, const float* b,
   __shared__ double sh[32];
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
   float* yr = y + static_cast<int64_t>(blockIdx.x) * dim;
-  double s = 0.0;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) s += xr[i];
+  const double s = strided_sum(dim, [&](int64_t i) { return static_cast<double>(xr[i]); });
   const double mean = block_sum(s, sh) / static_cast<double>(dim);
-  double ss = 0.0;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += (xr[i] - mean) * (xr[i] - mean);
+  double ss = strided_sum(dim, [&](int64_t i) { return (xr[i] - mean) * (xr[i] - mean); });
   ss = block_sum(ss, sh);
   const auto inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(dim) + eps));
   const auto meanf = static_cast<float>(mean);
@@ -48,8 +99,19 @@ __global__ void l2norm_kernel(const float* x, int64_t dim, float eps, float* y) 
   __shared__ double sh[32];
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
   float* yr = y + static_cast<int64_t>(blockIdx.x) * dim;
-  double ss = 0.0;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += static_cast<double>(xr[i]) * xr[i];
+  if (dim <= kRegs * static_cast<int64_t>(blockDim.x)) {  // the row in registers, as rmsnorm_kernel
+    float v[kRegs];
+    load_row(xr, dim, v);
+    const double ss = block_sum(sum_squares(v, dim), sh);
+    const auto inv = static_cast<float>(1.0 / sqrt(ss + eps));
+#pragma unroll
+    for (int k = 0; k < kRegs; ++k) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      if (i < dim) yr[i] = mul(v[k], inv);
+    }
+    return;
+  }
+  double ss = strided_sum(dim, [&](int64_t i) { return static_cast<double>(xr[i]) * xr[i]; });
   ss = block_sum(ss, sh);
   const auto inv = static_cast<float>(1.0 / sqrt(ss + eps));
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = mul(xr[i], inv);

@@ -13,6 +13,7 @@
 //    Weights are read once per group of up to 16 rows (mxfp4) / 8 rows (q8_0): a thread block of 4
 //    warps x 4 weight rows stages each chunk's weight bytes and the group's x columns in shared memory
 //    with cp.async (several chunks in flight), decodes each weight once and applies it to every row.
+//    Which block computes which (tile, row group) item, and how deep the stages are, is speed only.
 //    This order differs from the CPU back-end's, so results agree with it to ~1e-6 relative, not bits.
 //
 // 2. Generic path (below, f32 weights and other shapes): kernels/cpu/dot.hpp's order (lane l
@@ -29,11 +30,15 @@
 //   q8_0 7168x7168 (54.6 MB, floor 11.4 us)
 //     before (generic path)   43.0 (1270)  65.4 (835) 100.1 (545)  214.1 (255)  375.4 (145)
 //     after (fast path)       27.9 (1959)  33.9 (1610) 40.1 (1362)  58.8 (929)   95.4 (572)
-// The fast path is still instruction-bound at one row: more warps per SM (O = 1 in matmul_fast.cu)
-// made it slower. Per weight it spends ~3 instructions on decode (nibble -> fp16 bits -> float, or
-// byte -> float) besides the FMA, plus shared-memory loads, cp.async address arithmetic and one
-// barrier per 512-column chunk. Next steps: cheaper decode and staging, then Nsight Compute on
-// matmul_fast_kernel (not yet profiled).
+//   2026-12-01 (per-thread loader, shallow stages, docs/BENCHMARKS.md "resident decode kernels"):
+//     mxfp4 3072x3584          7.9 (745)    8.5 (688)   10.7 (547)   17.3 (339)   27.9 (210)
+//     q8_0 7168x7168          27.0 (2023)  30.9 (1769) 41.7 (1311)  66.8 (817)   97.1 (562)
+//     q8_0 7168x33792         92.2 (2790) 109.1 (2359) 145.5 (1769) 247.6 (1040) 358.7 (717)
+//     16 mxfp4 experts 3072x3584 (expert_ffn, 1 row each): 169.9 us = 1.65 TB/s
+// The fast path is instruction-bound at one row (Nsight Compute: 0.67 warp-instructions issued per
+// scheduler per cycle, DRAM at 1.5 TB/s for the mxfp4 experts): per weight it spends ~2.4 instructions
+// on decode (nibble -> fp16 bits -> float; byte -> float for q8_0) besides the FMA. Next steps: a
+// cheaper decode, smaller tiles or split-K for 7168-row matrices, tensor cores for 4+ rows.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -49,9 +54,14 @@ int matmul_group_rows(WType t);
 
 // Whether the fast path takes this weight and x (type, cols % 512, alignment).
 bool matmul_fast_supported(const Weight& w, const float* x);
-// Benchmark knob of the fast path: weight rows per warp (1, 2 or 4; 0 = the default per row count).
-// It changes speed only, never results.
-void matmul_fast_tune(int rows_per_warp);
+// Benchmark knobs of the fast path (plain matmul and grouped expert matmul): spread (0 = default, 1 =
+// one work item per thread block, 2 = a grid of resident blocks each walking a run of items) and stage
+// depth (0 = default, 1 = deep, 2 = shallow). They change speed only, never results.
+void matmul_fast_tune(int spread, int depth);
+// The launchers' choices under the knobs: shallow stages? and the grid for nitems work items when
+// per_sm blocks fit on an SM. q8: the weight type is q8_0 (else mxfp4).
+bool fast_shallow(bool q8);
+int64_t fast_grid(int64_t nitems, int per_sm, bool q8);
 // The fast path (matmul_fast.cu); only for matmul_fast_supported(w, x).
 void launch_matmul_fast(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t stream);
 

@@ -136,124 +136,218 @@ template <class F, int NR>
 __host__ __device__ constexpr size_t stage_bytes() {
   return size_t{kTileRows} * F::kChunkBytes + 16 + sizeof(float) * NR * kChunk;  // +16: realign over-read
 }
+// Stages of a block whose stage memory aims at `budget` bytes (3 to 8 stages).
 template <class F, int NR>
-__host__ __device__ constexpr int stages() {
-  const size_t s = kStageBudget / stage_bytes<F, NR>();
+__host__ __device__ constexpr int stages(size_t budget = kStageBudget) {
+  const size_t s = budget / stage_bytes<F, NR>();
   return s < 3 ? 3 : s > 8 ? 8 : static_cast<int>(s);
 }
 
-
-// One thread block's problem: a weight (rows x cols, row_bytes apart) and nr (<= NR) activation rows.
-struct Tile {
-  const uint8_t* w;
-  size_t row_bytes;
-  int rows, cols;
-  int nr;
-};
-
-// Activation rows r0.. of a contiguous x [n, cols] and outputs of a contiguous y [n, rows].
-struct PlainRows {
-  const float* x;
-  float* y;
-  int64_t r0;
-  int cols, rows;
-  __device__ const float* xrow(int r) const { return x + (r0 + r) * cols; }
-  __device__ float* yrow(int r) const { return y + (r0 + r) * rows; }
-};
-
-// Gathered / scattered rows: per-row base pointers (shared memory, filled by the kernel).
-struct TableRows {
-  const float* const* xs;
-  float* const* ys;
-  __device__ const float* xrow(int r) const { return xs[r]; }
-  __device__ float* yrow(int r) const { return ys[r]; }
-};
-
-// Copy chunk c of the tile's weights and the group's x rows into stage memory `st`.
-template <class F, int NR, int kThreads, class R>
-__device__ __forceinline__ void load_chunk(const Tile& t, const R& rows, uint8_t* st, int c, int row0) {
-  constexpr int G = F::kChunkBytes / 16;
-  for (int i = threadIdx.x; i < kTileRows * G; i += kThreads) {
-    const int rr = i / G, g = i - rr * G;
-    if (row0 + rr < t.rows)
-      cp_async16(st + rr * F::kChunkBytes + g * 16,
-                 t.w + static_cast<size_t>(row0 + rr) * t.row_bytes + static_cast<size_t>(c) * F::kChunkBytes + g * 16);
-  }
-  float* xs = reinterpret_cast<float*>(st + kTileRows * F::kChunkBytes + 16);
-  for (int i = threadIdx.x; i < NR * (kChunk / 4); i += kThreads) {
-    const int r = i / (kChunk / 4), g = i % (kChunk / 4);
-    if (r < t.nr) {
-      const int b = g >> 3;
-      cp_async16(xs + r * kChunk + 32 * b + 4 * ((g & 7) ^ F::swz(b)),
-                 rows.xrow(r) + static_cast<int64_t>(c) * kChunk + 4 * g);
-    }
-  }
+// Blocks per SM the one-row kernel is compiled for (register cap 65536 / (128 x this)):
+// it is bound by instruction issue, so more resident warps help. mxfp4 at one row needed 123-141
+// registers (3 blocks per SM); 4 blocks (128 registers) cost no spills, 5 would (ptxas -v); two rows
+// would spill at 4.
+template <class F, int NR>
+constexpr int min_blocks() {
+  return NR == 1 ? 4 : 1;
 }
 
-// The whole block: weight rows blockIdx.x * 16.. against the tile's nr activation rows.
-template <class F, int NR, int O, class R>
-__device__ __forceinline__ void tile_body(const Tile& t, const R& rows, uint8_t* smem) {
-  constexpr int S = stages<F, NR>();
+// One work item: a 16-row weight tile against a group of nr (<= NR) activation rows. Which rows and
+// which weight is the problem's business (PlainProblem, the grouped expert problem of moe_grouped.cu):
+// c, r0 and z are its coordinates; w points at the tile's first weight row.
+struct Item {
+  const uint8_t* w;
+  int row0;   // the tile's first weight row (output column)
+  int nrows;  // valid weight rows in the tile (16 but at the matrix's end)
+  int nr;     // activation rows in the group
+  int c, r0, z;
+};
+
+// This thread's share of the copies into a stage: fixed 16-byte granules of the weight tile (granule
+// i = threadIdx.x + k * kThreads of the 16 x kChunkBytes chunk) and granule threadIdx.x of every x row.
+// The granules' stage offsets are set once per block and their source addresses once per item, so a
+// chunk costs a few adds and cp.async per thread (the plain loop divided by the granule count and built
+// 64-bit addresses per granule: dropping it cut the executed instructions at one row by 12 %, Nsight
+// Compute, 2026-12-01).
+template <class F, int NR, int kThreads>
+struct Loader {
+  static_assert(kThreads == kChunk / 4, "one x granule per thread and row");
+  static constexpr int G = F::kChunkBytes / 16;
+  static constexpr int KW = (kTileRows * G + kThreads - 1) / kThreads;
+  const uint8_t* src[KW];  // granule k of chunk 0 of the current item, nullptr: none
+  int dst[KW];             // its offset in a stage
+  int xdst;                // offset (floats) of this thread's x granule in a stage's x row
+  const float** xtab;      // shared: two tables of the x rows of an item (the current one: xcur)
+  int xcur = 0;
+
+  __device__ void init() {
+#pragma unroll
+    for (int k = 0; k < KW; ++k) {
+      const int i = threadIdx.x + k * kThreads, rr = i / G;
+      dst[k] = rr * F::kChunkBytes + (i - rr * G) * 16;
+    }
+    const int g = threadIdx.x, b = g >> 3;
+    xdst = 32 * b + 4 * ((g & 7) ^ F::swz(b));
+  }
+  // The loader moves to item `it` (all threads together: it synchronises the block). Its x row
+  // pointers go to the other table, so threads still copying from the last item are not disturbed.
+  template <class P>
+  __device__ void set(const P& p, const Item& it) {
+    xcur ^= 1;
+    if (threadIdx.x < NR) xtab[xcur * NR + threadIdx.x] = threadIdx.x < it.nr ? p.xrow(it, threadIdx.x) : nullptr;
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < KW; ++k) {
+      const int i = threadIdx.x + k * kThreads, rr = i / G;
+      src[k] = i < kTileRows * G && rr < it.nrows ? it.w + static_cast<size_t>(rr) * p.row_bytes + (i - rr * G) * 16
+                                                  : nullptr;
+    }
+  }
+  // Chunk c of item it into stage st.
+  template <class P>
+  __device__ void load(const P& p, const Item& it, uint8_t* st, int c) const {
+    const size_t off = static_cast<size_t>(c) * F::kChunkBytes;
+#pragma unroll
+    for (int k = 0; k < KW; ++k)
+      if (src[k]) cp_async16(st + dst[k], src[k] + off);
+    float* xs = reinterpret_cast<float*>(st + kTileRows * F::kChunkBytes + 16);
+#pragma unroll
+    for (int r = 0; r < NR; ++r)
+      if (r < it.nr)
+        cp_async16(xs + r * kChunk + xdst, xtab[xcur * NR + r] + static_cast<int64_t>(c) * kChunk + 4 * threadIdx.x);
+  }
+};
+
+// The block's work: items first..last-1 in order, as one stream of chunks through S shared-memory
+// stages (S - 1 chunks in flight), so the copies of the next item overlap the arithmetic of this one
+// and the pipeline never drains between tiles. Per item, weight rows warp * O + o of the tile against
+// the item's nr activation rows; each output's arithmetic is the fixed order of matmul.cuh, whichever
+// block or position in the stream computes it.
+template <class F, int NR, int O, int S, class P>
+__device__ __forceinline__ void items_body(const P& p, int first, int last, uint8_t* smem) {
   constexpr int kThreads = kTileRows / O * 32;
+  constexpr int SB = static_cast<int>(stage_bytes<F, NR>());
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int row0 = blockIdx.x * kTileRows;
-  const int nchunks = t.cols / kChunk;
+  const int nchunks = p.cols / kChunk;
   const Lane ln = F::lane(lane >> 1, lane & 1);
 
-  float acc[O][NR];
-#pragma unroll
-  for (int o = 0; o < O; ++o)
-#pragma unroll
-    for (int r = 0; r < NR; ++r) acc[o][r] = 0.0f;
-
-  for (int s = 0; s < S - 1; ++s) {
-    if (s < nchunks) load_chunk<F, NR, kThreads>(t, rows, smem + s * stage_bytes<F, NR>(), s, row0);
-    cp_async_commit();
-  }
-  for (int c = 0; c < nchunks; ++c) {
-    cp_async_wait<S - 2>();  // this thread's copies of chunk c are done
-    __syncthreads();         // everyone's are; everyone is done with chunk c-1's stage
-    const int nc = c + S - 1;
-    if (nc < nchunks) load_chunk<F, NR, kThreads>(t, rows, smem + (nc % S) * stage_bytes<F, NR>(), nc, row0);
-    cp_async_commit();
-
-    const uint8_t* st = smem + (c % S) * stage_bytes<F, NR>();
-    const float* xs = reinterpret_cast<const float*>(st + kTileRows * F::kChunkBytes + 16);
-    float wv[O][16], sc[O];
-#pragma unroll
-    for (int o = 0; o < O; ++o) sc[o] = F::decode(st + (warp * O + o) * F::kChunkBytes, ln, wv[o]);
-#pragma unroll
-    for (int r = 0; r < NR; ++r) {
-      float xv[16];
-#pragma unroll
-      for (int g = 0; g < 4; ++g) {
-        const float4 q = *reinterpret_cast<const float4*>(xs + r * kChunk + ln.xo[g]);
-        xv[4 * g] = q.x, xv[4 * g + 1] = q.y, xv[4 * g + 2] = q.z, xv[4 * g + 3] = q.w;
+  __shared__ const float* xtab[2 * NR];
+  Loader<F, NR, kThreads> ld;
+  ld.init();
+  ld.xtab = xtab;
+  int lj = first, lc = 0, ls = 0;  // the loader: item, chunk, stage
+  Item li = lj < last ? p.item(lj) : Item{};
+  if (lj < last) ld.set(p, li);
+  auto load_next = [&] {
+    if (lj < last) {
+      ld.load(p, li, smem + ls * SB, lc);
+      if (++lc == nchunks) {
+        lc = 0;
+        if (++lj < last) {
+          li = p.item(lj);
+          ld.set(p, li);
+        }
       }
-      // The fixed order: 16 products of this lane's half block in index order, then one scaled add.
+      if (++ls == S) ls = 0;
+    }
+    cp_async_commit();
+  };
+  for (int s = 0; s < S - 1; ++s) load_next();
+
+  int cs = 0;  // the stage being computed
+  for (int j = first; j < last; ++j) {
+    const Item it = p.item(j);
+    float acc[O][NR];
 #pragma unroll
-      for (int o = 0; o < O; ++o) {
-        float s = 0.0f;
+    for (int o = 0; o < O; ++o)
 #pragma unroll
-        for (int k = 0; k < 16; ++k) s = fmaf(xv[k], wv[o][k], s);
-        acc[o][r] = fmaf(s, sc[o], acc[o][r]);
+      for (int r = 0; r < NR; ++r) acc[o][r] = 0.0f;
+
+    for (int c = 0; c < nchunks; ++c) {
+      cp_async_wait<S - 2>();  // this thread's copies of this chunk are done
+      __syncthreads();         // everyone's are; everyone is done with the previous chunk's stage
+      load_next();
+      const uint8_t* st = smem + cs * SB;
+      if (++cs == S) cs = 0;
+      const float* xs = reinterpret_cast<const float*>(st + kTileRows * F::kChunkBytes + 16);
+      float wv[O][16], sc[O];
+#pragma unroll
+      for (int o = 0; o < O; ++o) sc[o] = F::decode(st + (warp * O + o) * F::kChunkBytes, ln, wv[o]);
+#pragma unroll
+      for (int r = 0; r < NR; ++r) {
+        float xv[16];
+#pragma unroll
+        for (int g = 0; g < 4; ++g) {
+          const float4 q = *reinterpret_cast<const float4*>(xs + r * kChunk + ln.xo[g]);
+          xv[4 * g] = q.x, xv[4 * g + 1] = q.y, xv[4 * g + 2] = q.z, xv[4 * g + 3] = q.w;
+        }
+        // The fixed order: 16 products of this lane's half block in index order, then one scaled add.
+#pragma unroll
+        for (int o = 0; o < O; ++o) {
+          float s = 0.0f;
+#pragma unroll
+          for (int k = 0; k < 16; ++k) s = fmaf(xv[k], wv[o][k], s);
+          acc[o][r] = fmaf(s, sc[o], acc[o][r]);
+        }
+      }
+    }
+
+    // Fixed butterfly over the 32 lanes (every lane ends with the same bits: IEEE addition commutes).
+#pragma unroll
+    for (int o = 0; o < O; ++o) {
+      const int row = warp * O + o;
+#pragma unroll
+      for (int r = 0; r < NR; ++r) {
+        float v = acc[o][r];
+#pragma unroll
+        for (int m = 16; m >= 1; m >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, m));
+        if (lane == ((o * NR + r) & 31) && r < it.nr && row < it.nrows) p.yrow(it, r)[it.row0 + row] = v;
       }
     }
   }
   cp_async_wait<0>();
-
-  // Fixed butterfly over the 32 lanes (every lane ends with the same bits: IEEE addition commutes).
-#pragma unroll
-  for (int o = 0; o < O; ++o) {
-    const int row = row0 + warp * O + o;
-#pragma unroll
-    for (int r = 0; r < NR; ++r) {
-      float v = acc[o][r];
-#pragma unroll
-      for (int m = 16; m >= 1; m >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, m));
-      if (lane == ((o * NR + r) & 31) && r < t.nr && row < t.rows) rows.yrow(r)[row] = v;
-    }
-  }
 }
+
+// Items [first, last) of block b when nitems items are spread over nblocks blocks in contiguous runs
+// (neighbouring tiles of one matrix stay in one block).
+// One item per block (the default grid) skips the 64-bit divisions: a few hundred instructions per
+// block, a tenth of a 7-chunk tile's work at one row.
+__device__ __forceinline__ void block_items(int64_t nitems, int64_t nblocks, int& first, int& last) {
+  const int64_t b = blockIdx.x;
+  if (nblocks == nitems) {
+    first = static_cast<int>(b);
+    last = first + 1;
+    return;
+  }
+  first = static_cast<int>(b * nitems / nblocks);
+  last = static_cast<int>((b + 1) * nitems / nblocks);
+}
+
+// The plain matmul's problem: item j = (row group j / ntiles, weight tile j % ntiles) of a contiguous
+// x [n, cols] and y [n, rows].
+struct PlainProblem {
+  const uint8_t* w;
+  size_t row_bytes;
+  int rows, cols;
+  const float* x;
+  float* y;
+  int64_t n;
+  int group;   // NR
+  int ntiles;  // ceil(rows / 16)
+  __device__ Item item(int j) const {
+    Item it;
+    const int grp = j / ntiles, tile = j - grp * ntiles;
+    it.c = 0;
+    it.z = 0;
+    it.r0 = grp * group;
+    it.row0 = tile * kTileRows;
+    it.w = w + static_cast<size_t>(it.row0) * row_bytes;
+    it.nrows = min(kTileRows, rows - it.row0);
+    it.nr = static_cast<int>(min(static_cast<int64_t>(group), n - it.r0));
+    return it;
+  }
+  __device__ const float* xrow(const Item& it, int r) const { return x + static_cast<int64_t>(it.r0 + r) * cols; }
+  __device__ float* yrow(const Item& it, int r) const { return y + static_cast<int64_t>(it.r0 + r) * rows; }
+};
 
 }  // namespace ferry::cuda::fast

@@ -18,14 +18,15 @@ constexpr int kGroupRows = 256;   // activation rows per launch
 
 // One launch's share of an expert batch: the "pieces" (an expert's rows, or a run of them when an
 // expert has more rows than fit) and their row indices. Passed by value as a __grid_constant__ kernel
-// parameter (about 2.7 KB of the 4 KB parameter space), so a batch needs no host-to-device copy.
+// parameter (about 2.9 KB of the 4 KB parameter space), so a batch needs no host-to-device copy.
 struct GroupTable {
   int ncalls;                        // pieces in this launch
   int rows;                          // rows in this launch (sum of m)
   int base;                          // row of this launch's first row in the intermediate buffers
   int loc[kGroupCalls];              // first row of piece c in src / dst
   int m[kGroupCalls];                // rows of piece c
-  int bstart[kGroupCalls + 1];       // first grid y-block of piece c (set by the launcher)
+  int bstart[kGroupCalls + 1];       // first row group of piece c (set by the launcher)
+  uint8_t piece[kGroupRows];         // piece of each row group (set by the launcher)
   const uint8_t* w[kGroupCalls][3];  // piece c's gate, up, down weight data
   int32_t src[kGroupRows];           // x row of each row
   int32_t dst[kGroupRows];           // y row of each row

@@ -1,9 +1,11 @@
-// The grouped expert matmul (moe.cuh): grid x = 16-row weight tiles, grid y = groups of NR rows of
-// every piece in turn, grid z = which weight (gate / up). Each thread block resolves its piece and
-// row pointers, then runs the plain fast matmul's block body (matmul_fast.cuh) on them, so a row's
-// outputs are bit-identical to CudaBackend::matmul of that expert's weight on that row.
+// The grouped expert matmul (moe.cuh): work items = (which weight: gate / up, a group of NR rows of a
+// piece, a 16-row weight tile), spread in contiguous runs over a grid sized to the GPU (a few blocks
+// per SM, each streaming its items through one cp.async pipeline). Each item resolves its piece and
+// row pointers and runs the plain fast matmul's body (matmul_fast.cuh), so a row's outputs are
+// bit-identical to CudaBackend::matmul of that expert's weight on that row.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/matmul.cuh"
@@ -16,67 +18,93 @@ namespace {
 
 using namespace fast;
 
+constexpr int kO = 4;                   // as matmul_fast.cu
+constexpr size_t kShallow = 44 * 1024;  // as matmul_fast.cu
+
 struct GroupArgs {
   GroupTable t;
-  int which;  // weight of grid z = 0: 0 = gate (z = 1: up), 2 = down
+  int which;  // weight of z = 0: 0 = gate (z = 1: up), 2 = down
   size_t row_bytes;
   int rows, cols;  // of the weight
   const float* x;
   float* y[2];     // gate/up: g, u; down: y
+  int ntiles;      // ceil(rows / 16)
+  int nb;          // row groups over all pieces (bstart[ncalls])
+  int group;       // NR
+
+  // Item j = (z, row group yb, weight tile): z-major, then the pieces' row groups, then tiles, so a
+  // block's contiguous run of items walks neighbouring tiles of one expert's weight.
+  __device__ Item item(int j) const {
+    Item it;
+    const int per_z = nb * ntiles;
+    it.z = j / per_z;
+    const int rem = j - it.z * per_z;
+    const int yb = rem / ntiles, tile = rem - yb * ntiles;
+    const int c = t.piece[yb];
+    it.c = c;
+    it.r0 = (yb - t.bstart[c]) * group;
+    it.nr = min(group, t.m[c] - it.r0);  // >= 1: piece c has ceil(m / NR) row groups
+    it.row0 = tile * kTileRows;
+    it.nrows = min(kTileRows, rows - it.row0);
+    it.w = t.w[c][which + it.z] + static_cast<size_t>(it.row0) * row_bytes;
+    return it;
+  }
+  __device__ const float* xrow(const Item& it, int r) const {
+    const int i = t.loc[it.c] + it.r0 + r;
+    return which == 0 ? x + static_cast<int64_t>(t.src[i]) * cols : x + (static_cast<int64_t>(t.base) + i) * cols;
+  }
+  __device__ float* yrow(const Item& it, int r) const {
+    const int i = t.loc[it.c] + it.r0 + r;
+    return which == 0 ? y[it.z] + (static_cast<int64_t>(t.base) + i) * rows
+                      : y[0] + static_cast<int64_t>(t.dst[i]) * rows;
+  }
 };
 
 // __grid_constant__: the table is indexed with per-block values; without it nvcc would copy the
-// whole 2.7 KB parameter into local memory per thread to take its address.
-template <class F, int NR, int O>
-__global__ void __launch_bounds__(kTileRows / O * 32) grouped_kernel(const __grid_constant__ GroupArgs a) {
+// whole 2.9 KB parameter into local memory per thread to take its address.
+template <class F, int NR, int S>
+__global__ void __launch_bounds__(kTileRows / kO * 32, min_blocks<F, NR>())
+    grouped_kernel(const __grid_constant__ GroupArgs a, int64_t nitems) {
   extern __shared__ __align__(16) uint8_t smem[];
-  __shared__ const float* xs[NR];
-  __shared__ float* ys[NR];
-  const GroupTable& t = a.t;
-  const int yb = static_cast<int>(blockIdx.y), z = static_cast<int>(blockIdx.z);
-  int c = 0;
-  while (c + 1 < t.ncalls && yb >= t.bstart[c + 1]) ++c;
-  const int r0 = (yb - t.bstart[c]) * NR;
-  const int nr = min(NR, t.m[c] - r0);  // >= 1: the launcher gives piece c ceil(m / NR) blocks
-  const int tid = static_cast<int>(threadIdx.x);
-  if (tid < nr) {
-    const int i = t.loc[c] + r0 + tid;
-    const int64_t inner = static_cast<int64_t>(t.base) + i;  // row in the intermediate buffers
-    if (a.which == 0) {
-      xs[tid] = a.x + static_cast<int64_t>(t.src[i]) * a.cols;
-      ys[tid] = a.y[z] + inner * a.rows;
-    } else {
-      xs[tid] = a.x + inner * a.cols;
-      ys[tid] = a.y[0] + static_cast<int64_t>(t.dst[i]) * a.rows;
-    }
-  }
-  __syncthreads();  // tile_body's first cp.async reads xs
-  const Tile tile{t.w[c][a.which + z], a.row_bytes, a.rows, a.cols, nr};
-  tile_body<F, NR, O>(tile, TableRows{xs, ys}, smem);
+  int first, last;
+  block_items(nitems, gridDim.x, first, last);
+  items_body<F, NR, kO, S>(a, first, last, smem);
 }
 
-// O = 4 weight rows per warp: the plain path's measured default (matmul_fast.cu); O changes speed only.
+template <class F, int NR, int S>
+void launch_s(GroupArgs& a, int nz, cudaStream_t st) {
+  constexpr int kThreads = kTileRows / kO * 32;
+  constexpr size_t smem = stage_bytes<F, NR>() * S;
+  static const int per_sm = [] {
+    FERRY_CUDA_CHECK(cudaFuncSetAttribute(grouped_kernel<F, NR, S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem)));
+    int b = 0;
+    FERRY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, grouped_kernel<F, NR, S>, kThreads, smem));
+    return std::max(b, 1);
+  }();
+  const int64_t nitems = static_cast<int64_t>(nz) * a.nb * a.ntiles;
+  const int64_t blocks = fast_grid(nitems, per_sm, std::is_same_v<F, Q8>);
+  grouped_kernel<F, NR, S><<<static_cast<unsigned>(blocks), kThreads, smem, st>>>(a, nitems);
+  FERRY_CUDA_LAUNCHED(grouped_kernel);
+}
+
+// Row groups per piece, then the launch with the plain path's stage depth and grid (matmul_fast.cu).
 template <class F, int NR>
 void launch_nr(GroupArgs& a, int nz, cudaStream_t st) {
-  constexpr int O = 4;
-  constexpr size_t smem = stage_bytes<F, NR>() * stages<F, NR>();
-  static const bool raised = [] {
-    FERRY_CUDA_CHECK(cudaFuncSetAttribute(grouped_kernel<F, NR, O>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(smem)));
-    return true;
-  }();
-  (void)raised;
   int nb = 0;
   for (int c = 0; c < a.t.ncalls; ++c) {
     a.t.bstart[c] = nb;
-    nb += (a.t.m[c] + NR - 1) / NR;
+    const int groups = (a.t.m[c] + NR - 1) / NR;
+    for (int g = 0; g < groups; ++g) a.t.piece[nb + g] = static_cast<uint8_t>(c);
+    nb += groups;
   }
   a.t.bstart[a.t.ncalls] = nb;
   if (nb == 0) return;
-  const dim3 grid(static_cast<unsigned>((a.rows + kTileRows - 1) / kTileRows), static_cast<unsigned>(nb),
-                  static_cast<unsigned>(nz));
-  grouped_kernel<F, NR, O><<<grid, kTileRows / O * 32, smem, st>>>(a);
-  FERRY_CUDA_LAUNCHED(grouped_kernel);
+  a.nb = nb;
+  a.group = NR;
+  a.ntiles = (a.rows + kTileRows - 1) / kTileRows;
+  if (fast_shallow(std::is_same_v<F, Q8>)) return launch_s<F, NR, stages<F, NR>(kShallow)>(a, nz, st);
+  launch_s<F, NR, stages<F, NR>()>(a, nz, st);
 }
 
 // NR (rows sharing one weight read) from the largest piece, as the plain matmul picks it from n: it
@@ -109,13 +137,13 @@ size_t row_bytes_of(WType type, int cols) {
 
 void launch_grouped_gate_up(const GroupTable& t, WType type, const float* x, int in, int inter, float* g, float* u,
                             cudaStream_t st) {
-  GroupArgs a{t, 0, row_bytes_of(type, in), inter, in, x, {g, u}};
+  GroupArgs a{t, 0, row_bytes_of(type, in), inter, in, x, {g, u}, 0, 0, 0};
   launch_typed(a, type, 2, st);
 }
 
 void launch_grouped_down(const GroupTable& t, WType type, const float* act, int in, int inter, float* y,
                          cudaStream_t st) {
-  GroupArgs a{t, 2, row_bytes_of(type, inter), in, inter, act, {y, nullptr}};
+  GroupArgs a{t, 2, row_bytes_of(type, inter), in, inter, act, {y, nullptr}, 0, 0, 0};
   launch_typed(a, type, 1, st);
 }
 

@@ -250,7 +250,9 @@ double copy_bandwidth(Backend& be) {  // device copy, bytes read + written per s
 void bench_matrices(Backend& be, const std::string& label) {
   struct Case { const char* name; WType t; int64_t rows, cols; int copies; };
   for (const Case c : {Case{"mxfp4 expert 3072x3584", WType::mxfp4, 3072, 3584, 24},
-                       Case{"q8_0 spine 7168x7168", WType::q8_0, 7168, 7168, 3}}) {
+                       Case{"q8_0 spine 7168x7168", WType::q8_0, 7168, 7168, 3},
+                       Case{"q8_0 spine 12288x7168", WType::q8_0, 12288, 7168, 2},
+                       Case{"q8_0 ffn 7168x33792", WType::q8_0, 7168, 33792, 1}}) {
     const auto bytes = random_weight(c.t, c.rows, c.cols, 9);
     std::vector<void*> bufs;
     std::vector<Weight> ws;
@@ -286,14 +288,17 @@ TEST_F(Ops, MatmulBenchWeightBandwidth) {
 #endif
 }
 
-// The fast path's speed knob (weight rows per warp), for tuning its default; results never change.
-TEST_F(Ops, MatmulBenchRowsPerWarpSweep) {
+// The fast path's speed knobs (stage depth; one tile per thread block or resident blocks walking runs
+// of tiles), for tuning their defaults; results never change.
+TEST_F(Ops, MatmulBenchDepthAndSpreadSweep) {
 #if FERRY_WITH_CUDA
-  for (int o : {1, 2, 4}) {
-    cuda::matmul_fast_tune(o);
-    bench_matrices(gpu(), "O=" + std::to_string(o) + " ");
+  for (int depth : {1, 2}) {
+    for (int spread : {1, 2}) {
+      cuda::matmul_fast_tune(spread, depth);
+      bench_matrices(gpu(), "depth=" + std::to_string(depth) + " spread=" + std::to_string(spread) + " ");
+    }
   }
-  cuda::matmul_fast_tune(0);
+  cuda::matmul_fast_tune(0, 0);
 #else
   GTEST_SKIP() << "no CUDA back-end in this build";
 #endif

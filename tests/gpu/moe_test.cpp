@@ -10,13 +10,19 @@
 //  - moe_combine bit-identical to the CPU (both are the axpy sequence with separately rounded ops);
 //  - MoeBench: per-expert sequence vs expert_ffn on a K3 decode batch (16 experts of 3072x3584 MXFP4).
 // Outputs are NaN-poisoned first so unwritten rows show.
+#include <algorithm>
 #include <chrono>
 #include <numeric>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "tests/gpu/gpu_util.hpp"
 #include "tests/kernels/cpu/moe_util.hpp"
+#if FERRY_WITH_CUDA
+#include "kernels/cuda/cuda_backend.cuh"
+#include "kernels/cuda/matmul.cuh"
+#endif
 
 namespace ferry::test {
 namespace {
@@ -182,6 +188,62 @@ TEST_F(Ops, MoeBenchDecodeBatch) {
   const double floor_s = 16.0 * 3 * static_cast<double>(ex[0].gate.nbytes()) / 4.8e12;
   std::printf("[bench] K3 decode batch (16 experts 3072x3584 mxfp4, 1 row): per-expert %.1f us, expert_ffn %.1f us "
               "(x%.1f), HBM floor %.1f us\n", seq * 1e6, fused * 1e6, seq / fused, floor_s * 1e6);
+}
+
+#if FERRY_WITH_CUDA
+// Device time per expert_ffn call: events around 50 back-to-back calls (no host sync between them),
+// the median of 5 such runs.
+double device_time_per_call(Backend& be, const ExpertFfnArgs& a) {
+  auto& cb = static_cast<cuda::CudaBackend&>(be);
+  for (int i = 0; i < 5; ++i) be.expert_ffn(a);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<double> t;
+  constexpr int kCalls = 50;
+  for (int rep = 0; rep < 5; ++rep) {
+    cudaEventRecord(e0, cb.stream());
+    for (int i = 0; i < kCalls; ++i) be.expert_ffn(a);
+    cudaEventRecord(e1, cb.stream());
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    t.push_back(ms * 1e-3 / kCalls);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+#endif
+
+// Device time of a batch of 16 K3 experts (3072x3584 MXFP4, 17.5 MB each) with m = 1, 2, 4, 16 rows
+// each: the expert weights are read once per batch, so bytes / time is the kernel's weight bandwidth.
+// The defaults first, then swept over the fast path's speed knobs (stage depth, spread); results
+// never change.
+TEST_F(Ops, MoeBenchExpertBatchBandwidth) {
+#if FERRY_WITH_CUDA
+  const Shape s{WType::mxfp4, 3584, 3072};
+  RandomExperts ex(gpu(), s.t, 16, s.in, s.inter, 80);
+  const double bytes = 16.0 * 3 * static_cast<double>(ex[0].gate.nbytes());
+  for (const int64_t m : {1, 2, 4, 16}) {
+    Batch b = random_batch(ex, 0, std::vector<int64_t>(16, m), m, 81);
+    auto x = both(random_floats(static_cast<size_t>(m * s.in), 82));
+    Buf y(gpu(), static_cast<size_t>(16 * m * s.in));
+    const auto a = args_for(b.bind(), x.gpu(), m, y, 16 * m, s, all_acts()[2]);
+    for (const auto& [depth, spread] : {std::pair{0, 0}, std::pair{1, 1}, std::pair{1, 2}, std::pair{2, 1},
+                                         std::pair{2, 2}}) {
+      cuda::matmul_fast_tune(spread, depth);
+      const double t = device_time_per_call(gpu(), a);
+      std::printf("[bench] expert batch 16 x 3072x3584 mxfp4, m=%2lld rows each, depth=%d spread=%d: %7.1f us  "
+                  "%5.0f GB/s  (floor at 4.8 TB/s %.1f us)\n",
+                  static_cast<long long>(m), depth, spread, t * 1e6, bytes / t / 1e9, bytes / 4.8e12 * 1e6);
+    }
+    cuda::matmul_fast_tune(0, 0);
+  }
+#else
+  GTEST_SKIP() << "no CUDA back-end in this build";
+#endif
 }
 
 }  // namespace

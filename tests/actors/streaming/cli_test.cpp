@@ -77,6 +77,6 @@ TEST(StreamingCli, TraceDiffNamesTheFirstDifferingPosition) {
 TEST(StreamingCli, StreamingAHuggingFaceCheckpointIsRefusedWithAClearMessage) {
   if (!fs::exists(kFerry)) GTEST_SKIP() << "build the ferry target first";
   auto r = sh("run -m " + kHf.string() + " " + kIds + " --ssd-streaming");
-  EXPECT_EQ(r.rc, 1);
+  EXPECT_EQ(r.rc, 2) << "refused before loading";
   EXPECT_NE(r.text.find("prepared model"), std::string::npos) << r.text;
 }

@@ -181,8 +181,9 @@ inline std::vector<std::string> sse_payloads(const std::string& body) {
 
 class ServerProcess {
  public:
-  // Starts ferry-server on the tiny model with `args` added; waits until /health answers.
-  explicit ServerProcess(std::vector<std::string> args);
+  // Starts ferry-server on `model` (the tiny fixture by default) with `args` added; waits until /health
+  // answers.
+  explicit ServerProcess(std::vector<std::string> args, const fs::path& model = kTinyModel);
   ~ServerProcess() { stop(); }
   int port() const { return port_; }
   bool alive();
@@ -212,11 +213,11 @@ inline int run_node(const std::string& script_and_args, std::string& out) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-inline ServerProcess::ServerProcess(std::vector<std::string> args) {
+inline ServerProcess::ServerProcess(std::vector<std::string> args, const fs::path& model) {
   for (int attempt = 0; attempt < 3 && pid_ < 0; ++attempt) {
     port_ = free_port();
     log_ = fs::path(FERRY_BINARY_DIR) / ("ferry-server-test-" + std::to_string(port_) + ".log");
-    std::vector<std::string> argv_s = {kServerBinary.string(), "-m", kTinyModel.string(), "--port",
+    std::vector<std::string> argv_s = {kServerBinary.string(), "-m", model.string(), "--port",
                                        std::to_string(port_), "-t", "1"};
     argv_s.insert(argv_s.end(), args.begin(), args.end());
     std::vector<char*> argv;

@@ -1,5 +1,5 @@
 // The web page in headless Chromium (Debian's chromium driven by playwright-core): a message streams a
-// reply in and the dashboard numbers move. The screenshot lands in the build directory.
+// reply in and the dashboard numbers move; at 420 px a reply stopped mid-stream frees the engine. The screenshot lands in the build directory.
 #include <gtest/gtest.h>
 
 #include "tests/apps/server/server_process.hpp"
@@ -17,6 +17,16 @@ TEST(WebPage, ChatStreamsAReplyAndTheDashboardUpdatesInHeadlessChromium) {
   EXPECT_EQ(rc, 0) << out;
   EXPECT_TRUE(fs::exists(shot)) << out;
   EXPECT_GT(fs::exists(shot) ? fs::file_size(shot) : 0, 10000u);
+  EXPECT_TRUE(server.alive()) << server.log();
+}
+
+TEST(WebPage, StopCancelsTheReplyServerSideNewChatClearsAndThePageFits420Pixels) {
+  if (!fs::exists("/usr/bin/chromium")) GTEST_FAIL() << "/usr/bin/chromium is missing: run scripts/install-deps.sh";
+  ServerProcess server({"--events-interval-ms", "200", "--max-tokens-limit", "4000"});
+  const fs::path shot = fs::path(FERRY_BINARY_DIR) / "ferry-server-page-420.png";
+  std::string out;
+  const int rc = run_node("web_stop.mjs http://127.0.0.1:" + std::to_string(server.port()) + "/ '" + shot.string() + "'", out);
+  EXPECT_EQ(rc, 0) << out << "\n" << server.log();
   EXPECT_TRUE(server.alive()) << server.log();
 }
 

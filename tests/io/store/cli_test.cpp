@@ -110,7 +110,7 @@ TEST_F(Cli, VerifyNamesTheCorruptedExpertAndTheGoodCopy) {
 }
 
 TEST_F(Cli, InspectPrintsThePublishedK31Figures) {
-  const auto r = run("inspect " + (kFix / "configs/kimi-k31-pro-config.json").string() + " --gpu-mem 96G --host-mem 256G");
+  const auto r = run("inspect " + (kFix / "configs/kimi-k31-pro-config.json").string() + " --gpu-mem 96GiB --host-mem 256GiB");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("33,792 B per token"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("0.43 GB per sequence"), std::string::npos) << r.out;

@@ -46,8 +46,8 @@ TEST(Sizing, K3HasMlaWhereK31HasDsaAndNoIndexerKey) {
 TEST(Sizing, MemoryTableHasFourContextsTimesTwoSequenceCountsAndFitsOnAGpu) {
   const auto s = size_model(load_model_config(kConfigs + "kimi-k31-pro-config.json"));
   FitInput in;
-  in.gpu_mem = parse_size("96G");
-  in.host_mem = parse_size("256G");
+  in.gpu_mem = int64_t(parse_size("96GiB"));
+  in.host_mem = int64_t(parse_size("256GiB"));
   const auto rows = memory_table(s, in);
   ASSERT_EQ(rows.size(), 8u);
   EXPECT_EQ(rows[0].context, 32768);
@@ -58,8 +58,8 @@ TEST(Sizing, MemoryTableHasFourContextsTimesTwoSequenceCountsAndFitsOnAGpu) {
   EXPECT_TRUE(rows[0].fits);
   EXPECT_GT(rows[0].gpu_expert_slots, 0);
   EXPECT_FALSE(rows[7].fits) << "8 x 1M tokens x 33,792 B = 283 GB";
-  EXPECT_EQ(host_expert_slots(s, in), parse_size("256G") / 17547264);
-  in.host_mem = parse_size("4T");
+  EXPECT_EQ(host_expert_slots(s, in), int64_t(parse_size("256GiB")) / 17547264);
+  in.host_mem = int64_t(parse_size("4TiB"));
   EXPECT_EQ(host_expert_slots(s, in), 82432) << "capped at all experts";
   const auto j = sizing_json(s, in);
   EXPECT_EQ(j["kv_bytes_per_token"], 33792);
@@ -75,14 +75,32 @@ TEST(Sizing, SpineTypeRuleKeepsRouterAndVectorsF32) {
   EXPECT_EQ(spine_tensor_type("x.o_proj.weight", {256, 64}, SpineType::bf16), GgmlType::bf16);
 }
 
-TEST(ParseSize, BinaryDecimalAndErrors) {
-  EXPECT_EQ(parse_size("96G"), int64_t(96) << 30);
-  EXPECT_EQ(parse_size("96GiB"), int64_t(96) << 30);
-  EXPECT_EQ(parse_size("96GB"), int64_t(96'000'000'000));
-  EXPECT_EQ(parse_size("1.5T"), int64_t(3) << 39);
-  EXPECT_EQ(parse_size("4096"), 4096);
-  EXPECT_THROW(parse_size("lots"), ConfigError);
-  EXPECT_THROW(parse_size("5X"), ConfigError);
+TEST(ParseSize, GbIsDecimalGibIsBinaryAndBothSpellingsReadBack) {
+  EXPECT_EQ(parse_size("96GiB"), uint64_t(96) << 30);
+  EXPECT_EQ(parse_size("96GB"), uint64_t(96'000'000'000));
+  EXPECT_EQ(parse_size("96 gb"), uint64_t(96'000'000'000));
+  EXPECT_EQ(parse_size("1.5TiB"), uint64_t(3) << 39);
+  EXPECT_EQ(parse_size("512MiB"), uint64_t(512) << 20);
+  EXPECT_EQ(parse_size("4096B"), 4096u);
+  EXPECT_EQ(parse_size("2KB"), 2000u);
+  EXPECT_EQ(parse_size(format_bytes(17'550'000)), 17'550'000u) << "a printed size reads back: " << format_bytes(17'550'000);
+  EXPECT_EQ(parse_size(size_flag_value(118'430'123'456)), 118'430'000'000u);
+}
+
+TEST(ParseSize, BareNumbersOneLetterUnitsAndNonsenseAreRefusedNamingTheFlag) {
+  auto message = [](const std::string& text) {
+    try {
+      parse_size(text, "--host-pool");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(message("96").find("bare number"), std::string::npos) << message("96");
+  EXPECT_NE(message("96G").find("GB (decimal) or GiB (binary)"), std::string::npos) << message("96G");
+  EXPECT_NE(message("96").find("--host-pool"), std::string::npos);
+  for (const char* bad : {"lots", "5X", "-1GB", "nanGB", "infGB", "0x10GB", "1e30TB", "GB", ""})
+    EXPECT_NE(message(bad), "accepted") << bad;
 }
 
 }  // namespace

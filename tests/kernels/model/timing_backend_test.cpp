@@ -40,8 +40,14 @@ TEST(TimingBackend, ProfilingChangesNoOutputAndReportsEveryOpKind) {
   for (const auto& [label, t] : r.ops)
     if (label.rfind("matmul ", 0) == 0) matmuls += t.calls;
   EXPECT_GT(matmuls, 0u);
-  EXPECT_TRUE(r.ops.count("expert_ffn (batches of 8+)") || r.ops.count("expert_ffn (batches of 4)"))
-      << "the resident experts of a layer arrive as one batch";
+  EXPECT_TRUE(r.ops.count("expert_ffn (batches of 8+, 1 row each)") ||
+              r.ops.count("expert_ffn (batches of 4, 1 row each)"))
+      << "the resident experts of a layer arrive as one batch; a decode step's experts have one row each";
+  bool prompt_batch = false;
+  for (const auto& [label, t] : r.ops)
+    prompt_batch = prompt_batch ||
+                   (label.rfind("expert_ffn (batches of ", 0) == 0 && label.find(", more rows)") != std::string::npos);
+  EXPECT_TRUE(prompt_batch) << "the 6-token prompt pass gives some expert several rows";
   const uint64_t kda = r.ops.count("kda_chunked") ? r.ops.at("kda_chunked").calls : 0;
   EXPECT_EQ(r.ops.at("moe_combine").calls * 4, (r.ops.at("kda_recurrent").calls + kda) * 5)
       << "k3-tiny-a runs 5 MoE layers and 4 KDA layers per forward";

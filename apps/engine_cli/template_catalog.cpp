@@ -1,14 +1,13 @@
-#include "apps/ferry-server/template_catalog.hpp"
+#include "apps/engine_cli/template_catalog.hpp"
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
-#include "apps/ferry-server/embedded.hpp"
 #include "io/errors.hpp"
 
-namespace ferry::server {
+namespace ferry::cli {
 namespace {
 
 ChatTemplate from_file(const std::filesystem::path& p) {
@@ -49,4 +48,4 @@ ChatTemplate choose_chat_template(const std::string& requested, const std::strin
   throw ConfigError("no chat template for model_type '" + model_type + "' and no built-in 'plain' template");
 }
 
-}  // namespace ferry::server
+}  // namespace ferry::cli

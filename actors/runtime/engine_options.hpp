@@ -1,0 +1,44 @@
+// The ONE option set of every front-end that runs a model (`ferry run`, `ferry faults`, `ferry-server`;
+// `ferry bench` runs `ferry run`): the model, the back-end, streaming, caches, io engine, prefetch,
+// drafter and trace. The apps register it with apps/engine_cli/engine_cli.hpp add_engine_flags (one
+// CLI11 registration, documented once in docs/USAGE.md "Engine options") and start it with
+// actors/runtime/engine.hpp start_engine; validate_engine_options is the one check of the values,
+// run before anything loads.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "actors/runtime/model_loader.hpp"
+
+namespace ferry {
+
+struct DraftOptions {
+  std::string spec;                // "" = off; ngram[:N] | replay:FILE[,opts] | qwen3:DIR
+  std::string gate = "adaptive";   // or a fixed threshold in [0, 1]
+  int max = 15;                    // drafts per block (1..15)
+  int deadline_ms = 500;           // per drafter call
+  int threads = 1;                 // of a checkpoint drafter
+  std::string exe;                 // ferry-drafter binary (default: next to ferry)
+};
+
+struct EngineOptions {
+  ModelOptions model;              // directory, back-end, threads, streaming options, profile_ops
+  int streaming = -1;              // --ssd-streaming 1, --no-ssd-streaming 0, -1: the memory plan decides
+  bool cache_set = false;          // --cache-experts given (model.streaming.cache_experts / cache_bytes)
+  bool host_pool_set = false;      // --host-pool given (model.streaming.host_pool_bytes)
+  int64_t ctx = 4096;              // context per sequence (prompt + reply), tokens
+  DraftOptions draft;
+  bool quiet = false;              // no plan / progress lines on stderr
+};
+
+// Every value and every file the options name, checked before the model loads: thread and queue
+// counts, the back-end name, the model directory, the expert files against manifest.json (present,
+// right size), the drafter (kind, replay file, checkpoint directory, a vocabulary the model can map).
+// Throws UsageError naming the flag.
+void validate_engine_options(const EngineOptions& o);
+
+// Strict checks of the sampling flags of `ferry run` (-n, --temp, --top-p). Throws UsageError.
+void validate_sampling(int64_t n_predict, float temp, float top_p);
+
+}  // namespace ferry

@@ -1,0 +1,83 @@
+// ferry-server on a prepared store with --ssd-streaming and small caches: the official `openai` npm
+// client (non-streamed and streamed) gets exactly the tokens `ferry run --chat` produces for the same
+// messages, and /metrics shows the engine's expert reads, tiers and drives.
+#include <gtest/gtest.h>
+
+#include "tests/apps/engine_cli/engine_cli_support.hpp"
+#include "tests/apps/server/server_process.hpp"
+
+namespace ferry::test {
+namespace {
+
+const std::vector<std::string> kStreaming = {"--ssd-streaming", "--cache-experts", "4", "--stream-slots", "8"};
+
+double labelled(const std::string& metrics, const std::string& series) {
+  const size_t p = metrics.find("\n" + series + " ");
+  return p == std::string::npos ? -1.0 : std::stod(metrics.substr(p + series.size() + 2));
+}
+
+TEST(ServerStreaming, OpenAiClientGetsTheTokensOfFerryRunChatAndMetricsShowExpertReads) {
+  const fs::path model = prepared_tiny();
+  std::vector<std::string> args = kStreaming;
+  args.insert(args.end(), {"--ctx", "512"});
+  ServerProcess server(args, model);
+  const std::string system = "You are terse.", user = "Tell me about ferries.";
+  const int n = 12;
+  std::string flags;
+  for (const auto& a : kStreaming) flags += " " + a;
+  const Run run = sh(kFerry + " run --json -t 1 -c 512 -m " + model.string() + flags + " --chat --system '" + system +
+                         "' -p '" + user + "' -n " + std::to_string(n),
+                     "/dev/null");
+  ASSERT_EQ(run.rc, 0) << run.out;
+  const nlohmann::json want = nlohmann::json::parse(run.out);
+  const nlohmann::json messages = {{{"role", "system"}, {"content", system}}, {{"role", "user"}, {"content", user}}};
+  std::string out;
+  const int rc = run_node("chat_tokens.mjs http://127.0.0.1:" + std::to_string(server.port()) + "/v1 '" +
+                              messages.dump() + "' " + std::to_string(n),
+                          out);
+  ASSERT_EQ(rc, 0) << out << server.log();
+  const nlohmann::json got = nlohmann::json::parse(out.substr(out.find('{')));
+  for (const char* mode : {"plain", "stream"}) {
+    const auto& g = got[mode];
+    EXPECT_EQ(g["usage"]["prompt_tokens"], want["prompt_tokens"]) << mode << ": the same prompt ids\n" << out;
+    EXPECT_EQ(g["usage"]["completion_tokens"], want["generated"]) << mode << "\n" << out;
+    EXPECT_EQ(g["content"], want["text"]) << mode << ": the same tokens, as text";
+  }
+  const HttpResponse m = http(server.port(), "GET", "/metrics");
+  EXPECT_EQ(labelled(m.body, "ferry_streaming"), 1.0) << m.body;
+  EXPECT_GT(labelled(m.body, "ferry_expert_reads_total"), 0.0) << m.body;
+  EXPECT_GT(labelled(m.body, "ferry_expert_requests_total"), 0.0) << m.body;
+  EXPECT_NE(m.body.find("ferry_drive_read_bytes_total{drive=\""), std::string::npos) << m.body;
+  EXPECT_EQ(labelled(m.body, "ferry_cache_experts{tier=\"host\",of=\"capacity\"}"), 4.0) << m.body;
+  EXPECT_NE(server.log().find("memory plan"), std::string::npos) << server.log();
+}
+
+TEST(ServerStreaming, APortInUseIsRefusedBeforeTheModelLoadsNamingThePort) {
+  const int port = free_port();
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  const Run r = sh(kServerBinary.string() + " -m " + kTinyModel.string() + " --port " + std::to_string(port));
+  ::close(fd);
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("cannot listen on 127.0.0.1:" + std::to_string(port)), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("memory plan"), std::string::npos) << "refused before the plan and the load:\n" << r.out;
+  EXPECT_LT(r.seconds, 1.0);
+}
+
+TEST(ServerStreaming, ServerFlagsAreTheEngineFlagsAndBadOnesAreRefusedBeforeLoading) {
+  const Run r = sh(kServerBinary.string() + " -m " + prepared_tiny().string() + " --ssd-streaming --host-pool 2G");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("--host-pool: '2G' is not a size"), std::string::npos) << r.out;
+  const Run d = sh(kServerBinary.string() + " -m " + prepared_tiny().string() + " --draft nonsense");
+  EXPECT_EQ(d.rc, 2) << d.out;
+  EXPECT_NE(d.out.find("unknown drafter kind"), std::string::npos) << d.out;
+  EXPECT_LT(d.seconds, 1.0);
+}
+
+}  // namespace
+}  // namespace ferry::test
