@@ -69,6 +69,7 @@ void load_prepared(const ModelOptions& o, LoadedModel& m, LoadOptions& lo) {
   const Manifest manifest = read_manifest(dir / "manifest.json");
   if (o.ssd_streaming) {
     StreamingOptions so = o.streaming;
+    if (so.usage_path.empty()) so.usage_path = usage_file(dir).string();  // seeds the caches, learns
     if (so.device_tier || m.backend->name().rfind("cuda", 0) == 0) {
       // CUDA: --cache-experts sizes the device cache (the compute tier); the host pool below it is
       // --host-pool alone.

@@ -35,9 +35,11 @@ struct Call {
 // acquire passes to that call (its compute releases it) or is released here when no call waits.
 struct Fill {
   bool prefetch = false;        // started by a prefetch and no demand call has claimed a read yet
+  bool warm = false;            // a warm-start read (a prefetch not counted as one)
   bool reading = false;         // the grant came: reads issued
   std::vector<uint64_t> calls;  // demand calls waiting
   uint32_t rows = 1, block_rows = 1;
+  bool keep = true;             // the host pool may cache it (false: the device cache holds it)
   slot_ref where;
   uint32_t outstanding = 0;     // read parts not answered yet
   std::vector<uint32_t> dirs;   // copies still allowed (bad ones removed)
@@ -107,8 +109,8 @@ void deliver_ready(sched self, uint64_t id, const expert_key& k, slot_ref where,
 void on_grant(sched self, const expert_key& k, const host_grant& g);
 void on_part(sched self, const expert_key& k, const caf::expected<read_done>& r);
 
-void acquire(sched self, const expert_key& k, uint32_t rows, uint32_t block_rows) {
-  self->request(self->state.cfg.pool, self->state.cfg.timeout, acquire_atom_v, k, rows, block_rows)
+void acquire(sched self, const expert_key& k, uint32_t rows, uint32_t block_rows, bool keep) {
+  self->request(self->state.cfg.pool, self->state.cfg.timeout, acquire_atom_v, k, rows, block_rows, keep)
       .then([=](host_grant& g) { on_grant(self, k, g); },
             [=](caf::error& e) {
               auto it = self->state.fills.find(k);
@@ -119,21 +121,23 @@ void acquire(sched self, const expert_key& k, uint32_t rows, uint32_t block_rows
             });
 }
 
-void request_expert(sched self, uint64_t id, const expert_key& k, uint32_t rows) {
+void request_expert(sched self, uint64_t id, const expert_key& k, uint32_t rows, bool keep = true) {
   auto& st = self->state;
   const uint32_t block_rows = st.calls.at(id).req.block_rows;
   if (auto it = st.fills.find(k); it != st.fills.end()) {  // a prefetch is bringing it in: wait for that
     it->second.calls.push_back(id);
     it->second.rows = rows;
     it->second.block_rows = block_rows;
+    it->second.keep = keep;
     return;
   }
   Fill f;
   f.calls = {id};
   f.rows = rows;
   f.block_rows = block_rows;
+  f.keep = keep;
   st.fills.emplace(k, std::move(f));
-  acquire(self, k, rows, block_rows);
+  acquire(self, k, rows, block_rows, keep);
 }
 
 void issue_reads(sched self, const expert_key& k) {
@@ -174,17 +178,18 @@ void on_grant(sched self, const expert_key& k, const host_grant& g) {
   if (!g.admitted && f.prefetch) {  // no room for a prefetch: any waiting call asks again as a demand
     auto calls = std::move(f.calls);
     const uint32_t rows = f.rows;
+    const bool keep = f.keep;
     --st.prefetch_inflight;
     st.fills.erase(it);
     for (uint64_t id : calls)
-      if (st.calls.count(id)) request_expert(self, id, k, rows);
+      if (st.calls.count(id)) request_expert(self, id, k, rows, keep);
     return;
   }
   if (f.prefetch && !f.calls.empty()) {  // a demand call came before the grant: it is a plain miss
     f.prefetch = false;
     --st.prefetch_inflight;
   }
-  if (f.prefetch) {
+  if (f.prefetch && !f.warm) {
     st.prefetched->push(k);
     st.prefetched->pop();  // tracked as issued: a later request for k counts as a prefetch hit
     ++st.prefetch_issued;
@@ -283,17 +288,19 @@ void check_hash(sched self, const expert_key& k, uint64_t got) {
   finish_fill(self, k);
 }
 
-void prefetch(sched self, uint32_t layer, const std::vector<uint32_t>& experts) {
+// warm: the warm start, unbounded by prefetch_max (the host pool refuses what it has no room for).
+void prefetch(sched self, uint32_t layer, const std::vector<uint32_t>& experts, bool warm = false) {
   auto& st = self->state;
   for (uint32_t e : experts) {
-    if (st.prefetch_inflight >= st.cfg.prefetch_max) break;
+    if (!warm && st.prefetch_inflight >= st.cfg.prefetch_max) break;
     const expert_key k{layer, e};
     if (layer != st.cfg.layer || !st.cfg.catalog->has(k) || st.fills.count(k)) continue;
     Fill f;
     f.prefetch = true;
+    f.warm = warm;
     st.fills.emplace(k, std::move(f));
     ++st.prefetch_inflight;
-    acquire(self, k, 0, 1);  // rows 0: a prefetch (admitted like a plain step, never scratch)
+    acquire(self, k, 0, 1, true);  // rows 0: a prefetch (admitted like a plain step, never scratch)
   }
 }
 
@@ -314,7 +321,7 @@ caf::typed_response_promise<layer_summary> schedule(sched self, layer_request& r
     const auto rows = static_cast<uint32_t>(u.rows.size());
     trace(self, trace::REQUEST, id, k, rows);
     if (st.prefetched->claim(k)) ++st.calls.at(id).sum.prefetch_hits;
-    request_expert(self, id, k, rows);
+    request_expert(self, id, k, rows, !u.device_keeps);
   }
   st.prefetched->expire_layer(req.layer);  // unclaimed prefetches of this layer were wasted
   if (req.experts.empty()) finish_call(self, id);
@@ -324,6 +331,7 @@ caf::typed_response_promise<layer_summary> schedule(sched self, layer_request& r
 layer_scheduler_actor::behavior_type sched_fun(sched self, LayerSchedulerConfig cfg) {
   self->state.cfg = std::move(cfg);
   self->state.prefetched = std::make_unique<PrefetchQueue>(std::max<uint32_t>(self->state.cfg.prefetch_max, 1));
+  prefetch(self, self->state.cfg.layer, self->state.cfg.warm, true);
   return {
       [=](schedule_atom, layer_request& req, expert_sink_actor& sink) { return schedule(self, req, sink); },
       [=](prefetch_atom, uint32_t layer, const std::vector<uint32_t>& experts) { prefetch(self, layer, experts); },

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <memory>
+#include <vector>
 
 #include "actors/streaming/expert_catalog.hpp"
 #include "messages/messages.hpp"
@@ -37,6 +38,9 @@ struct LayerSchedulerConfig {
   bool split_reads = true;
   uint32_t prefetch_max = 4;                     // experts in flight from one prefetch (0 = off)
   std::chrono::milliseconds timeout{120000};     // per request to the pool / read service
+  // Warm start: experts read into the host pool's cache at spawn (the hottest by the usage counts),
+  // so the first calls find the hot set instead of paying a miss for each of its experts.
+  std::vector<uint32_t> warm;
 };
 
 layer_scheduler_actor spawn_layer_scheduler(caf::actor_system& sys, LayerSchedulerConfig cfg);

@@ -57,8 +57,8 @@ nlohmann::json to_json(const StreamingMetrics& m) {
 std::string format_metrics(const StreamingMetrics& m) {
   constexpr double MB = 1e6;
   std::string s = fmt::format(
-      "ferry: experts {} requested in {} layer calls | device hits {} ({:.1f}%) | host hits {} ({:.1f}%) | disk reads "
-      "{} | uploads {} ({:.1f} MB) | prefetch {} issued, {} hits\n",
+      "ferry: experts {} requested in {} layer calls | device hits {} ({:.1f}%) | host hits {} ({:.1f}%) | expert "
+      "reads from disk {} | uploads {} ({:.1f} MB) | prefetch {} issued, {} hits\n",
       m.requested, m.layer_calls, m.device_hits, 100 * m.hit_rate(m.device_hits), m.host_hits,
       100 * m.hit_rate(m.host_hits), m.disk_reads, m.uploads, double(m.upload_bytes) / 1e6, m.prefetch_issued,
       m.prefetch_hits);
@@ -72,7 +72,7 @@ std::string format_metrics(const StreamingMetrics& m) {
   else
     s += "ferry: reads NOT verified (--no-verify-reads)\n";
   for (auto& d : m.drives)
-    s += fmt::format("ferry:   drive {}: {} reads, {:.1f} MB, {} failures, {} restarts, est. {:.0f} MB/s\n",
+    s += fmt::format("ferry:   drive {}: {} reads (parts), {:.1f} MB, {} failures, {} restarts, est. {:.0f} MB/s\n",
                      d.dir < m.dirs.size() ? m.dirs[d.dir] : std::to_string(d.dir), d.reads, double(d.bytes) / MB,
                      d.failures, d.restarts, d.rate_bps / MB);
   s += fmt::format("ferry: host pool {} of {} slots used (+{} scratch) | admissions {}, refusals {}, evictions {}\n",

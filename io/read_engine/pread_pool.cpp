@@ -36,7 +36,7 @@ ReadResult pread_fully(const ReadOp& op) {
 }
 
 PreadPool::PreadPool(const EngineConfig& cfg) {
-  unsigned n = std::max(1u, std::min(cfg.pool_threads, cfg.max_inflight));
+  unsigned n = std::max(1u, std::min(cfg.pool_threads ? cfg.pool_threads : 4u, cfg.max_inflight));
   for (unsigned i = 0; i < n; ++i) workers_.emplace_back([this] { work(); });
 }
 

@@ -216,7 +216,7 @@ std::unique_ptr<ReadEngine> make_read_engine(EngineKind kind, const EngineConfig
   if (probe_io_uring(&why)) return make_uring_engine(cfg);
   if (kind == EngineKind::uring) throw LimitError("io_uring requested but unavailable: " + why);
   log_warn("io_uring unavailable ({}); falling back to the pread thread pool ({} threads)", why,
-           std::min(cfg.pool_threads, cfg.max_inflight));
+           std::min(cfg.pool_threads ? cfg.pool_threads : 4u, cfg.max_inflight));
   return std::make_unique<PreadPool>(cfg);
 }
 

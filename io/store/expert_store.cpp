@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -119,7 +120,8 @@ void fsync_dir(const fs::path& dir) {
 }  // namespace
 
 void write_file_atomic(const fs::path& path, const void* data, size_t n) {
-  const fs::path tmp = path.string() + ".tmp";
+  // Unique per process: two runs saving the same file (usage.json) must not write one temporary.
+  const fs::path tmp = fmt::format("{}.{}.tmp", path.string(), ::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw FormatError(fmt::format("{}: cannot create: {}", tmp.string(), std::strerror(errno)));
   const char* p = static_cast<const char*>(data);
@@ -288,6 +290,17 @@ UsageCounts load_usage(const fs::path& file) {
     u[key_id({l, e})] = it.value().get<int64_t>();
   }
   return u;
+}
+
+void write_usage(const fs::path& file, const UsageCounts& counts) {
+  std::vector<std::pair<uint64_t, int64_t>> v(counts.begin(), counts.end());
+  std::sort(v.begin(), v.end());
+  std::string out = "{";
+  for (size_t i = 0; i < v.size(); ++i)
+    out += fmt::format("{}\n\"{}\": {}", i ? "," : "", expert_file_name(int(v[i].first >> 32), int(v[i].first & 0xffffffffu)),
+                       v[i].second);
+  out += "\n}\n";
+  write_file_atomic(file, out.data(), out.size());
 }
 
 }  // namespace ferry

@@ -75,6 +75,11 @@ void write_file_atomic(const std::filesystem::path& path, const void* data, size
 // exactly the MoE layers. Throws FormatError naming the file and key.
 using UsageCounts = std::unordered_map<uint64_t, int64_t>;
 UsageCounts load_usage(const std::filesystem::path& file);
+// Writes counts in that format (keys in layer, expert order), atomically.
+void write_usage(const std::filesystem::path& file, const UsageCounts& counts);
+// The usage counts a prepared model keeps next to its manifest: written by `ferry prepare --replicas`
+// and `ferry synth --prepared --usage`, updated by streaming runs; they seed the expert caches.
+inline std::filesystem::path usage_file(const std::filesystem::path& model_dir) { return model_dir / "usage.json"; }
 
 // ---- placement ----
 struct PlacementDir {
