@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -44,6 +45,9 @@ MemoryPlan plan_engine(const EngineOptions& o, Backend& be) {
   r.gpu = gpu.total > 0;
   r.gpu_free = gpu.free;
   r.host_available = host_memory_available();
+  // --gpu-mem / --host-mem: share the machine (or size a smaller one) by planning with less than is free.
+  if (o.gpu_mem_cap) r.gpu_free = std::min<uint64_t>(r.gpu_free, o.gpu_mem_cap);
+  if (o.host_mem_cap) r.host_available = std::min<uint64_t>(r.host_available, o.host_mem_cap);
   return plan_memory(r);
 }
 

@@ -30,6 +30,8 @@ struct EngineOptions {
   int64_t ctx = 4096;              // context per sequence (prompt + reply), tokens
   DraftOptions draft;
   bool quiet = false;              // no plan / progress lines on stderr
+  uint64_t gpu_mem_cap = 0;        // --gpu-mem: plan with at most this much free GPU memory (0 = all)
+  uint64_t host_mem_cap = 0;       // --host-mem: plan with at most this much available host memory (0 = all)
 };
 
 // Every value and every file the options name, checked before the model loads: thread and queue

@@ -28,6 +28,12 @@ void add_model_flags(CLI::App* c, EngineOptions& o) {
   c->add_option("-c,--ctx-size,--ctx", o.ctx, "Context per sequence in tokens (prompt + reply); sizes the KV cache")
       ->capture_default_str();
   c->add_flag("--quiet", o.quiet, "No memory plan or load progress on stderr");
+  c->add_option_function<std::string>(
+      "--gpu-mem", [&o](const std::string& v) { o.gpu_mem_cap = size_of("--gpu-mem", v); },
+      "Plan with at most SIZE of the GPU's free memory (e.g. 24GB; default: all of it)");
+  c->add_option_function<std::string>(
+      "--host-mem", [&o](const std::string& v) { o.host_mem_cap = size_of("--host-mem", v); },
+      "Plan with at most SIZE of the host's available memory (e.g. 64GB; default: all of it)");
 }
 
 void add_cache_flags(CLI::App* c, EngineOptions& o) {
