@@ -114,6 +114,7 @@ struct expert_use {
   uint32_t expert = 0;
   std::vector<uint32_t> rows;
   std::vector<float> weights;  // same length as rows
+  bool device_keeps = false;   // the device cache admitted it: the host pool need not keep a copy
   friend bool operator==(const expert_use&, const expert_use&) = default;
 };
 struct layer_request {
@@ -325,7 +326,7 @@ typename Inspector::result_type inspect(Inspector& f, dir_stats& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, expert_use& x) {
-  return f(caf::meta::type_name("expert_use"), x.expert, x.rows, x.weights);
+  return f(caf::meta::type_name("expert_use"), x.expert, x.rows, x.weights, x.device_keeps);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, layer_request& x) {
@@ -411,7 +412,9 @@ using read_service_actor = caf::typed_actor<                       //
 // release(key, ok): done with the bytes; ok == false drops a cache entry whose fill failed.
 using host_pool_actor = caf::typed_actor<                                           //
     caf::replies_to<lookup_atom, expert_key>::with<host_grant>,                      //
-    caf::replies_to<acquire_atom, expert_key, uint32_t, uint32_t>::with<host_grant>,  // key, rows, block rows
+    // key, rows, block rows, keep (false: the device cache holds it, so the pool streams it through scratch
+    // and drops a cached copy once released: the tiers hold distinct experts)
+    caf::replies_to<acquire_atom, expert_key, uint32_t, uint32_t, bool>::with<host_grant>,
     caf::reacts_to<release_atom, expert_key, bool>,                                  //
     caf::replies_to<stats_atom>::with<pool_stats>>;
 

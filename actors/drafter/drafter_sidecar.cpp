@@ -135,7 +135,7 @@ DraftProposal Sidecar::propose(std::span<const int32_t> history, int max_tokens,
   rq->set_min_confidence(gate);
   rq->set_text_mode(text_mode_);
   if (text_mode_)
-    rq->set_text(target_.tokenizer->decode(std::vector<int32_t>(history.begin(), history.end())));
+    rq->set_text(target_.tokenizer->display(std::vector<int32_t>(history.begin(), history.end())));
   else
     rq->mutable_history()->Add(history.begin(), history.end());
   std::string detail;
@@ -198,7 +198,7 @@ DraftProposal Sidecar::from_text(const std::vector<std::string>& pieces, const s
   }
   size_t at = 0;
   for (int32_t id : ids) {
-    const size_t len = target_.tokenizer->token_bytes(id).size();
+    const size_t len = target_.tokenizer->display_bytes(id).size();
     float c = 1.0f;
     for (size_t j = 0, begin = 0; j < ends.size(); begin = ends[j], ++j)
       if (begin < at + len && ends[j] > at) c = std::min(c, conf[j]);

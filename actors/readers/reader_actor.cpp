@@ -10,7 +10,9 @@
 #include <spdlog/spdlog.h>
 
 #include "io/errors.hpp"
+#include "io/regular_file.hpp"
 #include "io/read_engine/pinned_arena.hpp"
+#include "io/read_engine/split_engine.hpp"
 #include "io/read_engine/uring_reader_log.hpp"
 
 namespace ferry {
@@ -42,14 +44,17 @@ class ReaderCore {
   ReaderCore(caf::blocking_actor* self, ReaderConfig cfg) : self_(self), cfg_(std::move(cfg)) {
     if (!cfg_.arena) throw LimitError("reader: no arena given for directory " + cfg_.path);
     cfg_.engine_cfg.max_inflight = std::min(cfg_.engine_cfg.max_inflight, cfg_.engine_cfg.queue_depth);
-    engine_ = io::make_read_engine(cfg_.engine, cfg_.engine_cfg);
+    // Per directory: io_uring + O_DIRECT for block storage, a splitting pread pool for memory-backed
+    // or O_DIRECT-refusing storage (io/read_engine/split_engine.hpp).
+    const auto choice = io::choose_engine(cfg_.path, cfg_.engine, cfg_.engine_cfg, cfg_.n_dirs);
+    engine_ = io::make_chosen_engine(choice);
     if (cfg_.register_buffers) engine_->register_memory(cfg_.arena->base(), cfg_.arena->bytes());
-    std::string why;
-    direct_ = io::probe_o_direct(cfg_.path, &why);
-    if (!direct_) spdlog::warn("reader {}: {} refuses O_DIRECT ({}); reading it buffered", cfg_.dir, cfg_.path, why);
-    spdlog::info("reader {}: {} via {}{}, O_DIRECT {}, cap {} in flight", cfg_.dir, cfg_.path, engine_->name(),
-                 engine_->registered() ? " (fixed buffers)" : "", direct_ ? "on" : "off",
-                 cfg_.engine_cfg.max_inflight);
+    direct_ = choice.direct;
+    spdlog::info("reader {}: {} ({}) via {}{}, O_DIRECT {}, cap {} in flight, {}", cfg_.dir, cfg_.path, choice.why,
+                 engine_->name(), engine_->registered() ? " (fixed buffers)" : "", direct_ ? "on" : "off",
+                 choice.cfg.max_inflight,
+                 choice.cfg.split_bytes ? fmt::format("reads split in {} KiB parts", choice.cfg.split_bytes >> 10)
+                                        : std::string("whole reads"));
   }
 
   ~ReaderCore() {
@@ -174,7 +179,7 @@ class ReaderCore {
     if (r.err != 0) {
       ++errors_;
       auto code = r.err == ENOENT ? errc::file_missing : errc::io_error;
-      p.promise.deliver(caf::make_error(code, p.path, std::string(std::strerror(r.err))));
+      p.promise.deliver(caf::make_error(code, p.path, open_error_text(r.err)));
     } else if (r.bytes_read < p.req.bytes) {
       ++errors_;
       p.promise.deliver(caf::make_error(errc::short_read, p.path,

@@ -23,6 +23,7 @@ struct ReaderConfig {
   std::string path;   // the directory
   io::EngineKind engine = io::EngineKind::automatic;
   io::EngineConfig engine_cfg;
+  unsigned n_dirs = 1;  // directories read at once: an automatic pool's workers share the cores
   std::shared_ptr<io::PinnedArena> arena;  // reads land here; registered as fixed buffers if possible
   bool register_buffers = true;
   // While reads are in flight the actor alternates between waiting on completions (at most this long)

@@ -66,6 +66,7 @@ void start_reader(service self, uint32_t d) {
   rc.path = st.cfg.dirs[d];
   rc.engine = st.cfg.engine;
   rc.engine_cfg = st.cfg.engine_cfg;
+  rc.n_dirs = static_cast<unsigned>(st.cfg.dirs.size());
   rc.arena = st.cfg.arena;
   auto& dir = st.dirs[d];
   dir.reader = spawn_reader(self->system(), std::move(rc));

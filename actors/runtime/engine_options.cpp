@@ -40,6 +40,8 @@ void check_counts(const EngineOptions& o) {
     refuse("--backend '" + m.backend + "' is not one of cpu, cuda, auto");
   if (m.spine_type != "f32" && m.spine_type != "q8_0" && m.spine_type != "bf16")
     refuse("--spine-type '" + m.spine_type + "' is not one of f32, q8_0, bf16");
+  if (s.engine_cfg.max_inflight > 4096)
+    refuse("--io-depth " + std::to_string(s.engine_cfg.max_inflight) + " is above the limit of 4096");
   if (o.streaming == 0 && (o.cache_set || o.host_pool_set))
     refuse("--no-ssd-streaming keeps every expert in memory: --cache-experts and --host-pool size the streaming caches");
 }
@@ -137,6 +139,11 @@ void validate_engine_options(const EngineOptions& o) {
     refuse("--ssd-streaming needs a prepared model directory (spine.gguf + manifest.json from `ferry prepare`); " +
            o.model.dir + " has none");
   if (!prepared && !o.model.streaming.expert_dirs.empty()) refuse("--expert-dir needs a prepared model directory");
+  if (!o.model.streaming.trace_path.empty() && (o.streaming == 0 || !prepared))
+    refuse("--trace records the streaming runtime's events: it needs --ssd-streaming (a prepared model)");
+  if (prepared && o.model.spine_type != "f32")
+    refuse("--spine-type " + o.model.spine_type + " does not apply to a prepared model: its spine keeps the types "
+           "`ferry prepare --spine-type` wrote");
   if (prepared) check_expert_files(dir, o.model.streaming.expert_dirs);
   check_draft(o.draft, dir, cfg);
 }

@@ -1,6 +1,10 @@
 #include "actors/runtime/model_loader.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <thread>
+
+#include <fmt/format.h>
 
 #include "actors/streaming/expert_catalog.hpp"
 #include "actors/runtime/prepared_model.hpp"
@@ -65,6 +69,7 @@ void load_prepared(const ModelOptions& o, LoadedModel& m, LoadOptions& lo) {
   const Manifest manifest = read_manifest(dir / "manifest.json");
   if (o.ssd_streaming) {
     StreamingOptions so = o.streaming;
+    if (so.usage_path.empty()) so.usage_path = usage_file(dir).string();  // seeds the caches, learns
     if (so.device_tier || m.backend->name().rfind("cuda", 0) == 0) {
       // CUDA: --cache-experts sizes the device cache (the compute tier); the host pool below it is
       // --host-pool alone.
@@ -83,7 +88,8 @@ void load_prepared(const ModelOptions& o, LoadedModel& m, LoadOptions& lo) {
   } else {
     const int64_t all = int64_t(manifest.experts.size()) * manifest.expert_bytes;
     report(o, "experts", 0, all);
-    m.experts = std::make_unique<FileExperts>(m.cfg, make_catalog(manifest, o.streaming.expert_dirs), *m.backend);
+    m.experts = std::make_unique<FileExperts>(m.cfg, make_catalog(manifest, o.streaming.expert_dirs), *m.backend,
+                                              o.streaming.verify_reads);
     report(o, "experts", all, all);
   }
 }
@@ -112,6 +118,9 @@ LoadedModel load_model(const ModelOptions& o, std::unique_ptr<Backend> backend) 
   }
   LoadOptions lo;
   if (is_prepared_model(dir)) {
+    if (o.spine_type != "f32")
+      throw ConfigError("--spine-type " + o.spine_type + " does not apply to a prepared model: its spine keeps the "
+                        "types `ferry prepare --spine-type` wrote");
     load_prepared(o, m, lo);
   } else {
     if (o.ssd_streaming)

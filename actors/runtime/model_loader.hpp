@@ -47,6 +47,7 @@ struct LoadedModel {
 };
 
 // Throws ferry::Error subclasses naming the file/tensor/field when the directory is unusable.
+// A non-default --spine-type on a prepared model (whose spine types `ferry prepare` fixed) is refused.
 LoadedModel load_model(const ModelOptions& o);
 // The same on a back-end made already (make_backend), e.g. one the memory plan asked for its free memory.
 LoadedModel load_model(const ModelOptions& o, std::unique_ptr<Backend> backend);

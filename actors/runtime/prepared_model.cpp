@@ -4,10 +4,12 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "actors/streaming/compute_tier.hpp"
 #include "actors/streaming/expert_catalog.hpp"
 #include "io/errors.hpp"
+#include "io/store/expert_store.hpp"
 #include "io/store/expert_store_prepare.hpp"
 #include "io/formats/gguf.hpp"
 #include "io/formats/mapped_file.hpp"
@@ -59,7 +61,28 @@ std::unique_ptr<TensorSource> open_spine(const fs::path& dir, const ModelConfig&
   return std::make_unique<SpineSource>(dir / "spine.gguf", cfg.tensor_prefix);
 }
 
-FileExperts::FileExperts(const ModelConfig& cfg, const ExpertCatalog& cat, Backend& be) : n_experts_(cfg.moe.n_experts) {
+namespace {
+// The first copy of k whose bytes match the manifest (the primary alone without verify). Throws
+// FormatError naming the last bad copy when none does.
+MappedFile open_good_copy(const ExpertCatalog& cat, const expert_key& k, bool verify) {
+  std::string last;
+  for (uint32_t dir : cat.copies_of(k)) {
+    const std::string path = cat.path_of(k, dir);
+    MappedFile f(path);
+    if (f.size() < cat.expert_bytes)
+      throw FormatError(fmt::format("expert file {}: {} bytes, expected {}", path, f.size(), cat.expert_bytes));
+    if (!verify) return f;
+    const uint64_t got = xxh64_bytes(f.data(), f.size()), want = cat.hash_of(k);
+    if (got == want) return f;
+    last = fmt::format("{}: xxh64 {:016x} != manifest {:016x}", path, got, want);
+    spdlog::warn("expert file {}", last);
+  }
+  throw FormatError(fmt::format("expert file {} (checksum mismatch, no good copy; --no-verify-reads skips the check)", last));
+}
+}  // namespace
+
+FileExperts::FileExperts(const ModelConfig& cfg, const ExpertCatalog& cat, Backend& be, bool verify)
+    : n_experts_(cfg.moe.n_experts) {
   const ExpertGeometry geo = expert_geometry(cfg);
   if (geo.payload_bytes() != cat.expert_bytes)
     throw FormatError(fmt::format("manifest.json: expert_bytes {} but the model config makes experts of {} bytes",
@@ -69,10 +92,7 @@ FileExperts::FileExperts(const ModelConfig& cfg, const ExpertCatalog& cat, Backe
     if (cfg.ffn[size_t(l)] != Ffn::moe) continue;
     for (int e = 0; e < n_experts_; ++e) {
       const expert_key k{uint32_t(l), uint32_t(e)};
-      const std::string path = cat.path_of(k);
-      MappedFile f(path);
-      if (f.size() < cat.expert_bytes)
-        throw FormatError(fmt::format("expert file {}: {} bytes, expected {}", path, f.size(), cat.expert_bytes));
+      MappedFile f = open_good_copy(cat, k, verify);
       Buf b(be, (cat.expert_bytes + 3) / 4);
       be.upload(b.get(), f.data(), cat.expert_bytes);
       experts_[size_t(l * n_experts_ + e)] = geo.view(reinterpret_cast<const std::byte*>(b.get()));

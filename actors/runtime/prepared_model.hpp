@@ -27,10 +27,12 @@ ModelConfig load_prepared_config(const std::filesystem::path& dir);
 std::unique_ptr<TensorSource> open_spine(const std::filesystem::path& dir, const ModelConfig& cfg);
 
 // Every routed expert read from its primary copy into back-end memory: the reference the streaming
-// engine must match bit for bit. Throws FormatError naming a file that is short or unreadable.
+// engine must match bit for bit. With `verify` each file is checked against the manifest's xxh64; a
+// bad copy is replaced by the next good one. Throws FormatError naming a file that is short or
+// unreadable, or the last bad copy when no copy is good.
 class FileExperts final : public ExpertSource {
  public:
-  FileExperts(const ModelConfig& cfg, const ExpertCatalog& catalog, Backend& be);
+  FileExperts(const ModelConfig& cfg, const ExpertCatalog& catalog, Backend& be, bool verify = true);
   void fetch(int layer, std::span<const ExpertUse> uses, const ExpertCompute& compute) override;
 
  private:

@@ -93,7 +93,7 @@ bool ServerEngine::on_token(GenerationJob& job, TextPipeline& pipe, const Genera
   const auto& stops = job.params.stop_ids;
   // An end token ends the reply; its own text ("<|im_end|>") is not part of it.
   if (std::find(stops.begin(), stops.end(), t.id) != stops.end()) return true;
-  TextDelta d = pipe.feed(tok_.token_bytes(t.id));
+  TextDelta d = pipe.feed(tok_.display_bytes(t.id));
   if (!d.empty()) job.sink->on_delta(d);
   return !pipe.stopped();
 }

@@ -70,7 +70,7 @@ device_plan plan(dcache self, const device_request& r) {
   for (size_t i = 0; i < r.experts.size(); ++i) {
     const expert_key k{r.layer, r.experts[i]};
     const uint32_t rows = i < r.rows.size() ? r.rows[i] : 1;
-    st.cache.access(k);  // counts the hit or the miss
+    st.cache.access(k, rows);  // counts the hit or the miss
     if (const auto slot = st.cache.slot_of(k)) {
       st.cache.pin(k);
       st.pinned.push_back(k);
@@ -103,7 +103,7 @@ device_stats stats_of(const device_cache_state& st) {
 device_cache_actor::behavior_type dcache_fun(dcache self, DeviceCacheConfig cfg) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
-  st.cache = SlotCache(st.cfg.cache_slots, st.cfg.policy, st.cfg.min_rows);
+  st.cache = SlotCache(st.cfg.cache_slots, st.cfg.policy, st.cfg.min_rows, st.cfg.heat);
   return {
       [=](plan_atom, const device_request& r) { return plan(self, r); },
       [=](done_atom, uint64_t step) {

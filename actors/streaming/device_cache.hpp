@@ -21,6 +21,7 @@ struct DeviceCacheConfig {
   uint64_t expert_bytes = 0;
   CachePolicy policy = CachePolicy::block_aware;
   uint32_t min_rows = 2;
+  HeatConfig heat;      // frequency policy: decay and usage prior
   tracer_actor tracer;  // optional
 };
 

@@ -10,13 +10,15 @@ ExpertCache::ExpertCache(CacheConfig cfg) : cfg_(cfg) {
   if (cfg_.capacity_experts == 0 && cfg_.capacity_bytes == 0)
     throw ConfigError("expert cache: set capacity_experts or capacity_bytes (both are 0)");
   if (cfg_.half_life <= 0) cfg_.half_life = cfg_.capacity_experts ? double(cfg_.capacity_experts) : 64.0;
+  if (cfg_.policy == CachePolicy::frequency) heat_ = std::make_unique<ExpertHeat>(cfg_.heat);
 }
 
 // A score s at access time t decays as s * 2^-((now - t)/h). All entries decay at the same rate, so
 // their order is that of log2(s) + t/h, which does not change with `now`: one static key per entry.
 // LRU is the same ordering with the score ignored.
-double ExpertCache::order_key(const Entry& e) const {
+double ExpertCache::order_key(const Entry& e, const expert_key& k) const {
   if (cfg_.policy == CachePolicy::lru) return static_cast<double>(e.seq);
+  if (heat_) return heat_->key(k);
   return std::log2(e.score) + static_cast<double>(e.seq) / cfg_.half_life;
 }
 
@@ -25,11 +27,12 @@ void ExpertCache::touch(Entry& e, const expert_key& k) {
   order_.erase({e.key, k});
   e.score = e.score * std::exp2(-static_cast<double>(clock_ - e.seq) / cfg_.half_life) + 1.0;
   e.seq = clock_;
-  e.key = order_key(e);
+  e.key = order_key(e, k);
   order_.insert({e.key, k});
 }
 
-bool ExpertCache::access(const expert_key& k) {
+bool ExpertCache::access(const expert_key& k, uint32_t rows) {
+  if (heat_) heat_->add(k, rows);
   auto it = entries_.find(k);
   if (it == entries_.end()) {
     ++counters_.misses;
@@ -41,7 +44,7 @@ bool ExpertCache::access(const expert_key& k) {
 }
 
 bool ExpertCache::admits(uint32_t rows, uint32_t block_rows) const {
-  if (cfg_.policy == CachePolicy::lru || block_rows <= 1) return true;
+  if (cfg_.policy != CachePolicy::block_aware || block_rows <= 1) return true;
   return rows >= cfg_.min_rows;
 }
 
@@ -65,11 +68,19 @@ bool ExpertCache::evict_one(std::vector<expert_key>* evicted) {
   return false;
 }
 
+// Frequency policy, cache full: k gets in only when it is hotter than the coldest unpinned resident.
+bool ExpertCache::colder_than_victim(const expert_key& k, uint64_t bytes) const {
+  if (!heat_ || fits(bytes, 1)) return false;
+  for (const auto& [key, victim] : order_)
+    if (entries_.at(victim).pins == 0) return heat_->key(k) <= key;
+  return false;  // everything pinned: the room check below refuses
+}
+
 bool ExpertCache::insert(const expert_key& k, uint64_t bytes, uint32_t rows, uint32_t block_rows,
                          std::vector<expert_key>* evicted) {
   if (contains(k)) return true;
   bool too_big = (cfg_.capacity_bytes && bytes > cfg_.capacity_bytes);
-  if (!admits(rows, block_rows) || too_big) {
+  if (!admits(rows, block_rows) || too_big || colder_than_victim(k, bytes)) {
     ++counters_.refusals;
     return false;
   }
@@ -118,7 +129,7 @@ bool ExpertCache::pinned(const expert_key& k) const {
 size_t ExpertCache::run_block(const std::vector<BlockUse>& uses, uint32_t block_rows, uint64_t bytes) {
   size_t hits = 0;
   for (const auto& u : uses) {
-    if (access(u.key))
+    if (access(u.key, u.rows))
       ++hits;
     else
       insert(u.key, bytes, u.rows, block_rows);

@@ -7,20 +7,25 @@
 // rows of the block use keeps the widely shared ones. A plain step (block_rows == 1) always admits.
 // Eviction is LRFU-like: every access adds 1 to a score that halves every `half_life` accesses; the
 // lowest score goes first. Pinned experts (in use by a running layer) are never evicted.
+// The frequency policy (cache_policy.hpp) knows every expert's decayed frequency, seeded with usage
+// counts: an access adds its rows, eviction takes the coldest resident and admission refuses an expert
+// no hotter than that victim, so rows of a block weigh in by count instead of by a min_rows cut.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <set>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "actors/streaming/cache_policy.hpp"
 #include "messages/messages.hpp"
 
 namespace ferry {
 
-enum class CachePolicy { lru, block_aware };
+enum class CachePolicy { lru, block_aware, frequency };
 
 struct CacheConfig {
   size_t capacity_experts = 0;  // 0 = no count limit
@@ -28,6 +33,7 @@ struct CacheConfig {
   CachePolicy policy = CachePolicy::block_aware;
   uint32_t min_rows = 2;        // block-aware: rows of a block that must use an expert to admit it
   double half_life = 0;         // accesses; 0 = the capacity in experts (or 64 with a byte limit)
+  HeatConfig heat;              // frequency: decay (in row-uses) and the usage prior
 };
 
 struct CacheCounters {
@@ -44,8 +50,8 @@ class ExpertCache {
  public:
   explicit ExpertCache(CacheConfig cfg);  // throws ConfigError when no capacity is given
 
-  // Records an access; true on a hit (misses are counted too).
-  bool access(const expert_key& k);
+  // Records an access by `rows` rows; true on a hit (misses are counted too).
+  bool access(const expert_key& k, uint32_t rows = 1);
   bool contains(const expert_key& k) const { return entries_.count(k) != 0; }
 
   bool admits(uint32_t rows, uint32_t block_rows) const;
@@ -77,7 +83,8 @@ class ExpertCache {
     double score = 0;  // decayed access count as of `seq`
     uint32_t pins = 0;
   };
-  double order_key(const Entry& e) const;
+  double order_key(const Entry& e, const expert_key& k) const;
+  bool colder_than_victim(const expert_key& k, uint64_t bytes) const;
   void touch(Entry& e, const expert_key& k);
   bool fits(uint64_t extra_bytes, size_t extra_entries) const;
   bool evict_one(std::vector<expert_key>* evicted);
@@ -88,6 +95,7 @@ class ExpertCache {
   std::unordered_map<expert_key, Entry> entries_;
   std::set<std::pair<double, expert_key>> order_;
   CacheCounters counters_;
+  std::unique_ptr<ExpertHeat> heat_;  // frequency policy only
 };
 
 }  // namespace ferry

@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <caf/all.hpp>
@@ -19,6 +20,7 @@ namespace {
 struct Waiting {
   expert_key key;
   uint32_t rows = 1, block_rows = 1;
+  bool keep = true;
   caf::typed_response_promise<host_grant> promise;
 };
 
@@ -28,6 +30,7 @@ struct pool_state {
   std::vector<uint32_t> free_scratch;
   std::unordered_map<expert_key, uint32_t> scratch;  // key -> scratch slot in use
   std::deque<Waiting> waiting;
+  std::unordered_set<expert_key> drop_on_release;   // cached here, now held by the device cache
   static inline const char* name = "host_pool";
 };
 
@@ -58,19 +61,24 @@ std::optional<uint32_t> admit(pool self, const expert_key& k, uint32_t rows, uin
 }
 
 // The answer to an acquire, or nothing when the caller must wait for a free scratch slot.
-std::optional<host_grant> try_acquire(pool self, const expert_key& k, uint32_t rows, uint32_t block_rows) {
+// keep = false: the device cache admitted k, so a copy here would only duplicate it (the tiers then
+// hold distinct experts, device + host of them in all): a miss streams through scratch and a cached
+// copy is dropped once released.
+std::optional<host_grant> try_acquire(pool self, const expert_key& k, uint32_t rows, uint32_t block_rows, bool keep) {
   auto& st = self->state;
   const bool prefetch = rows == 0;
   if (const auto slot = st.cache.slot_of(k)) {
-    if (!prefetch) st.cache.access(k);
+    if (!prefetch) st.cache.access(k, rows);
     st.cache.pin(k);
+    if (!keep) st.drop_on_release.insert(k);
     return host_grant{true, true, {*slot, 0}};
   }
-  if (!prefetch) st.cache.access(k);  // counts the miss
-  if (auto slot = admit(self, k, prefetch ? 1 : rows, prefetch ? 1 : block_rows)) return host_grant{false, true, {*slot, 0}};
+  if (!prefetch) st.cache.access(k, rows);  // counts the miss
+  const auto cached = keep ? admit(self, k, prefetch ? 1 : rows, prefetch ? 1 : block_rows) : std::nullopt;
+  if (cached) return host_grant{false, true, {*cached, 0}};
   if (prefetch) return host_grant{};  // no room: a prefetch never takes scratch or waits
   if (st.free_scratch.empty()) return std::nullopt;
-  uint32_t slot = st.free_scratch.back();
+  const uint32_t slot = st.free_scratch.back();
   st.free_scratch.pop_back();
   st.scratch.emplace(k, slot);
   return host_grant{false, false, {slot, 0}};
@@ -80,7 +88,7 @@ void serve_waiting(pool self) {
   auto& st = self->state;
   while (!st.waiting.empty()) {
     Waiting& w = st.waiting.front();
-    auto g = try_acquire(self, w.key, w.rows, w.block_rows);
+    auto g = try_acquire(self, w.key, w.rows, w.block_rows, w.keep);
     if (!g) return;
     w.promise.deliver(*g);
     st.waiting.pop_front();
@@ -94,7 +102,8 @@ void release(pool self, const expert_key& k, bool ok) {
     st.scratch.erase(it);
   } else if (st.cache.slot_of(k)) {
     st.cache.unpin(k);
-    if (!ok) st.cache.drop(k);  // the fill failed: the slot holds garbage
+    const bool moved = st.drop_on_release.erase(k) > 0;
+    if (!ok || moved) st.cache.drop(k);  // failed fill: the slot holds garbage; moved: the device holds it
   }
   serve_waiting(self);
 }
@@ -121,7 +130,7 @@ pool_stats stats_of(const pool_state& st) {
 host_pool_actor::behavior_type pool_fun(pool self, HostPoolConfig cfg) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
-  st.cache = SlotCache(st.cfg.cache_slots, st.cfg.policy, st.cfg.min_rows);
+  st.cache = SlotCache(st.cfg.cache_slots, st.cfg.policy, st.cfg.min_rows, st.cfg.heat);
   for (uint32_t i = st.cfg.scratch_slots; i-- > 0;) st.free_scratch.push_back(st.cfg.cache_slots + i);
   return {
       [=](lookup_atom, const expert_key& k) {
@@ -129,13 +138,13 @@ host_pool_actor::behavior_type pool_fun(pool self, HostPoolConfig cfg) {
         if (!slot) return host_grant{};
         return host_grant{true, true, {*slot, 0}};
       },
-      [=](acquire_atom, const expert_key& k, uint32_t rows,
-          uint32_t block_rows) -> caf::typed_response_promise<host_grant> {
+      [=](acquire_atom, const expert_key& k, uint32_t rows, uint32_t block_rows,
+          bool keep) -> caf::typed_response_promise<host_grant> {
         auto rp = self->make_response_promise<host_grant>();
-        if (auto g = try_acquire(self, k, rows, block_rows))
+        if (auto g = try_acquire(self, k, rows, block_rows, keep))
           rp.deliver(*g);
         else
-          self->state.waiting.push_back({k, rows, block_rows, rp});
+          self->state.waiting.push_back({k, rows, block_rows, keep, rp});
         return rp;
       },
       [=](release_atom, const expert_key& k, bool ok) { release(self, k, ok); },

@@ -19,6 +19,7 @@ struct HostPoolConfig {
   uint64_t expert_bytes = 0;   // bytes one expert takes (the slot size)
   CachePolicy policy = CachePolicy::block_aware;
   uint32_t min_rows = 2;
+  HeatConfig heat;             // frequency policy: decay and usage prior
   tracer_actor tracer;         // optional: ADMISSION / EVICTION events
 };
 

@@ -8,9 +8,9 @@
 #include <caf/all.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
-#include <xxhash.h>
 
 #include "actors/streaming/prefetch_queue.hpp"
+#include "actors/streaming/read_verifier.hpp"
 #include "actors/readers/reader_actor.hpp"
 #include "actors/tracing/tracer_actor.hpp"
 #include "io/read_engine/pinned_arena.hpp"
@@ -35,14 +35,17 @@ struct Call {
 // acquire passes to that call (its compute releases it) or is released here when no call waits.
 struct Fill {
   bool prefetch = false;        // started by a prefetch and no demand call has claimed a read yet
+  bool warm = false;            // a warm-start read (a prefetch not counted as one)
   bool reading = false;         // the grant came: reads issued
   std::vector<uint64_t> calls;  // demand calls waiting
   uint32_t rows = 1, block_rows = 1;
+  bool keep = true;             // the host pool may cache it (false: the device cache holds it)
   slot_ref where;
   uint32_t outstanding = 0;     // read parts not answered yet
   std::vector<uint32_t> dirs;   // copies still allowed (bad ones removed)
   std::vector<uint32_t> used;   // directories that served this round's parts
   bool whole = false;           // read unsplit: set after a checksum mismatch of a split read
+  bool verified = false;        // this round's bytes matched the manifest's xxh64
   caf::error error;
 };
 
@@ -106,8 +109,8 @@ void deliver_ready(sched self, uint64_t id, const expert_key& k, slot_ref where,
 void on_grant(sched self, const expert_key& k, const host_grant& g);
 void on_part(sched self, const expert_key& k, const caf::expected<read_done>& r);
 
-void acquire(sched self, const expert_key& k, uint32_t rows, uint32_t block_rows) {
-  self->request(self->state.cfg.pool, self->state.cfg.timeout, acquire_atom_v, k, rows, block_rows)
+void acquire(sched self, const expert_key& k, uint32_t rows, uint32_t block_rows, bool keep) {
+  self->request(self->state.cfg.pool, self->state.cfg.timeout, acquire_atom_v, k, rows, block_rows, keep)
       .then([=](host_grant& g) { on_grant(self, k, g); },
             [=](caf::error& e) {
               auto it = self->state.fills.find(k);
@@ -118,21 +121,23 @@ void acquire(sched self, const expert_key& k, uint32_t rows, uint32_t block_rows
             });
 }
 
-void request_expert(sched self, uint64_t id, const expert_key& k, uint32_t rows) {
+void request_expert(sched self, uint64_t id, const expert_key& k, uint32_t rows, bool keep = true) {
   auto& st = self->state;
   const uint32_t block_rows = st.calls.at(id).req.block_rows;
   if (auto it = st.fills.find(k); it != st.fills.end()) {  // a prefetch is bringing it in: wait for that
     it->second.calls.push_back(id);
     it->second.rows = rows;
     it->second.block_rows = block_rows;
+    it->second.keep = keep;
     return;
   }
   Fill f;
   f.calls = {id};
   f.rows = rows;
   f.block_rows = block_rows;
+  f.keep = keep;
   st.fills.emplace(k, std::move(f));
-  acquire(self, k, rows, block_rows);
+  acquire(self, k, rows, block_rows, keep);
 }
 
 void issue_reads(sched self, const expert_key& k) {
@@ -146,6 +151,7 @@ void issue_reads(sched self, const expert_key& k) {
   if (split) parts.push_back({half, fb - half});
   f.outstanding = static_cast<uint32_t>(parts.size());
   f.used.clear();
+  f.verified = false;
   for (auto [off, len] : parts) {
     fetch_req r{st.next_fetch++, k, f.dirs, off, len, {f.where.slot, f.where.offset + off}};
     self->request(st.cfg.reads, st.cfg.timeout, fetch_atom_v, std::move(r))
@@ -172,17 +178,18 @@ void on_grant(sched self, const expert_key& k, const host_grant& g) {
   if (!g.admitted && f.prefetch) {  // no room for a prefetch: any waiting call asks again as a demand
     auto calls = std::move(f.calls);
     const uint32_t rows = f.rows;
+    const bool keep = f.keep;
     --st.prefetch_inflight;
     st.fills.erase(it);
     for (uint64_t id : calls)
-      if (st.calls.count(id)) request_expert(self, id, k, rows);
+      if (st.calls.count(id)) request_expert(self, id, k, rows, keep);
     return;
   }
   if (f.prefetch && !f.calls.empty()) {  // a demand call came before the grant: it is a plain miss
     f.prefetch = false;
     --st.prefetch_inflight;
   }
-  if (f.prefetch) {
+  if (f.prefetch && !f.warm) {
     st.prefetched->push(k);
     st.prefetched->pop();  // tracked as issued: a later request for k counts as a prefetch hit
     ++st.prefetch_issued;
@@ -218,32 +225,28 @@ void on_part(sched self, const expert_key& k, const caf::expected<read_done>& r)
   if (f.outstanding == 0) finish_fill(self, k);
 }
 
-// Every part has answered. A failed fill gives its slot back (ok = false drops the cache entry) only
-// now, so no read still in flight can write into a slot someone else got.
+void check_hash(sched self, const expert_key& k, uint64_t got);
+
+// Every part has answered. With a verifier the landed bytes are hashed first (on a hasher thread; this
+// actor serves other fills meanwhile). A failed fill gives its slot back (ok = false drops the cache
+// entry) only now, so no read still in flight can write into a slot someone else got.
 void finish_fill(sched self, const expert_key& k) {
   auto& st = self->state;
   auto it = st.fills.find(k);
   Fill& f = it->second;
-  if (!f.error && st.cfg.verify_reads) {
+  if (!f.error && st.cfg.verifier && !f.verified) {
     const auto* p = st.cfg.arena->slot(f.where.slot) + f.where.offset;
-    const uint64_t got = XXH64(p, st.cfg.catalog->file_bytes, 0), want = st.cfg.catalog->hash_of(k);
-    if (got != want) {
-      auto detail = fmt::format("xxh64 {:016x} != manifest {:016x}", got, want);
-      std::sort(f.used.begin(), f.used.end());
-      f.used.erase(std::unique(f.used.begin(), f.used.end()), f.used.end());
-      if (f.used.size() > 1) {  // halves from two drives: re-read whole files to find the bad copy
-        spdlog::warn("layer scheduler: {}: {} (read in halves); re-reading whole copies", expert_file_name(k), detail);
-        f.whole = true;
-        return issue_reads(self, k);
-      }
-      const std::string bad = st.cfg.catalog->path_of(k, f.used.at(0));
-      std::erase(f.dirs, f.used[0]);
-      spdlog::warn("layer scheduler: {}: {}{}", bad, detail, f.dirs.empty() ? "" : "; reading another copy");
-      trace(self, trace::READ_FAILED, 0, k, 0, 0, bad + ": " + detail);
-      if (!f.dirs.empty()) return issue_reads(self, k);
-      f.error = caf::make_error(errc::no_replica, bad, detail + " (checksum mismatch, no other copy)");
-      for (uint64_t id : f.calls) fail_call(self, id, f.error);
-    }
+    self->request(st.cfg.verifier->next(), st.cfg.timeout, caf::get_atom_v, uint64_t(reinterpret_cast<uintptr_t>(p)),
+                  uint64_t(st.cfg.catalog->file_bytes))
+        .then([=](uint64_t got) { check_hash(self, k, got); },
+              [=](caf::error& e) {
+                Fill& g = self->state.fills.at(k);
+                g.error = std::move(e);
+                for (uint64_t id : g.calls) fail_call(self, id, g.error);
+                g.verified = true;  // nothing left to check: finish as failed
+                finish_fill(self, k);
+              });
+    return;
   }
   auto calls = std::move(f.calls);
   const bool failed = static_cast<bool>(f.error), prefetch = f.prefetch;
@@ -255,17 +258,49 @@ void finish_fill(sched self, const expert_key& k) {
   deliver_ready(self, calls[0], k, where, tier::disk);
 }
 
-void prefetch(sched self, uint32_t layer, const std::vector<uint32_t>& experts) {
+// A mismatch drops the copy that served the bytes and reads another; with none left the fill fails
+// naming the bad file. Halves read from two drives are re-read whole to find which copy is bad.
+void check_hash(sched self, const expert_key& k, uint64_t got) {
+  auto& st = self->state;
+  Fill& f = st.fills.at(k);
+  const uint64_t want = st.cfg.catalog->hash_of(k);
+  if (got == want) {
+    f.verified = true;
+    return finish_fill(self, k);
+  }
+  st.cfg.verifier->counters().mismatches.fetch_add(1, std::memory_order_relaxed);
+  auto detail = fmt::format("xxh64 {:016x} != manifest {:016x}", got, want);
+  std::sort(f.used.begin(), f.used.end());
+  f.used.erase(std::unique(f.used.begin(), f.used.end()), f.used.end());
+  if (f.used.size() > 1) {
+    spdlog::warn("layer scheduler: {}: {} (read in halves); re-reading whole copies", expert_file_name(k), detail);
+    f.whole = true;
+    return issue_reads(self, k);
+  }
+  const std::string bad = st.cfg.catalog->path_of(k, f.used.at(0));
+  std::erase(f.dirs, f.used[0]);
+  spdlog::warn("layer scheduler: {}: {}{}", bad, detail, f.dirs.empty() ? "" : "; reading another copy");
+  trace(self, trace::READ_FAILED, 0, k, 0, 0, bad + ": " + detail);
+  if (!f.dirs.empty()) return issue_reads(self, k);
+  f.error = caf::make_error(errc::no_replica, bad, detail + " (checksum mismatch, no other copy)");
+  for (uint64_t id : f.calls) fail_call(self, id, f.error);
+  f.verified = true;
+  finish_fill(self, k);
+}
+
+// warm: the warm start, unbounded by prefetch_max (the host pool refuses what it has no room for).
+void prefetch(sched self, uint32_t layer, const std::vector<uint32_t>& experts, bool warm = false) {
   auto& st = self->state;
   for (uint32_t e : experts) {
-    if (st.prefetch_inflight >= st.cfg.prefetch_max) break;
+    if (!warm && st.prefetch_inflight >= st.cfg.prefetch_max) break;
     const expert_key k{layer, e};
     if (layer != st.cfg.layer || !st.cfg.catalog->has(k) || st.fills.count(k)) continue;
     Fill f;
     f.prefetch = true;
+    f.warm = warm;
     st.fills.emplace(k, std::move(f));
     ++st.prefetch_inflight;
-    acquire(self, k, 0, 1);  // rows 0: a prefetch (admitted like a plain step, never scratch)
+    acquire(self, k, 0, 1, true);  // rows 0: a prefetch (admitted like a plain step, never scratch)
   }
 }
 
@@ -286,7 +321,7 @@ caf::typed_response_promise<layer_summary> schedule(sched self, layer_request& r
     const auto rows = static_cast<uint32_t>(u.rows.size());
     trace(self, trace::REQUEST, id, k, rows);
     if (st.prefetched->claim(k)) ++st.calls.at(id).sum.prefetch_hits;
-    request_expert(self, id, k, rows);
+    request_expert(self, id, k, rows, !u.device_keeps);
   }
   st.prefetched->expire_layer(req.layer);  // unclaimed prefetches of this layer were wasted
   if (req.experts.empty()) finish_call(self, id);
@@ -296,6 +331,7 @@ caf::typed_response_promise<layer_summary> schedule(sched self, layer_request& r
 layer_scheduler_actor::behavior_type sched_fun(sched self, LayerSchedulerConfig cfg) {
   self->state.cfg = std::move(cfg);
   self->state.prefetched = std::make_unique<PrefetchQueue>(std::max<uint32_t>(self->state.cfg.prefetch_max, 1));
+  prefetch(self, self->state.cfg.layer, self->state.cfg.warm, true);
   return {
       [=](schedule_atom, layer_request& req, expert_sink_actor& sink) { return schedule(self, req, sink); },
       [=](prefetch_atom, uint32_t layer, const std::vector<uint32_t>& experts) { prefetch(self, layer, experts); },

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <memory>
+#include <vector>
 
 #include "actors/streaming/expert_catalog.hpp"
 #include "messages/messages.hpp"
@@ -20,19 +21,26 @@ class PinnedArena;
 
 namespace ferry {
 
+class ReadVerifier;
+
 struct LayerSchedulerConfig {
   uint32_t layer = 0;
   std::shared_ptr<const ExpertCatalog> catalog;
-  std::shared_ptr<io::PinnedArena> arena;  // to checksum landed bytes (verify_reads)
+  std::shared_ptr<io::PinnedArena> arena;  // to checksum landed bytes
   read_service_actor reads;
   host_pool_actor pool;
   tracer_actor tracer;                     // optional
-  bool verify_reads = false;
+  // xxh64 of every landed read against the manifest on the verifier's hasher threads; a mismatch is a
+  // bad copy (read another). nullptr: reads are not verified (--no-verify-reads).
+  std::shared_ptr<ReadVerifier> verifier;
   // A plain decode step (one row) reads an expert with copies on two drives as two halves, one per
   // drive, so both drives work on it (DESIGN.md "One decode step" 3). Prompt-pass fills read whole files.
   bool split_reads = true;
   uint32_t prefetch_max = 4;                     // experts in flight from one prefetch (0 = off)
   std::chrono::milliseconds timeout{120000};     // per request to the pool / read service
+  // Warm start: experts read into the host pool's cache at spawn (the hottest by the usage counts),
+  // so the first calls find the hot set instead of paying a miss for each of its experts.
+  std::vector<uint32_t> warm;
 };
 
 layer_scheduler_actor spawn_layer_scheduler(caf::actor_system& sys, LayerSchedulerConfig cfg);

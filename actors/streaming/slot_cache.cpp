@@ -2,12 +2,13 @@
 
 namespace ferry {
 
-SlotCache::SlotCache(uint32_t slots, CachePolicy policy, uint32_t min_rows) {
+SlotCache::SlotCache(uint32_t slots, CachePolicy policy, uint32_t min_rows, HeatConfig heat) {
   if (slots == 0) return;
   CacheConfig cc;
   cc.capacity_experts = slots;
   cc.policy = policy;
   cc.min_rows = min_rows;
+  cc.heat = std::move(heat);
   cache_ = std::make_unique<ExpertCache>(cc);
   for (uint32_t i = slots; i-- > 0;) free_.push_back(i);  // slot 0 is handed out first
 }
@@ -18,8 +19,8 @@ std::optional<uint32_t> SlotCache::slot_of(const expert_key& k) const {
   return it->second;
 }
 
-void SlotCache::access(const expert_key& k) {
-  if (cache_) cache_->access(k);
+void SlotCache::access(const expert_key& k, uint32_t rows) {
+  if (cache_) cache_->access(k, rows);
 }
 
 std::optional<uint32_t> SlotCache::admit(const expert_key& k, uint64_t bytes, uint32_t rows, uint32_t block_rows,

@@ -17,11 +17,11 @@ namespace ferry {
 class SlotCache {
  public:
   SlotCache() = default;
-  SlotCache(uint32_t slots, CachePolicy policy, uint32_t min_rows);
+  SlotCache(uint32_t slots, CachePolicy policy, uint32_t min_rows, HeatConfig heat = {});
 
   bool enabled() const { return cache_ != nullptr; }
   std::optional<uint32_t> slot_of(const expert_key& k) const;
-  void access(const expert_key& k);  // counts a hit or a miss
+  void access(const expert_key& k, uint32_t rows = 1);  // counts a hit or a miss (by `rows` rows)
   // Admits a missing expert (pinned) into a free slot, evicting unpinned ones as the policy needs; their
   // keys are appended to `evicted`. nullopt: refused (by admission, for want of room, or no cache).
   std::optional<uint32_t> admit(const expert_key& k, uint64_t bytes, uint32_t rows, uint32_t block_rows,

@@ -1,6 +1,7 @@
 #include "actors/streaming/streaming_experts.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <mutex>
 #include <unordered_map>
 
@@ -8,12 +9,14 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "actors/streaming/cache_policy.hpp"
 #include "actors/streaming/compute_tier.hpp"
 #include "actors/streaming/device_cache.hpp"
 #include "actors/streaming/device_tier.hpp"
 #include "actors/streaming/expert_catalog.hpp"
 #include "actors/streaming/host_pool.hpp"
 #include "actors/streaming/layer_scheduler.hpp"
+#include "actors/streaming/read_verifier.hpp"
 #include "actors/readers/reader_supervisor.hpp"
 #include "actors/tracing/tracer_actor.hpp"
 #include "io/errors.hpp"
@@ -37,9 +40,11 @@ struct StreamingExperts::Impl {
   read_service_actor reads;
   host_pool_actor pool;
   tracer_actor tracer;
+  std::shared_ptr<ReadVerifier> verifier;         // null with --no-verify-reads
   std::vector<layer_scheduler_actor> scheds;      // [layer], empty handle for dense layers
   std::vector<std::vector<uint32_t>> last_used;   // [layer]: the last call's experts
   std::vector<std::vector<uint64_t>> uses;        // [layer][expert]: rows routed to it so far
+  UsageCounts usage;                              // usage_path's counts at the start (empty without)
   StreamingMetrics m;
   std::mutex m_mu;  // m: written by the model thread after each call, read by metrics() from any thread
   uint64_t calls = 0;
@@ -73,6 +78,33 @@ std::vector<uint32_t> prefetch_guess(const std::vector<uint64_t>& counts, const 
   return order;
 }
 
+HeatConfig heat_config(const StreamingOptions& o, const ModelConfig& cfg, UsageCounts& usage) {
+  HeatConfig h;
+  h.half_life = o.heat_half_life;
+  if (o.usage_path.empty() || !std::filesystem::exists(o.usage_path)) return h;
+  try {
+    usage = load_usage(o.usage_path);
+  } catch (const Error& e) {  // a damaged file costs warmth, not the run; it is rewritten at the end
+    spdlog::warn("expert usage: {}; starting cold", e.what());
+    return h;
+  }
+  h.prior = std::make_shared<const ExpertPrior>(
+      prior_from_usage(usage, uint32_t(cfg.n_layers), uint32_t(cfg.moe.n_experts), o.prior_mass));
+  spdlog::info("expert usage: {} counts from {} seed the caches ({} row-uses per layer)", usage.size(), o.usage_path,
+               o.prior_mass);
+  return h;
+}
+
+// Adds the run's counts to the usage file. Never throws: a read-only store keeps its old counts.
+void save_usage(const StreamingOptions& o, const UsageCounts& old, const std::vector<std::vector<uint64_t>>& run) {
+  if (!o.learn_usage || o.usage_path.empty()) return;
+  try {
+    write_usage(o.usage_path, merge_usage(old, run, o.usage_half_life));
+  } catch (const std::exception& e) {
+    spdlog::warn("expert usage: not saved: {}", e.what());
+  }
+}
+
 }  // namespace
 
 StreamingExperts::StreamingExperts(const ModelConfig& cfg, const Manifest& manifest, StreamingOptions opt)
@@ -100,7 +132,10 @@ StreamingExperts::StreamingExperts(const ModelConfig& cfg, const Manifest& manif
   if (s.opt.device) s.opt.device->register_host(s.arena->base(), s.arena->bytes());
   register_ferry_types(s.sys_cfg);
   s.sys = std::make_unique<caf::actor_system>(s.sys_cfg);
-  if (!s.opt.trace_path.empty()) s.tracer = spawn_tracer(*s.sys, s.opt.trace_path, s.catalog->dirs);
+  if (!s.opt.trace_path.empty())
+    s.tracer = spawn_tracer(*s.sys, s.opt.trace_path, s.catalog->dirs,
+                            {s.opt.device ? dev_cache : 0, cache, s.catalog->file_bytes});
+  const HeatConfig heat = heat_config(s.opt, cfg, s.usage);
 
   ReadServiceConfig rc;
   rc.dirs = s.catalog->dirs;
@@ -117,6 +152,7 @@ StreamingExperts::StreamingExperts(const ModelConfig& cfg, const Manifest& manif
   pc.expert_bytes = s.catalog->file_bytes;
   pc.policy = s.opt.policy;
   pc.min_rows = s.opt.min_rows;
+  pc.heat = heat;
   pc.tracer = s.tracer;
   s.pool = spawn_host_pool(*s.sys, pc);
   if (s.dev) {
@@ -126,12 +162,20 @@ StreamingExperts::StreamingExperts(const ModelConfig& cfg, const Manifest& manif
     dc.expert_bytes = s.catalog->file_bytes;
     dc.policy = s.opt.policy;
     dc.min_rows = s.opt.min_rows;
+    dc.heat = heat;
     dc.tracer = s.tracer;
     s.dcache = spawn_device_cache(*s.sys, dc);
     spdlog::info("device cache: {} cached + {} scratch slots, {} upload streams", dev_cache, dev_scratch,
                  s.opt.upload_streams);
   }
 
+  if (s.opt.verify_reads)
+    s.verifier = std::make_shared<ReadVerifier>(*s.sys, s.opt.hash_threads ? s.opt.hash_threads : ReadVerifier::default_threads());
+  // Warm start: the host pool's share of the hottest experts, per layer.
+  std::vector<std::vector<uint32_t>> warm(size_t(cfg.n_layers));
+  if (s.opt.warm_start && heat.prior && s.opt.policy == CachePolicy::frequency)
+    for (const auto& k : hottest(*heat.prior, cache))
+      if (k.layer < warm.size()) warm[k.layer].push_back(k.expert);
   s.scheds.resize(size_t(cfg.n_layers));
   s.last_used.resize(size_t(cfg.n_layers));
   s.uses.assign(size_t(cfg.n_layers), std::vector<uint64_t>(size_t(cfg.moe.n_experts), 0));
@@ -144,9 +188,10 @@ StreamingExperts::StreamingExperts(const ModelConfig& cfg, const Manifest& manif
     lc.reads = s.reads;
     lc.pool = s.pool;
     lc.tracer = s.tracer;
-    lc.verify_reads = s.opt.verify_reads;
+    lc.verifier = s.verifier;
     lc.split_reads = s.opt.split_reads;
     lc.prefetch_max = s.opt.prefetch;
+    lc.warm = std::move(warm[size_t(l)]);
     // A request to the read service may try every copy, each within read_timeout.
     lc.timeout = s.opt.read_timeout * 8 + s.opt.layer_timeout;
     s.scheds[size_t(l)] = spawn_layer_scheduler(*s.sys, lc);
@@ -158,18 +203,25 @@ StreamingExperts::StreamingExperts(const ModelConfig& cfg, const Manifest& manif
   s.m.calls_by_layer.assign(size_t(cfg.n_layers), 0);
   spdlog::info("streaming experts: {} directories, host pool {} cached + {} scratch slots of {} bytes ({}), prefetch {}",
                s.catalog->dirs.size(), cache, scratch, s.catalog->file_bytes,
-               s.opt.policy == CachePolicy::lru ? "LRU" : fmt::format("block-aware, min_rows {}", s.opt.min_rows),
+               s.opt.policy == CachePolicy::lru         ? std::string("LRU")
+               : s.opt.policy == CachePolicy::frequency ? std::string("frequency")
+                                                        : fmt::format("block-aware, min_rows {}", s.opt.min_rows),
                s.opt.prefetch);
 }
 
 StreamingExperts::~StreamingExperts() {
   Impl& s = *impl_;
+  if (s.calls > 0 && s.failed.empty()) save_usage(s.opt, s.usage, s.uses);
   if (s.tracer) flush_trace();
   for (auto& h : s.scheds)
     if (h) caf::anon_send_exit(h, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(s.pool, caf::exit_reason::user_shutdown);
   if (s.dcache) caf::anon_send_exit(s.dcache, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(s.reads, caf::exit_reason::user_shutdown);
+  // The hashers quit; the handles go with the last owner (the schedulers drop theirs as they exit), so
+  // the actor system below can reclaim their threads.
+  if (s.verifier) s.verifier->stop();
+  s.verifier.reset();
   if (s.tracer) caf::anon_send_exit(s.tracer, caf::exit_reason::user_shutdown);
   s.self.reset();
   s.dev.reset();  // waits for its uploads (they read the arena), frees the device slots
@@ -204,7 +256,9 @@ void StreamingExperts::fetch(int layer, std::span<const ExpertUse> uses, const E
     for (int32_t r : u.rows) block_rows = std::max(block_rows, uint32_t(r) + 1);
 
   // The device plan: hits compute now, in one batch; misses know their device slot.
+  trace_call(req.step, uint32_t(layer), std::max<uint32_t>(block_rows, 1), uses);
   std::vector<uint32_t> dslot(uses.size(), 0);
+  std::vector<bool> dkeep(uses.size(), false);  // the device cache admitted it
   std::vector<size_t> hit_idx;
   std::vector<ExpertWeights> hit_w;
   if (s.dev) {
@@ -223,6 +277,7 @@ void StreamingExperts::fetch(int layer, std::span<const ExpertUse> uses, const E
     }
     for (size_t i = 0; i < uses.size(); ++i) {
       dslot[i] = plan.places[i].slot;
+      dkeep[i] = plan.places[i].admitted;
       if (plan.places[i].hit) {
         hit_idx.push_back(i);
         hit_w.push_back(s.dev->at(dslot[i]));
@@ -238,6 +293,7 @@ void StreamingExperts::fetch(int layer, std::span<const ExpertUse> uses, const E
     }
     expert_use u;
     u.expert = uint32_t(uses[i].expert);
+    u.device_keeps = dkeep[i] && s.opt.policy == CachePolicy::frequency;  // exclusive tiers
     for (int32_t r : uses[i].rows) {
       u.rows.push_back(uint32_t(r));
       req.block_rows = std::max(req.block_rows, uint32_t(r) + 1);
@@ -367,6 +423,30 @@ void StreamingExperts::fetch(int layer, std::span<const ExpertUse> uses, const E
   s.m.calls_by_layer[size_t(layer)] += 1;
 }
 
+// The call's own requests for `ferry trace` (actors/tracing/cache_replay.hpp replays them offline).
+void StreamingExperts::trace_call(uint64_t step, uint32_t layer, uint32_t block_rows, std::span<const ExpertUse> uses) {
+  Impl& s = *impl_;
+  if (!s.tracer) return;
+  auto& self = *s.self;
+  trace_event c;
+  c.kind = trace::LAYER_CALL;
+  c.t_ns = trace_now_ns();
+  c.request_id = step;
+  c.key = {layer, 0};
+  c.rows = block_rows;
+  c.bytes = uses.size();
+  self->send(s.tracer, trace_atom_v, c);
+  for (const auto& u : uses) {
+    trace_event e;
+    e.kind = trace::USE;
+    e.t_ns = c.t_ns;
+    e.request_id = step;
+    e.key = {layer, uint32_t(u.expert)};
+    e.rows = uint32_t(u.rows.size());
+    self->send(s.tracer, trace_atom_v, std::move(e));
+  }
+}
+
 StreamingMetrics StreamingExperts::metrics() {
   Impl& s = *impl_;
   StreamingMetrics m;
@@ -384,6 +464,15 @@ StreamingMetrics StreamingExperts::metrics() {
     m.upload_bytes = s.dev->upload_bytes();
     m.upload_streams = s.dev->upload_queues();
     self->request(s.dcache, t, stats_atom_v).receive([&](device_stats& d) { m.device = d; }, err);
+  }
+  if (s.verifier) {
+    const VerifyCounters& v = s.verifier->counters();
+    m.verify = true;
+    m.verify_threads = s.verifier->threads();
+    m.verify_hashes = v.hashes.load();
+    m.verify_bytes = v.bytes.load();
+    m.verify_s = double(v.ns.load()) * 1e-9;
+    m.verify_mismatches = v.mismatches.load();
   }
   self->request(s.reads, t, stats_atom_v).receive([&](std::vector<dir_stats>& d) { m.drives = d; }, err);
   self->request(s.pool, t, stats_atom_v).receive([&](pool_stats& p) { m.pool = p; }, err);

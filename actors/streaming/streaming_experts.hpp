@@ -31,15 +31,30 @@ struct StreamingOptions {
   // The compute-tier cache. On the CPU back-end that is the host pool: its size is the larger of
   // cache (experts, or bytes) and host_pool_bytes. 0 everywhere = no cache, every expert streams.
   uint64_t cache_experts = 0, cache_bytes = 0, host_pool_bytes = 0;
-  CachePolicy policy = CachePolicy::block_aware;
-  uint32_t min_rows = 2;
+  CachePolicy policy = CachePolicy::frequency;
+  uint32_t min_rows = 2;  // block_aware only
+  // The frequency policy's memory (cache_policy.hpp): usage counts (the store's usage.json; the model
+  // loader sets the path) seed it, weighing prior_mass row-uses per MoE layer; live counts halve every
+  // heat_half_life row-uses (0 = never). With learn_usage the run's counts are added to usage_path when
+  // the source closes (atomically; the old counts halve every usage_half_life row-uses of the run), so
+  // the next start is warm.
+  std::string usage_path;
+  double prior_mass = 4000;
+  double heat_half_life = 0;
+  bool learn_usage = true;
+  bool warm_start = true;  // with usage counts: read the hottest experts into the host pool at start
+  double usage_half_life = 262144;
   uint32_t stream_slots = 0;  // scratch slots for experts that are not admitted; 0 = 2 x top_k (>= 8)
   // Next-layer prefetch: up to this many of the next MoE layer's most-used experts that its last call did
   // not use (those are probably still cached), read into the host pool while this layer computes. 0 = off.
   uint32_t prefetch = 0;
   io::EngineKind engine = io::EngineKind::automatic;
   io::EngineConfig engine_cfg;
-  bool verify_reads = false;  // xxh64 of every read against the manifest; a mismatch is a bad copy
+  // xxh64 of every read against the manifest (on hash_threads hasher threads, 0 = a quarter of the
+  // cores); a mismatch is a bad copy: another is read, or the fetch fails naming the file.
+  // On by default; --no-verify-reads turns it off.
+  bool verify_reads = true;
+  uint32_t hash_threads = 0;
   bool split_reads = true;    // decode fills of experts with two copies read half from each
   std::string trace_path;     // --trace FILE
   // CUDA: the back-end whose memory holds a device cache of this many experts above the host pool
@@ -77,6 +92,8 @@ class StreamingExperts final : public ExpertSource {
   read_service_actor read_service() const;
 
  private:
+  void trace_call(uint64_t step, uint32_t layer, uint32_t block_rows, std::span<const ExpertUse> uses);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -26,6 +26,8 @@ nlohmann::json to_json(const StreamingMetrics& m) {
   j["uploads"] = m.uploads;
   j["prefetch"] = {{"issued", m.prefetch_issued}, {"hits", m.prefetch_hits},
                    {"hit_rate", m.prefetch_issued ? double(m.prefetch_hits) / double(m.prefetch_issued) : 0.0}};
+  j["verify_reads"] = {{"on", m.verify}, {"threads", m.verify_threads}, {"hashes", m.verify_hashes},
+                       {"bytes", m.verify_bytes}, {"hash_s", m.verify_s}, {"mismatches", m.verify_mismatches}};
   j["layer_wait_s"] = m.layer_wait_s;
   j["max_layer_wait_s"] = m.max_layer_wait_s;
   nlohmann::json layers = nlohmann::json::array();
@@ -63,6 +65,12 @@ std::string format_metrics(const StreamingMetrics& m) {
   s += fmt::format("ferry: expert bytes: host {:.1f} MB, disk {:.1f} MB ({} engine{}) | layer wait {:.3f} s (max {:.2f} ms)\n",
                    double(m.host_bytes()) / MB, double(m.disk_bytes()) / MB, m.engine, m.direct ? ", O_DIRECT" : "",
                    m.layer_wait_s, m.max_layer_wait_s * 1e3);
+  if (m.verify)
+    s += fmt::format("ferry: verified reads: {} hashed ({:.1f} MB) on {} threads in {:.3f} s ({:.0f} MB/s), {} mismatches\n",
+                     m.verify_hashes, double(m.verify_bytes) / MB, m.verify_threads, m.verify_s,
+                     m.verify_s > 0 ? double(m.verify_bytes) / MB / m.verify_s : 0.0, m.verify_mismatches);
+  else
+    s += "ferry: reads NOT verified (--no-verify-reads)\n";
   for (auto& d : m.drives)
     s += fmt::format("ferry:   drive {}: {} reads (parts), {:.1f} MB, {} failures, {} restarts, est. {:.0f} MB/s\n",
                      d.dir < m.dirs.size() ? m.dirs[d.dir] : std::to_string(d.dir), d.reads, double(d.bytes) / MB,

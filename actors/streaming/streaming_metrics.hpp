@@ -30,6 +30,12 @@ struct StreamingMetrics {
   pool_stats pool;
   device_stats device;             // the device-cache manager's counters (CUDA)
   uint32_t upload_streams = 0;     // 0 = no device tier
+  // Verified reads (on by default): xxh64 of every landed read, summed over the hasher threads. The
+  // hashing runs beside the reads and compute, so verify_s is CPU time spent, not time added to decode.
+  bool verify = false;
+  uint32_t verify_threads = 0;
+  uint64_t verify_hashes = 0, verify_bytes = 0, verify_mismatches = 0;
+  double verify_s = 0;
 
   uint64_t disk_bytes() const;  // sum over drives (demand + prefetch)
   uint64_t host_bytes() const { return host_hits * file_bytes; }  // served from the host pool

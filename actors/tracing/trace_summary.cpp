@@ -41,6 +41,57 @@ void summarize_layers(TraceSummary& s, const std::map<uint32_t, std::vector<doub
   }
 }
 
+// Length of the union of [start, end] intervals.
+double union_length(std::vector<std::pair<double, double>> v) {
+  std::sort(v.begin(), v.end());
+  double total = 0, lo = 0, hi = -1;
+  for (const auto& [a, b] : v) {
+    if (a > hi) {
+      if (hi > lo) total += hi - lo;
+      lo = a;
+      hi = b;
+    } else {
+      hi = std::max(hi, b);
+    }
+  }
+  if (hi > lo) total += hi - lo;
+  return total;
+}
+
+// The model's layer calls (LAYER_CALL, then one USE per expert) in order.
+std::vector<LayerCall> layer_calls(const TraceFile& tf) {
+  std::vector<LayerCall> calls;
+  std::vector<uint64_t> ids;
+  for (const auto& e : tf.events) {
+    if (e.kind() == trace::LAYER_CALL) {
+      calls.push_back({e.layer(), std::max(e.rows(), 1u), {}});
+      ids.push_back(e.request_id());
+    } else if (e.kind() == trace::USE) {
+      for (size_t i = calls.size(); i-- > 0;)
+        if (ids[i] == e.request_id() && calls[i].layer == e.layer()) {
+          calls[i].uses.push_back({{e.layer(), e.expert()}, std::max(e.rows(), 1u)});
+          break;
+        }
+    }
+  }
+  return calls;
+}
+
+CacheReport cache_report(const TraceFile& tf, const TraceSummary& s) {
+  CacheReport r;
+  const auto calls = layer_calls(tf);
+  if (calls.empty()) return r;
+  r.present = true;
+  r.device_slots = tf.header.device_slots();
+  r.host_slots = tf.header.host_slots();
+  r.calls = calls.size();
+  r.uses = count_requests(calls);
+  if (auto it = s.tiers.find(trace::DEVICE); it != s.tiers.end()) r.device_hits = it->second.hits;
+  if (auto it = s.tiers.find(trace::HOST); it != s.tiers.end()) r.host_hits = it->second.hits;
+  r.bounds = cache_bounds(calls, uint64_t(r.device_slots) + r.host_slots, nullptr);
+  return r;
+}
+
 }  // namespace
 
 uint64_t TraceSummary::disk_bytes() const {
@@ -57,6 +108,7 @@ TraceSummary summarize_trace(const TraceFile& tf, const std::string& path, size_
   std::map<uint32_t, std::vector<double>> waits;
   std::unordered_map<uint64_t, ExpertReads> per_expert;
   std::vector<double> service_ms_sum;
+  std::vector<std::pair<double, double>> reading;  // [start, end] of every read's service
   for (const auto& e : tf.events) {
     const double t = double(e.t_ns()) * 1e-9;
     s.span_s = std::max(s.span_s, t);
@@ -90,6 +142,7 @@ TraceSummary summarize_trace(const TraceFile& tf, const std::string& path, size_
         d.bytes += e.bytes();
         d.last_s = std::max(d.last_s, t);
         d.mean_read_ms += double(e.dur_ns()) * 1e-6;  // summed here, divided below
+        reading.push_back({t - double(e.dur_ns()) * 1e-9, t});
         auto& x = per_expert[(uint64_t{e.layer()} << 32) | e.expert()];
         x.layer = e.layer();
         x.expert = e.expert();
@@ -113,12 +166,32 @@ TraceSummary summarize_trace(const TraceFile& tf, const std::string& path, size_
     if (d.last_s > d.first_s) d.busy_mb_s = double(d.bytes) / (d.last_s - d.first_s) / 1e6;
   }
   summarize_layers(s, waits);
+  s.read_active_s = union_length(std::move(reading));
+  if (s.read_active_s > 0) s.read_active_mb_s = double(s.disk_bytes()) / s.read_active_s / 1e6;
+  s.cache = cache_report(tf, s);
   for (auto& [k, x] : per_expert) s.top_experts.push_back(x);
   std::sort(s.top_experts.begin(), s.top_experts.end(), [](const ExpertReads& a, const ExpertReads& b) {
     return a.bytes != b.bytes ? a.bytes > b.bytes : std::tie(a.layer, a.expert) < std::tie(b.layer, b.expert);
   });
   if (s.top_experts.size() > top_n) s.top_experts.resize(top_n);
   return s;
+}
+
+std::string format_cache_report(const CacheReport& c) {
+  if (!c.present) return "cache vs offline bounds: no LAYER_CALL events in this trace\n";
+  const auto& b = c.bounds;
+  auto line = [&](const char* what, double rate) {
+    return fmt::format("  {:<44} {:6.1f}%  ({:.2f} of the best static set)\n", what, 100 * rate,
+                       b.best_static.rate() > 0 ? rate / b.best_static.rate() : 0.0);
+  };
+  std::string o = fmt::format(
+      "cache vs offline bounds ({} layer calls, {} expert requests; capacity {} = device {} + host {} experts):\n",
+      c.calls, c.uses, b.capacity, c.device_slots, c.host_slots);
+  o += line(fmt::format("achieved (device {} + host {} hits)", c.device_hits, c.host_hits).c_str(), c.achieved());
+  o += line("best static set in hindsight", b.best_static.rate());
+  o += line("offline optimum (Belady, with bypass)", b.belady.rate());
+  o += line("LRU", b.lru.rate());
+  return o;
 }
 
 std::string format_trace_summary(const TraceSummary& s) {
@@ -139,6 +212,9 @@ std::string format_trace_summary(const TraceSummary& s) {
     o += fmt::format("  [{}] {}: {} reads, {:.2f} MB, {:.1f} MB/s while active, mean read {:.3f} ms, {} failures, {} "
                      "restarts\n",
                      d.dir, d.path, d.reads, double(d.bytes) / 1e6, d.busy_mb_s, d.mean_read_ms, d.failures, d.restarts);
+  o += fmt::format("  all drives: {:.2f} MB in {:.3f} s with a read in flight: {:.1f} MB/s aggregate while reading\n",
+                   double(s.disk_bytes()) / 1e6, s.read_active_s, s.read_active_mb_s);
+  o += format_cache_report(s.cache);
   o += "layer wait (time waiting for the last expert):\n";
   for (auto& l : s.layers)
     o += fmt::format("  layer {:>3}: {:>6} calls, total {:.3f} s, mean {:.3f} ms, p50 {:.3f} ms, p99 {:.3f} ms, max "

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/tracing/cache_replay.hpp"
 #include "actors/tracing/trace_file.hpp"
 
 namespace ferry {
@@ -36,6 +37,15 @@ struct ExpertReads {
   uint64_t reads = 0, bytes = 0;
 };
 
+// The run's own requests replayed at its capacities (cache_replay.hpp) beside what the engine got.
+struct CacheReport {
+  bool present = false;  // the trace has LAYER_CALL/USE events (runs since the frequency policy)
+  uint32_t device_slots = 0, host_slots = 0;
+  uint64_t calls = 0, uses = 0, device_hits = 0, host_hits = 0;
+  CacheBounds bounds;
+  double achieved() const { return uses ? double(device_hits + host_hits) / double(uses) : 0.0; }
+};
+
 struct TraceSummary {
   std::string path;
   std::vector<std::string> dirs;
@@ -47,11 +57,15 @@ struct TraceSummary {
   std::vector<DriveSummary> drives;
   std::vector<ExpertReads> top_experts;    // most bytes read first
   std::vector<double> waits_ms;            // every LAYER_WAIT, in order
+  // Reads of every drive together: bytes over the time at least one read was being serviced.
+  double read_active_s = 0, read_active_mb_s = 0;
+  CacheReport cache;
   uint64_t disk_bytes() const;
 };
 
 TraceSummary summarize_trace(const TraceFile& tf, const std::string& path, size_t top_n = 10);
 std::string format_trace_summary(const TraceSummary& s);
+std::string format_cache_report(const CacheReport& c);
 
 // Writes drive_throughput.svg, layer_wait.svg and hit_rate.svg into out_dir (created). Returns the
 // paths. Throws ferry::Error naming a file that cannot be written.

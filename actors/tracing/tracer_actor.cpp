@@ -61,7 +61,7 @@ trace::Event to_proto(const trace_event& e, uint64_t start_ns) {
 }
 
 tracer_actor::behavior_type tracer_fun(tracer_impl self, std::shared_ptr<std::ofstream> file, std::string path,
-                                       std::vector<std::string> dirs) {
+                                       std::vector<std::string> dirs, TraceCapacities caps) {
   auto& st = self->state;
   st.out.reset(new std::ofstream(std::move(*file)));
   st.path = std::move(path);
@@ -72,6 +72,9 @@ tracer_actor::behavior_type tracer_fun(tracer_impl self, std::shared_ptr<std::of
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
           .count()));
   for (auto& d : dirs) head.mutable_header()->add_dirs(d);
+  head.mutable_header()->set_device_slots(caps.device_slots);
+  head.mutable_header()->set_host_slots(caps.host_slots);
+  head.mutable_header()->set_expert_bytes(caps.expert_bytes);
   write_record(st, head);
   return {
       [=](trace_atom, const trace_event& e) {
@@ -89,11 +92,12 @@ tracer_actor::behavior_type tracer_fun(tracer_impl self, std::shared_ptr<std::of
 
 }  // namespace
 
-tracer_actor spawn_tracer(caf::actor_system& sys, const std::string& path, std::vector<std::string> dirs) {
+tracer_actor spawn_tracer(caf::actor_system& sys, const std::string& path, std::vector<std::string> dirs,
+                          TraceCapacities caps) {
   // Open here so a bad path is the caller's exception, not a dead actor.
   auto file = std::make_shared<std::ofstream>(path, std::ios::binary | std::ios::trunc);
   if (!*file) throw Error(fmt::format("tracer: cannot create trace file {}: {}", path, std::strerror(errno)));
-  return sys.spawn<caf::detached>(tracer_fun, file, path, std::move(dirs));
+  return sys.spawn<caf::detached>(tracer_fun, file, path, std::move(dirs), caps);
 }
 
 }  // namespace ferry

@@ -78,7 +78,9 @@ void add_io_flags(CLI::App* c, EngineOptions& o) {
       "Expert reads: auto (io_uring when the kernel allows, else a pread pool), uring, pread")
       ->check(CLI::IsMember({"auto", "uring", "pread"}));
   c->add_option("--io-depth", s.engine_cfg.max_inflight, "Reads in flight per drive (at least 1)")->capture_default_str();
-  c->add_flag("--verify-reads", s.verify_reads, "Check every expert read against manifest.json's xxh64");
+  c->add_flag("--verify-reads,!--no-verify-reads", s.verify_reads,
+              "Check every expert read against manifest.json's xxh64 (on by default; --no-verify-reads accepts "
+              "silent corruption from a failing drive)");
   c->add_option("--trace", s.trace_path, "Record every scheduling event to FILE (read it with `ferry trace FILE`)");
 }
 

@@ -35,7 +35,7 @@ json parse_body(std::string_view body) {
   json j;
   try {
     j = json::parse(body.begin(), body.end(), depth_guard);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
     throw ApiError(400, std::string("Invalid JSON body: ") + e.what(), "", "invalid_json");
   }
   if (!j.is_object()) throw ApiError(400, "The request body must be a JSON object", "", "invalid_json");

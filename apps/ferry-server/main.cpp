@@ -39,6 +39,14 @@ void add_options(CLI::App& app, ServerOptions& o) {
   app.add_option("--model-name", o.model_name, "Model id reported by /v1/models (default: the directory name)");
   app.add_option("--events-interval-ms", o.events_interval_ms, "Dashboard feed period")->capture_default_str()
       ->check(CLI::Range(50, 60000));
+  app.add_option("--max-connections", o.max_connections, "Open connections in all")->capture_default_str()
+      ->check(CLI::Range(size_t(1), size_t(65536)));
+  app.add_option("--max-connections-per-client", o.max_connections_per_client,
+                 "Open connections one client address may hold; more are closed at once")
+      ->capture_default_str()->check(CLI::Range(size_t(1), size_t(65536)));
+  app.add_option("--idle-timeout", o.idle_timeout_s,
+                 "Seconds a connection may sit idle or take to send one request (slow clients are closed)")
+      ->capture_default_str()->check(CLI::Range(1, 3600));
   app.add_option("--request-timeout", o.request_timeout_s, "Longest a request may take, queue wait included (s)")
       ->capture_default_str()->check(CLI::Range(1, 86400 * 7));
 }

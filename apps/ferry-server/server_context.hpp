@@ -31,6 +31,13 @@ struct ServerOptions {
   int http_threads = 2;
   int events_interval_ms = 500;    // dashboard feed period
   int request_timeout_s = 3600;    // longest a request may take (queue wait + generation)
+  // Availability: one client address may hold this many connections (more are closed at accept), all
+  // clients together max_connections; a connection idle (or sending one request's headers and body)
+  // longer than idle_timeout_s is closed. So a client holding ~1,000 idle connections cannot stall
+  // others (tests/apps/server: ServerRobustness.IdleConnectionFloodDoesNotStallAGoodRequest).
+  size_t max_connections = 1024;
+  size_t max_connections_per_client = 64;
+  int idle_timeout_s = 5;
 };
 
 struct ServerContext {

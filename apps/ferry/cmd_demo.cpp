@@ -54,7 +54,7 @@ void demo_main(const DemoOptions& o) {
   GenerateMetrics g;
   std::printf("%s", o.prompt.c_str());
   auto toks = generate(*m.model, *state, prompt, gp, g, [&](const GeneratedToken& t) {
-    std::printf("%s", m.tokenizer->token_bytes(t.id).c_str());
+    std::printf("%s", m.tokenizer->display_bytes(t.id).c_str());
     std::fflush(stdout);
     return true;
   });

@@ -4,7 +4,9 @@
 // faults hit the drafter: its worker actor killed, its sidecar process killed (between calls and in
 // the middle of one) or stopped (SIGSTOP) past the deadline, garbage answers, crashes, hangs, a
 // sidecar that cannot start or speaks another protocol version. Each run's hashes are compared with
-// the reference; the exit status is non-zero if any position differs.
+// the reference; the exit status is non-zero if any position differs. On a prepared model the storage
+// scenarios follow (apps/ferry/faults_storage.hpp): drives that die, fail, slow down, return damaged
+// bytes or vanish while the experts stream. `--only drafter|storage` runs one half.
 #include <signal.h>
 #include <unistd.h>
 
@@ -20,6 +22,8 @@
 #include "actors/runtime/engine.hpp"
 #include "apps/engine_cli/engine_cli.hpp"
 #include "apps/ferry/commands.hpp"
+#include "apps/ferry/faults_storage.hpp"
+#include "actors/runtime/prepared_model.hpp"
 #include "io/errors.hpp"
 
 namespace ferry::cli {
@@ -29,6 +33,7 @@ struct FaultOptions {
   EngineOptions engine;  // the one engine option set; its drafter is the replay below (--draft refused)
   int64_t n = 128;
   uint64_t seed = 1;
+  std::string only;  // "", "drafter" or "storage"
 };
 
 // What a scenario does: extra sidecar flags, another executable, and random faults from outside.
@@ -130,6 +135,10 @@ std::vector<int32_t> default_prompt(const LoadedModel& m) {
   return ids;
 }
 
+int64_t drafter_matrix(const FaultOptions& o, LoadedModel& m, const std::string& replay, std::span<const int32_t> prompt,
+                       const std::vector<GeneratedToken>& ref);
+int64_t storage_matrix(const FaultOptions& o, std::span<const int32_t> prompt, const std::vector<GeneratedToken>& ref);
+
 int faults_main(FaultOptions& o) {
   if (!o.engine.draft.spec.empty())
     throw UsageError("ferry faults runs its own replay drafter (the plain run's tokens): drop --draft " + o.engine.draft.spec);
@@ -150,12 +159,22 @@ int faults_main(FaultOptions& o) {
     for (int32_t id : prompt) f << id << '\n';
     for (const auto& t : ref) f << t.id << '\n';
   }
+  std::printf("ferry faults: %s, %lld tokens per run, plain reference %.1f tok/s, drafter deadline %d ms\n\n",
+              o.engine.model.dir.c_str(), static_cast<long long>(o.n), g.generation_tok_s(), o.engine.draft.deadline_ms);
+  int64_t total = 0;
+  if (o.only != "storage") total += drafter_matrix(o, m, replay, prompt, ref);
+  if (o.only != "drafter" && is_prepared_model(o.engine.model.dir)) total += storage_matrix(o, prompt, ref);
+  std::filesystem::remove_all(dir);
+  std::printf("\ntotal mismatches: %lld\n", static_cast<long long>(total));
+  return total == 0 ? 0 : 1;
+}
+
+int64_t drafter_matrix(const FaultOptions& o, LoadedModel& m, const std::string& replay, std::span<const int32_t> prompt,
+                       const std::vector<GeneratedToken>& ref) {
   caf::actor_system_config cfg;
   register_ferry_types(cfg);
   caf::actor_system sys{cfg};
-  std::printf("ferry faults: %s, %lld tokens per run, plain reference %.1f tok/s, drafter deadline %d ms\n\n",
-              o.engine.model.dir.c_str(), static_cast<long long>(o.n), g.generation_tok_s(), o.engine.draft.deadline_ms);
-  std::printf("%-24s %7s %9s %8s %7s %8s %10s\n", "scenario", "faults", "fallbacks", "restarts", "blocks", "accepted",
+  std::printf("%-24s %7s %9s %8s %7s %8s %10s\n", "drafter scenario", "faults", "fallbacks", "restarts", "blocks", "accepted",
               "mismatches");
   int64_t total = 0;
   for (const Scenario& sc : scenarios()) {
@@ -167,9 +186,25 @@ int faults_main(FaultOptions& o) {
     std::fflush(stdout);
     total += r.mismatches;
   }
-  std::filesystem::remove_all(dir);
-  std::printf("\ntotal mismatches: %lld\n", static_cast<long long>(total));
-  return total == 0 ? 0 : 1;
+  return total;
+}
+
+// Storage rows. A run that ended with a clear error (no good copy of an expert left) is shown as that
+// error, not counted as a mismatch: without a replica that is the expected outcome.
+int64_t storage_matrix(const FaultOptions& o, std::span<const int32_t> prompt, const std::vector<GeneratedToken>& ref) {
+  std::printf("\n%-32s %7s %10s %10s  %s\n", "storage scenario", "faults", "recoveries", "mismatches", "outcome");
+  const auto rows = run_storage_faults(o.engine.model, o.n, o.seed, prompt,
+                                       [&](const std::vector<GeneratedToken>& got) { return count_mismatches(ref, got); });
+  int64_t total = 0;
+  for (const auto& r : rows) {
+    std::printf("%-32s %7llu %10llu %10lld  %s\n", r.name.c_str(), static_cast<unsigned long long>(r.faults),
+                static_cast<unsigned long long>(r.recoveries), static_cast<long long>(r.mismatches),
+                r.error.empty() ? "identical output" : ("error: " + r.error).c_str());
+    total += r.mismatches;
+    if (r.faults == 0) std::printf("  (no fault was injected in this run)\n");
+  }
+  std::fflush(stdout);
+  return total;
 }
 
 }  // namespace
@@ -181,6 +216,8 @@ void add_faults_command(CLI::App& app) {
   add_engine_flags(c, o->engine);
   c->add_option("-n,--n-predict", o->n, "Tokens per run")->capture_default_str();
   c->add_option("-s,--seed", o->seed, "Seed of the fault schedule and the replay drafter")->capture_default_str();
+  c->add_option("--only", o->only, "Run one half: drafter or storage (storage needs a prepared model)")
+      ->check(CLI::IsMember({"drafter", "storage"}));
   c->callback([o] {
     const int rc = faults_main(*o);
     if (rc != 0) throw CLI::RuntimeError(rc);

@@ -16,6 +16,7 @@
 #include "apps/engine_cli/engine_cli.hpp"
 #include "actors/runtime/engine.hpp"
 #include "io/errors.hpp"
+#include "io/strict_parse.hpp"
 #include "kernels/decoding/generate.hpp"
 
 namespace ferry::cli {
@@ -34,21 +35,8 @@ struct RunOptions {
   std::string chat_template;  // --chat-template (default: by model_type, as the server)
 };
 
-std::vector<int32_t> parse_ids(const std::string& s) {
-  std::vector<int32_t> ids;
-  std::stringstream ss(s);
-  std::string tok;
-  while (std::getline(ss, tok, ',')) {
-    if (tok.empty()) continue;
-    try {
-      ids.push_back(static_cast<int32_t>(std::stol(tok)));
-    } catch (const std::exception&) {
-      throw Error("--prompt-ids: '" + tok + "' is not a token id");
-    }
-  }
-  if (ids.empty()) throw Error("--prompt-ids: no token ids given");
-  return ids;
-}
+// Strict: "4294967297" and "1.5" are refused, not read as 1 (io/strict_parse.hpp).
+std::vector<int32_t> parse_ids(const std::string& s) { return parse_token_ids(s, "--prompt-ids"); }
 
 ChatTemplate chat_template_of(const RunOptions& o, const LoadedModel& m) {
   return choose_chat_template(o.chat_template, o.engine.model.dir, m.cfg.model_type);
@@ -112,7 +100,7 @@ void print_metrics(const RunOptions& o, const LoadedModel& m, const GenerateMetr
     for (auto& t : toks) {
       ids.push_back(t.id);
       if (m.tokenizer && std::find(stop_ids.begin(), stop_ids.end(), t.id) == stop_ids.end())
-        text += m.tokenizer->token_bytes(t.id);
+        text += m.tokenizer->display_bytes(t.id);
     }
     j["ids"] = ids;
     if (m.tokenizer) j["text"] = text;
@@ -177,7 +165,7 @@ void run_main(RunOptions& o) {
   }
   if (!o.json) {
     if (m.tokenizer) {
-      std::fputs(m.tokenizer->decode(prompt).c_str(), stdout);
+      std::fputs(m.tokenizer->display(prompt).c_str(), stdout);
     } else {
       for (int32_t id : prompt) std::printf("%d ", id);
       std::printf("|");
@@ -189,7 +177,7 @@ void run_main(RunOptions& o) {
     if (hash_out) *hash_out << t.pos << ' ' << t.id << ' ' << std::hex << t.logits_hash << std::dec << '\n';
     if (!o.json) {
       if (m.tokenizer)
-        std::fputs(m.tokenizer->token_bytes(t.id).c_str(), stdout);
+        std::fputs(m.tokenizer->display_bytes(t.id).c_str(), stdout);
       else
         std::printf(" %d", t.id);
       std::fflush(stdout);

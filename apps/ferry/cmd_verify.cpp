@@ -39,8 +39,12 @@ void run(const VerifyArgs& a) {
   progress.finish();
   for (const auto& b : r.bad)
     fmt::print("BAD {}: {}; {}\n", b.file, b.problem, b.good_copy.empty() ? "no good copy" : "good copy: " + b.good_copy);
-  fmt::print("{}: {} copies checked, {} hashed ({}), {} bad\n", r.ok() ? "OK" : "FAILED", r.files_checked, r.files_hashed,
-             format_bytes(r.bytes_hashed), r.bad.size());
+  const std::string how = r.files_hashed == 0                  ? ""
+                          : r.hashed_direct == r.files_hashed ? ", read with O_DIRECT as the engine reads"
+                          : fmt::format(", {} of them through the page cache (the filesystem refuses O_DIRECT)",
+                                        r.files_hashed - r.hashed_direct);
+  fmt::print("{}: {} copies checked, {} hashed ({}{}), {} bad\n", r.ok() ? "OK" : "FAILED", r.files_checked,
+             r.files_hashed, format_bytes(r.bytes_hashed), how, r.bad.size());
   if (!r.ok()) throw Error(fmt::format("verify: {} bad file(s) in {}", r.bad.size(), a.dir));
 }
 

@@ -65,12 +65,22 @@ uint16_t f32_to_f16(float f) {
   return static_cast<uint16_t>((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
 }
 
-void bf16_to_f32_n(const uint16_t* src, float* dst, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
+// src points into a mapped file: a safetensors header of odd length puts the data at an odd address,
+// so each element is loaded with memcpy (an aligned-or-not load the compiler emits as one mov).
+namespace {
+inline uint16_t load_u16(const void* base, size_t i) {
+  uint16_t h;
+  std::memcpy(&h, static_cast<const uint8_t*>(base) + 2 * i, 2);
+  return h;
+}
+}  // namespace
+
+void bf16_to_f32_n(const void* src, float* dst, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(load_u16(src, i));
 }
 
-void f16_to_f32_n(const uint16_t* src, float* dst, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(src[i]);
+void f16_to_f32_n(const void* src, float* dst, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(load_u16(src, i));
 }
 
 float e8m0_to_f32_half(uint8_t e) {

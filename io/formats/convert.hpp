@@ -12,8 +12,9 @@ float bf16_to_f32(uint16_t h);
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);    // round to nearest even (as ggml's GGML_FP32_TO_FP16)
 uint16_t f32_to_bf16(float f);   // round to nearest even
-void bf16_to_f32_n(const uint16_t* src, float* dst, size_t n);
-void f16_to_f32_n(const uint16_t* src, float* dst, size_t n);
+// n 16-bit values from src, which need not be 2-byte aligned (tensor data inside a mapped file).
+void bf16_to_f32_n(const void* src, float* dst, size_t n);
+void f16_to_f32_n(const void* src, float* dst, size_t n);
 
 // 2^(e-128) as ggml's E8M0_TO_FP32_HALF computes it (denormals for e < 2).
 float e8m0_to_f32_half(uint8_t e);

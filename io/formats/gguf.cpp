@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "io/errors.hpp"
+#include "io/formats/size_limits.hpp"
 
 namespace ferry {
 
@@ -43,11 +44,11 @@ GgmlType ggml_type_of(DType t) {
 }
 
 uint64_t gguf_tensor_bytes(DType t, const std::vector<int64_t>& shape) {
-  uint64_t numel = 1;
-  for (auto d : shape) numel *= static_cast<uint64_t>(d);
-  if (t == DType::q8_0) return numel / kQK * sizeof(BlockQ8_0);
-  if (t == DType::mxfp4) return numel / kQK * sizeof(BlockMxfp4);
-  return numel * dtype_size(t);
+  int64_t numel = 1;
+  for (auto d : shape) numel = checked_mul(numel, d, "GGUF tensor element count");
+  if (t == DType::q8_0) return uint64_t(checked_mul(numel / kQK, int64_t(sizeof(BlockQ8_0)), "GGUF tensor bytes"));
+  if (t == DType::mxfp4) return uint64_t(checked_mul(numel / kQK, int64_t(sizeof(BlockMxfp4)), "GGUF tensor bytes"));
+  return uint64_t(checked_mul(numel, int64_t(dtype_size(t)), "GGUF tensor bytes"));
 }
 
 namespace {

@@ -37,13 +37,21 @@ const nlohmann::json& JsonFields::need(const std::string& key) const {
 
 namespace {
 // JSON numbers written by Python may be 4096 or 4096.0; an integral float is accepted as an integer.
+// An unsigned value above INT64_MAX or a float outside ±2^63 is refused, never wrapped (a cast of such
+// a double to int64_t is undefined behaviour).
 bool as_int(const nlohmann::json& v, int64_t& out) {
+  if (v.is_number_unsigned()) {
+    if (v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) return false;
+    out = static_cast<int64_t>(v.get<uint64_t>());
+    return true;
+  }
   if (v.is_number_integer()) {
     out = v.get<int64_t>();
     return true;
   }
   if (v.is_number_float()) {
     double d = v.get<double>();
+    if (!(d >= -0x1p63 && d < 0x1p63)) return false;
     if (d == static_cast<double>(static_cast<int64_t>(d))) {
       out = static_cast<int64_t>(d);
       return true;

@@ -12,16 +12,17 @@
 #include <fmt/format.h>
 
 #include "io/errors.hpp"
+#include "io/regular_file.hpp"
 
 namespace ferry {
 
 MappedFile::MappedFile(const std::filesystem::path& path) : path_(path.string()) {
-  int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw FormatError(fmt::format("{}: cannot open: {}", path_, std::strerror(errno)));
+  int fd = open_regular_file(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw FormatError(fmt::format("{}: cannot open: {}", path_, open_error_text(errno)));
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::fstat(fd, &st) != 0) {
     ::close(fd);
-    throw FormatError(fmt::format("{}: not a regular file", path_));
+    throw FormatError(fmt::format("{}: cannot stat: {}", path_, std::strerror(errno)));
   }
   size_ = static_cast<size_t>(st.st_size);
   if (size_ > 0) {

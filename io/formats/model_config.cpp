@@ -9,6 +9,8 @@
 
 #include "io/errors.hpp"
 #include "io/formats/model_config_parse.hpp"
+#include "io/formats/size_limits.hpp"
+#include "io/regular_file.hpp"
 
 namespace ferry {
 
@@ -71,6 +73,10 @@ void parse_common_fields(const JsonFields& t, ModelConfig& c) {
                         {"num_key_value_heads", c.n_kv_heads}})
     if (v <= 0) t.fail(key, fmt::format("must be positive, got {}", v));
   if (c.intermediate < 0) t.fail("intermediate_size", "must not be negative");
+  for (const char* key : {"max_position_embeddings", "model_max_length"})
+    if (t.has(key) && t.req_int(key) <= 0) t.fail(key, fmt::format("must be positive, got {}", t.req_int(key)));
+  // Bounded now, not only in validate_model_sizes: the family parsers allocate per layer.
+  check_size<ConfigError>(t.where("num_hidden_layers"), c.n_layers, 1, limits::kMaxLayers, "real models have < 200");
   if (!(c.rms_eps > 0)) t.fail("rms_norm_eps", "must be positive");
 }
 
@@ -84,6 +90,9 @@ void parse_mla_fields(const JsonFields& t, ModelConfig& c) {
   for (auto [key, v] : {std::pair<const char*, int64_t>{"kv_lora_rank", c.kv_lora_rank},
                         {"qk_nope_head_dim", c.qk_nope_dim}, {"v_head_dim", c.v_head_dim}})
     if (v <= 0) t.fail(key, fmt::format("must be positive, got {}", v));
+  for (auto [key, v] : {std::pair<const char*, int64_t>{"qk_nope_head_dim", c.qk_nope_dim},
+                        {"qk_rope_head_dim", c.qk_rope_dim}, {"v_head_dim", c.v_head_dim}})
+    check_size<ConfigError>(t.where(key), v, 0, limits::kMaxHeadDim, "real heads are <= 512 wide");
   if (c.qk_rope_dim < 0 || c.qk_rope_dim % 2 != 0)
     t.fail("qk_rope_head_dim", fmt::format("must be even and not negative, got {}", c.qk_rope_dim));
   if (t.has("qk_head_dim") && t.req_int("qk_head_dim") != c.qk_head_dim())
@@ -165,11 +174,13 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     detail::parse_qwen3(top, c);
   else
     detail::parse_deepseek(top, c);
+  validate_model_sizes(c, origin);
   return c;
 }
 
 ModelConfig load_model_config(const std::filesystem::path& path_or_dir) {
   auto path = std::filesystem::is_directory(path_or_dir) ? path_or_dir / "config.json" : path_or_dir;
+  require_regular_file(path, "config file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError(fmt::format("{}: cannot open config file", path.string()));
   std::ostringstream ss;

@@ -1,4 +1,5 @@
 #include "io/read_engine/pread_pool.hpp"
+#include "io/regular_file.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -12,7 +13,7 @@ ReadResult pread_fully(const ReadOp& op) {
   ReadResult r;
   r.tag = op.tag;
   r.submitted = Clock::now();
-  int fd = ::open(op.path.c_str(), O_RDONLY | O_CLOEXEC | (op.direct ? O_DIRECT : 0));
+  int fd = open_regular_file(op.path.c_str(), O_RDONLY | O_CLOEXEC | (op.direct ? O_DIRECT : 0));
   if (fd < 0) {
     r.err = errno;
     r.open_failed = true;
@@ -35,7 +36,7 @@ ReadResult pread_fully(const ReadOp& op) {
 }
 
 PreadPool::PreadPool(const EngineConfig& cfg) {
-  unsigned n = std::max(1u, std::min(cfg.pool_threads, cfg.max_inflight));
+  unsigned n = std::max(1u, std::min(cfg.pool_threads ? cfg.pool_threads : 4u, cfg.max_inflight));
   for (unsigned i = 0; i < n; ++i) workers_.emplace_back([this] { work(); });
 }
 

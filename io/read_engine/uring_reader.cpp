@@ -14,6 +14,7 @@
 #include "io/read_engine/pinned_arena.hpp"
 #include "io/read_engine/pread_pool.hpp"
 #include "io/read_engine/uring_reader_log.hpp"
+#include "io/regular_file.hpp"
 
 namespace ferry::io {
 namespace {
@@ -105,7 +106,7 @@ class UringEngine final : public ReadEngine {
       f->result.err = EFBIG;
       return false;
     }
-    f->fd = ::open(f->op.path.c_str(), O_RDONLY | O_CLOEXEC | (f->op.direct ? O_DIRECT : 0));
+    f->fd = open_regular_file(f->op.path.c_str(), O_RDONLY | O_CLOEXEC | (f->op.direct ? O_DIRECT : 0));
     if (f->fd < 0) {
       f->result.err = errno;
       f->result.open_failed = true;
@@ -215,7 +216,7 @@ std::unique_ptr<ReadEngine> make_read_engine(EngineKind kind, const EngineConfig
   if (probe_io_uring(&why)) return make_uring_engine(cfg);
   if (kind == EngineKind::uring) throw LimitError("io_uring requested but unavailable: " + why);
   log_warn("io_uring unavailable ({}); falling back to the pread thread pool ({} threads)", why,
-           std::min(cfg.pool_threads, cfg.max_inflight));
+           std::min(cfg.pool_threads ? cfg.pool_threads : 4u, cfg.max_inflight));
   return std::make_unique<PreadPool>(cfg);
 }
 

@@ -38,7 +38,8 @@ struct ReadResult {
 struct EngineConfig {
   unsigned queue_depth = 64;   // io_uring submission queue entries
   unsigned max_inflight = 8;   // concurrency cap: more ops wait in the engine's FIFO
-  unsigned pool_threads = 4;   // pread pool workers (its concurrency is min(threads, max_inflight))
+  unsigned pool_threads = 0;   // pread pool workers (0 = 4; concurrency is min(threads, max_inflight))
+  uint64_t split_bytes = 0;    // reads longer than this go as parts (0 = auto: see split_engine.hpp)
 };
 
 class ReadEngine {

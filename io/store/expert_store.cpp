@@ -7,7 +7,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -16,7 +18,9 @@
 
 #include "io/errors.hpp"
 #include "io/formats/ggml_blocks.hpp"
+#include "io/formats/size_limits.hpp"
 #include "io/synth/synth_layout.hpp"
+#include "io/regular_file.hpp"
 
 namespace fs = std::filesystem;
 
@@ -50,15 +54,36 @@ int64_t expert_file_bytes(const ModelConfig& c) {
 
 uint64_t xxh64_bytes(const void* data, size_t n) { return XXH64(data, n, 0); }
 
-uint64_t xxh64_file(const fs::path& p, int64_t* size) {
-  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw FormatError(fmt::format("{}: cannot open: {}", p.string(), std::strerror(errno)));
+namespace {
+// Opens p for hashing: with `direct`, O_DIRECT as the engine reads (so a drive that returns other bytes
+// than the page cache holds is caught); EINVAL (a filesystem without O_DIRECT) falls back to buffered.
+int open_for_hash(const fs::path& p, bool direct, bool& used_direct) {
+  used_direct = false;
+  if (direct) {
+    const int fd = open_regular_file(p.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+    if (fd >= 0) {
+      used_direct = true;
+      return fd;
+    }
+    if (errno != EINVAL) throw FormatError(fmt::format("{}: cannot open: {}", p.string(), open_error_text(errno)));
+  }
+  const int fd = open_regular_file(p.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw FormatError(fmt::format("{}: cannot open: {}", p.string(), open_error_text(errno)));
+  return fd;
+}
+}  // namespace
+
+uint64_t xxh64_file(const fs::path& p, int64_t* size, bool direct, bool* used_direct) {
+  bool is_direct = false;
+  const int fd = open_for_hash(p, direct, is_direct);
+  if (used_direct) *used_direct = is_direct;
   std::unique_ptr<XXH64_state_t, decltype(&XXH64_freeState)> st(XXH64_createState(), XXH64_freeState);
   XXH64_reset(st.get(), 0);
-  std::vector<char> buf(size_t(4) << 20);
+  constexpr size_t kChunk = size_t(4) << 20;  // a multiple of the 4096-byte O_DIRECT alignment
+  std::unique_ptr<char, decltype(&std::free)> buf(static_cast<char*>(std::aligned_alloc(4096, kChunk)), std::free);
   int64_t total = 0;
   for (;;) {
-    const ssize_t r = ::read(fd, buf.data(), buf.size());
+    const ssize_t r = ::read(fd, buf.get(), kChunk);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) {
       const int err = errno;
@@ -66,7 +91,7 @@ uint64_t xxh64_file(const fs::path& p, int64_t* size) {
       throw FormatError(fmt::format("{}: read failed: {}", p.string(), std::strerror(err)));
     }
     if (r == 0) break;
-    XXH64_update(st.get(), buf.data(), size_t(r));
+    XXH64_update(st.get(), buf.get(), size_t(r));
     total += r;
   }
   ::close(fd);
@@ -95,7 +120,8 @@ void fsync_dir(const fs::path& dir) {
 }  // namespace
 
 void write_file_atomic(const fs::path& path, const void* data, size_t n) {
-  const fs::path tmp = path.string() + ".tmp";
+  // Unique per process: two runs saving the same file (usage.json) must not write one temporary.
+  const fs::path tmp = fmt::format("{}.{}.tmp", path.string(), ::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw FormatError(fmt::format("{}: cannot create: {}", tmp.string(), std::strerror(errno)));
   const char* p = static_cast<const char*>(data);
@@ -165,16 +191,36 @@ T field(const nlohmann::json& j, const char* key, const fs::path& file) {
   }
 }
 
+// An integer field in [lo, hi]: nlohmann's get<int32_t> would truncate 2^32+1 to 1 silently.
+int64_t bounded(const nlohmann::json& j, const char* key, const fs::path& file, int64_t lo, int64_t hi) {
+  if (!j.contains(key)) throw FormatError(fmt::format("{}: missing field '{}'", file.string(), key));
+  const auto& v = j.at(key);
+  const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(INT64_MAX) : v.is_number_integer();
+  const int64_t x = fits ? v.get<int64_t>() : lo - 1;
+  if (!fits || x < lo || x > hi)
+    throw FormatError(fmt::format("{}: field '{}' = {} is not an integer in [{}, {}]", file.string(), key, v.dump(), lo, hi));
+  return x;
+}
+
 ExpertEntry parse_entry(const nlohmann::json& x, const fs::path& file, size_t n_dirs, size_t i) {
   ExpertEntry e;
-  e.layer = field<int32_t>(x, "layer", file);
-  e.expert = field<int32_t>(x, "expert", file);
+  if (!x.is_object()) throw FormatError(fmt::format("{}: experts[{}] is not an object", file.string(), i));
+  e.layer = int32_t(bounded(x, "layer", file, 0, limits::kMaxLayers - 1));
+  e.expert = int32_t(bounded(x, "expert", file, 0, limits::kMaxExperts - 1));
   try {
     e.xxh64 = parse_hex64(field<std::string>(x, "xxh64", file));
   } catch (const FormatError& err) {
     throw FormatError(fmt::format("{}: experts[{}].xxh64: {}", file.string(), i, err.what()));
   }
-  e.dirs = field<std::vector<uint16_t>>(x, "dirs", file);
+  const auto& dirs = x.contains("dirs") ? x.at("dirs") : throw FormatError(fmt::format("{}: experts[{}]: missing field 'dirs'", file.string(), i));
+  if (!dirs.is_array() || dirs.size() > n_dirs)
+    throw FormatError(fmt::format("{}: experts[{}].dirs is not a list of at most {} directory indexes", file.string(), i, n_dirs));
+  for (size_t k = 0; k < dirs.size(); ++k) {
+    const auto& d = dirs[k];
+    if (!d.is_number_unsigned() || d.get<uint64_t>() >= n_dirs)
+      throw FormatError(fmt::format("{}: experts[{}] names directory {} of {}", file.string(), i, d.dump(), n_dirs));
+    e.dirs.push_back(uint16_t(d.get<uint64_t>()));
+  }
   if (e.dirs.empty()) throw FormatError(fmt::format("{}: experts[{}] ({}) lists no directory", file.string(), i, expert_file_name(e.layer, e.expert)));
   for (auto d : e.dirs)
     if (d >= n_dirs)
@@ -185,6 +231,7 @@ ExpertEntry parse_entry(const nlohmann::json& x, const fs::path& file, size_t n_
 }  // namespace
 
 Manifest read_manifest(const fs::path& file) {
+  require_regular_file(file, "manifest");
   std::ifstream in(file);
   if (!in) throw FormatError(fmt::format("{}: cannot open manifest", file.string()));
   nlohmann::json j;
@@ -198,18 +245,24 @@ Manifest read_manifest(const fs::path& file) {
   if (m.format != "ferry-experts/1")
     throw FormatError(fmt::format("{}: format '{}' is not ferry-experts/1", file.string(), m.format));
   m.config_hash = field<std::string>(j, "config_hash", file);
-  m.n_layers = field<int64_t>(j, "n_layers", file);
-  m.n_experts = field<int64_t>(j, "n_experts", file);
-  m.expert_bytes = field<int64_t>(j, "expert_bytes", file);
-  m.file_bytes = field<int64_t>(j, "file_bytes", file);
+  m.n_layers = bounded(j, "n_layers", file, 1, limits::kMaxLayers);
+  m.n_experts = bounded(j, "n_experts", file, 1, limits::kMaxExperts);
+  m.expert_bytes = bounded(j, "expert_bytes", file, 1, limits::kMaxExpertFileBytes);
+  m.file_bytes = bounded(j, "file_bytes", file, m.expert_bytes, limits::kMaxExpertFileBytes);
   m.dirs = field<std::vector<std::string>>(j, "dirs", file);
+  if (m.dirs.empty() || int64_t(m.dirs.size()) > limits::kMaxExpertDirs)
+    throw FormatError(fmt::format("{}: 'dirs' lists {} directories (1 to {} allowed)", file.string(), m.dirs.size(),
+                                  limits::kMaxExpertDirs));
   if (j.contains("spine")) {
     const auto& s = j["spine"];
     m.spine_file = field<std::string>(s, "file", file);
-    m.spine_bytes = field<int64_t>(s, "bytes", file);
+    m.spine_bytes = bounded(s, "bytes", file, 0, INT64_MAX);
     m.spine_xxh64 = parse_hex64(field<std::string>(s, "xxh64", file));
   }
   const auto& ex = j.contains("experts") ? j["experts"] : throw FormatError(file.string() + ": missing field 'experts'");
+  if (!ex.is_array() || int64_t(ex.size()) > m.n_layers * m.n_experts)  // both bounded: no overflow
+    throw FormatError(fmt::format("{}: 'experts' is not a list of at most n_layers x n_experts = {} entries",
+                                  file.string(), m.n_layers * m.n_experts));
   m.experts.reserve(ex.size());
   for (size_t i = 0; i < ex.size(); ++i) m.experts.push_back(parse_entry(ex[i], file, m.dirs.size(), i));
   return m;
@@ -237,6 +290,17 @@ UsageCounts load_usage(const fs::path& file) {
     u[key_id({l, e})] = it.value().get<int64_t>();
   }
   return u;
+}
+
+void write_usage(const fs::path& file, const UsageCounts& counts) {
+  std::vector<std::pair<uint64_t, int64_t>> v(counts.begin(), counts.end());
+  std::sort(v.begin(), v.end());
+  std::string out = "{";
+  for (size_t i = 0; i < v.size(); ++i)
+    out += fmt::format("{}\n\"{}\": {}", i ? "," : "", expert_file_name(int(v[i].first >> 32), int(v[i].first & 0xffffffffu)),
+                       v[i].second);
+  out += "\n}\n";
+  write_file_atomic(file, out.data(), out.size());
 }
 
 }  // namespace ferry

@@ -28,8 +28,11 @@ bool parse_expert_file_name(const std::string& name, int& layer, int& expert);
 int64_t expert_payload_bytes(const ModelConfig& c);
 int64_t expert_file_bytes(const ModelConfig& c);
 
-// xxh64 (seed 0) of a file's bytes; sets *size when given. Throws FormatError naming the file.
-uint64_t xxh64_file(const std::filesystem::path& p, int64_t* size = nullptr);
+// xxh64 (seed 0) of a file's bytes; sets *size when given. Throws FormatError naming the file. With
+// `direct` the file is read with O_DIRECT (as the streaming engine reads it) where the filesystem
+// allows; *used_direct says whether it did.
+uint64_t xxh64_file(const std::filesystem::path& p, int64_t* size = nullptr, bool direct = false,
+                    bool* used_direct = nullptr);
 uint64_t xxh64_bytes(const void* data, size_t n);
 std::string hex64(uint64_t v);             // 16 lower-case hex digits
 uint64_t parse_hex64(const std::string& s);  // throws FormatError
@@ -72,6 +75,11 @@ void write_file_atomic(const std::filesystem::path& path, const void* data, size
 // exactly the MoE layers. Throws FormatError naming the file and key.
 using UsageCounts = std::unordered_map<uint64_t, int64_t>;
 UsageCounts load_usage(const std::filesystem::path& file);
+// Writes counts in that format (keys in layer, expert order), atomically.
+void write_usage(const std::filesystem::path& file, const UsageCounts& counts);
+// The usage counts a prepared model keeps next to its manifest: written by `ferry prepare --replicas`
+// and `ferry synth --prepared --usage`, updated by streaming runs; they seed the expert caches.
+inline std::filesystem::path usage_file(const std::filesystem::path& model_dir) { return model_dir / "usage.json"; }
 
 // ---- placement ----
 struct PlacementDir {
@@ -108,6 +116,7 @@ struct VerifyReport {
   int64_t files_checked = 0;  // copies looked at
   int64_t files_hashed = 0;
   int64_t bytes_hashed = 0;
+  int64_t hashed_direct = 0;  // of files_hashed, read with O_DIRECT (the rest: the filesystem refused it)
   std::vector<BadCopy> bad;
   bool ok() const { return bad.empty(); }
 };

@@ -265,6 +265,8 @@ PrepareResult prepare_model(const PrepareOptions& o) {
     m.experts.push_back({k.layer, k.expert, *hash, p.placement[i]});
   }
   copy_side_files(o, p.config_text);
+  // The usage counts stay with the store: they seed the expert caches of every run (usage_file()).
+  if (!o.replicas_usage.empty()) write_usage(usage_file(o.out), load_usage(o.replicas_usage));
   r.manifest = o.out / "manifest.json";
   write_manifest(r.manifest, m);
   progress.finish();

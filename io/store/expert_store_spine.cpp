@@ -60,8 +60,8 @@ DType dtype_of(GgmlType t) {
 void to_f32(const TensorView& v, int64_t begin, int64_t n, float* out) {
   switch (v.dtype) {
     case DType::f32: std::memcpy(out, v.data + begin * 4, size_t(n) * 4); return;
-    case DType::bf16: bf16_to_f32_n(reinterpret_cast<const uint16_t*>(v.data) + begin, out, size_t(n)); return;
-    case DType::f16: f16_to_f32_n(reinterpret_cast<const uint16_t*>(v.data) + begin, out, size_t(n)); return;
+    case DType::bf16: bf16_to_f32_n(v.data + begin * 2, out, size_t(n)); return;
+    case DType::f16: f16_to_f32_n(v.data + begin * 2, out, size_t(n)); return;
     default:
       throw TensorError(fmt::format("{}: tensor '{}' has dtype {}; the spine takes f32, f16 or bf16", v.file, v.name,
                                     to_string(v.dtype)));

@@ -226,6 +226,7 @@ SynthPreparedResult synth_prepared(const SynthPreparedOptions& o) {
   run.run(r);
   for (const auto& d : p.dirs) fsync_directory(d.path);  // the renames, once per directory
   write_synth_side_files(o.out, p.c, p.cfg_text);
+  if (usage) write_usage(usage_file(o.out), synth_layer_usage(p.c, *usage));  // what the routers follow
   r.manifest = o.out / "manifest.json";
   write_manifest(r.manifest, run.manifest());
   progress.finish();

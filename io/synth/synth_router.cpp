@@ -104,6 +104,19 @@ std::vector<int64_t> router_select_counts(const RouterSim& r, const std::vector<
   return counts;
 }
 
+std::vector<std::vector<int>> router_route(const RouterSim& r, const std::vector<float>& bias, int64_t rows,
+                                           uint64_t seed, const char* stream) {
+  const auto scores = router_scores(r, rows, seed, stream);
+  const int64_t E = r.n_experts;
+  std::vector<std::vector<int>> out(static_cast<size_t>(rows));
+  std::vector<float> c(static_cast<size_t>(E)), masked;
+  for (int64_t m = 0; m < rows; ++m) {
+    for (int64_t e = 0; e < E; ++e) c[size_t(e)] = scores[size_t(m * E + e)] + bias[size_t(e)];
+    select_topk(r, c.data(), out[size_t(m)], masked);
+  }
+  return out;
+}
+
 std::vector<double> usage_shares(const std::vector<int64_t>& counts) {
   std::vector<double> s(counts.size());
   double total = 0;

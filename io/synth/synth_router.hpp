@@ -22,6 +22,11 @@ std::vector<float> router_scores(const RouterSim& r, int64_t rows, uint64_t seed
 // Selection counts per expert for the given scores and bias.
 std::vector<int64_t> router_select_counts(const RouterSim& r, const std::vector<float>& scores, const std::vector<float>& bias);
 
+// The experts each of `rows` random inputs from (seed, stream) selects (top-k of scores + bias): the
+// request sequence a synthetic model's router makes, for replaying caches offline.
+std::vector<std::vector<int>> router_route(const RouterSim& r, const std::vector<float>& bias, int64_t rows,
+                                           uint64_t seed, const char* stream);
+
 // Target shares (sum 1) from counts, smoothed by +0.5 so no expert is never chosen.
 std::vector<double> usage_shares(const std::vector<int64_t>& counts);
 

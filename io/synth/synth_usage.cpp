@@ -31,6 +31,19 @@ std::vector<int64_t> SynthUsage::layer_counts(int moe_index, int64_t E, int& usa
   return v;
 }
 
+UsageCounts synth_layer_usage(const ModelConfig& c, const SynthUsage& usage) {
+  UsageCounts out;
+  const auto moe = moe_layer_indexes(c);
+  for (int64_t il = 0; il < c.n_layers; ++il) {
+    if (moe[size_t(il)] < 0) continue;
+    int ul = 0;
+    const auto counts = usage.layer_counts(moe[size_t(il)], c.moe.n_experts, ul);
+    for (size_t e = 0; e < counts.size(); ++e)
+      if (counts[e] > 0) out[key_id({int32_t(il), int32_t(e)})] = counts[e];
+  }
+  return out;
+}
+
 std::vector<int> moe_layer_indexes(const ModelConfig& c) {
   std::vector<int> out(size_t(c.n_layers), -1);
   for (int64_t il = 0, m = 0; il < c.n_layers; ++il)

@@ -23,6 +23,10 @@ struct SynthUsage {
   std::vector<int64_t> layer_counts(int moe_index, int64_t n_experts_out, int& usage_layer) const;
 };
 
+// The counts each MoE layer's router was fitted to, keyed by our (decoder layer, expert): the store's
+// usage.json for a synthetic prepared model.
+UsageCounts synth_layer_usage(const ModelConfig& c, const SynthUsage& usage);
+
 // Decoder layer -> 0-based index among the MoE layers (-1 for dense layers).
 std::vector<int> moe_layer_indexes(const ModelConfig& c);
 

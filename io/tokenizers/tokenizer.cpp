@@ -9,6 +9,7 @@
 #include "io/tokenizers/tokenizer_hf.hpp"
 #include "io/tokenizers/tokenizer_json.hpp"
 #include "io/tokenizers/tokenizer_tiktoken.hpp"
+#include "io/regular_file.hpp"
 
 namespace ferry {
 
@@ -18,7 +19,22 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   return out;
 }
 
+std::string Tokenizer::display_bytes(int32_t id) const {
+  try {
+    return token_bytes(id);
+  } catch (const LimitError&) {
+    return fmt::format("<|id:{}|>", id);
+  }
+}
+
+std::string Tokenizer::display(const std::vector<int32_t>& ids) const {
+  std::string out;
+  for (int32_t id : ids) out += display_bytes(id);
+  return out;
+}
+
 nlohmann::json read_tokenizer_json(const std::filesystem::path& file) {
+  require_regular_file(file, "tokenizer file");
   std::ifstream in(file, std::ios::binary);
   if (!in) throw FormatError(fmt::format("{}: cannot open", file.string()));
   try {

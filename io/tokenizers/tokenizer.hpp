@@ -29,6 +29,12 @@ class Tokenizer {
   // The raw bytes of one token (may be part of a UTF-8 character: stream bytes, not characters).
   virtual std::string token_bytes(int32_t id) const = 0;
 
+  // What to show for an id: its bytes, or "<|id:N|>" for an id the tokenizer does not know. Models
+  // often pad their vocabulary beyond the tokenizer's (to a multiple of 64 or 128 rows), and a
+  // sampled padding id must be shown, never end generation.
+  std::string display_bytes(int32_t id) const;
+  std::string display(const std::vector<int32_t>& ids) const;  // display_bytes of each id, concatenated
+
   // One past the highest id (specials included).
   virtual int32_t vocab_size() const = 0;
   virtual int32_t bos_id() const = 0;  // -1 if the vocabulary has none

@@ -7,6 +7,7 @@
 #include "io/errors.hpp"
 #include "io/tokenizers/tokenizer_bpe.hpp"
 #include "io/tokenizers/tokenizer_text.hpp"
+#include "io/regular_file.hpp"
 
 namespace ferry {
 
@@ -25,6 +26,7 @@ std::string_view kimi_pattern() {
 }
 
 std::vector<std::pair<std::string, int32_t>> load_tiktoken_ranks(const std::filesystem::path& file) {
+  require_regular_file(file, "tiktoken ranks file");
   std::ifstream in(file, std::ios::binary);
   if (!in) throw FormatError(fmt::format("{}: cannot open tiktoken ranks file", file.string()));
   std::vector<std::pair<std::string, int32_t>> ranks;

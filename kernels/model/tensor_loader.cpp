@@ -32,10 +32,10 @@ std::vector<float> to_floats(const TensorView& v) {
       std::memcpy(out.data(), v.data, n * 4);
       break;
     case DType::bf16:
-      bf16_to_f32_n(reinterpret_cast<const uint16_t*>(v.data), out.data(), n);
+      bf16_to_f32_n(v.data, out.data(), n);
       break;
     case DType::f16:
-      f16_to_f32_n(reinterpret_cast<const uint16_t*>(v.data), out.data(), n);
+      f16_to_f32_n(v.data, out.data(), n);
       break;
     case DType::f64:
       for (size_t i = 0; i < n; ++i) {

@@ -1,7 +1,9 @@
 // Streaming output is bit-identical (per-position logit hashes) to the all-in-RAM engine: at every cache
 // size, with 1, 2 and 3 directories and with replicas, with io_uring and with the pread pool, with
 // prefetch and with split decode reads. And a prepared model equals the Hugging Face checkpoint.
+#include "io/read_engine/split_engine.hpp"
 #include "io/read_engine/uring_reader.hpp"
+#include "io/store/expert_store.hpp"
 #include "tests/actors/streaming/streaming_support.hpp"
 
 using namespace ferry;
@@ -63,12 +65,36 @@ TEST(StreamingExactness, BitIdenticalWithIoUringAndWithThePreadPool) {
   EXPECT_EQ(uring.metrics.engine, "io_uring");
 }
 
+// `--io-engine auto` on memory-backed storage: the expert files copied to tmpfs (/dev/shm) are read by
+// the splitting pread pool (several workers per expert), with the same output.
+TEST(StreamingExactness, AutoEngineOnTmpfsSplitsReadsAcrossPoolWorkersWithTheSameOutput) {
+  if (io::storage_kind("/dev/shm") != io::StorageKind::memory) GTEST_SKIP() << "/dev/shm is not tmpfs here";
+  const auto dir = prepared("one", 1, false);
+  const Manifest man = read_manifest(dir / "manifest.json");
+  const fs::path shm = fs::path("/dev/shm") / ("ferry-test-" + std::to_string(::getpid()));
+  fs::remove_all(shm);
+  fs::copy(man.dirs.at(0), shm);
+  auto o = streaming_options(dir, 4);
+  o.streaming.expert_dirs = {shm.string()};
+  o.streaming.engine_cfg.split_bytes = 64 * 1024;  // fixture experts are small: split them too
+  auto r = generate_run(o);
+  fs::remove_all(shm);
+  expect_same_output(r, reference());
+  EXPECT_EQ(r.metrics.engine, "pread-pool");
+  EXPECT_FALSE(r.metrics.direct);
+}
+
 TEST(StreamingExactness, PrefetchAndWholeFileReadsChangeNothingButTheCounters) {
   const auto dir = prepared("replicated", 2, true);
   auto o = streaming_options(dir, 40);
   o.streaming.prefetch = 4;
   o.streaming.split_reads = false;
+  // Block-aware LRFU admits every prefetch it has room for; the frequency policy refuses guesses colder
+  // than what it holds (and the hot guesses are already resident), so its run below issues few or none.
+  o.streaming.policy = CachePolicy::block_aware;
   auto r = generate_run(o);
+  o.streaming.policy = CachePolicy::frequency;
+  expect_same_output(generate_run(o), reference());
   expect_same_output(r, reference());
   EXPECT_GT(r.metrics.prefetch_issued, 0u);
   EXPECT_LE(r.metrics.prefetch_hits, r.metrics.prefetch_issued + r.metrics.requested);

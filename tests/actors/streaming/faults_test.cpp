@@ -1,6 +1,6 @@
 // Supervision under generation: a reader killed mid-generation is restarted and its reads re-issued;
-// EIO on one copy is served from another; a checksum mismatch (--verify-reads) is a bad copy; with no
-// good copy left, generation ends with an error naming the file.
+// EIO on one copy is served from another; a checksum mismatch (reads are verified by default) is a bad
+// copy; with no good copy left, generation ends with an error naming the file.
 #include <caf/all.hpp>
 
 #include "actors/readers/reader_actor.hpp"
@@ -103,10 +103,15 @@ TEST(StreamingFaults, EioWithNoOtherCopyAndTheDeviceTierEndsWithAnErrorNamingThe
 }
 
 namespace {
-// Copies a prepared layout so a test can corrupt files without touching the shared ones.
-fs::path corrupted_copy(const std::string& name, int primaries, bool replica, const std::string& victim_dir) {
+enum class Damage { flip_byte, zero_file };
+
+// Copies a prepared layout so a test can corrupt files without touching the shared ones: one byte of
+// every expert file in `victim_dir` flipped, or every one zeroed (what a failing drive returns).
+// `tag` keeps the copies of tests that ctest runs in parallel apart.
+fs::path corrupted_copy(const std::string& name, int primaries, bool replica, const std::string& victim_dir,
+                        Damage damage = Damage::flip_byte, const std::string& tag = "") {
   const fs::path src_root = prepared(name, primaries, replica).parent_path();
-  const fs::path root = kRoot / (name + "-corrupt");
+  const fs::path root = kRoot / (name + (damage == Damage::flip_byte ? "-corrupt" : "-zeroed") + tag);
   fs::remove_all(root);
   fs::copy(src_root, root, fs::copy_options::recursive);
   // manifest.json names absolute directories: point them at the copy.
@@ -118,7 +123,12 @@ fs::path corrupted_copy(const std::string& name, int primaries, bool replica, co
   for (size_t at; (at = m.find(src_root.string() + "/")) != std::string::npos;)
     m.replace(at, src_root.string().size(), root.string());
   std::ofstream(root / "model/manifest.json") << m;
-  for (auto& f : fs::directory_iterator(root / victim_dir)) {  // flip one byte of every expert there
+  for (auto& f : fs::directory_iterator(root / victim_dir)) {
+    if (damage == Damage::zero_file) {
+      const std::string zeros(fs::file_size(f.path()), '\0');
+      std::ofstream(f.path(), std::ios::binary | std::ios::trunc) << zeros;
+      continue;
+    }
     std::fstream x(f.path(), std::ios::in | std::ios::out | std::ios::binary);
     x.seekg(100);
     char c = 0;
@@ -152,4 +162,58 @@ TEST(StreamingFaults, VerifyReadsWithNoGoodCopyEndsWithAnErrorNamingTheFile) {
     EXPECT_NE(msg.find("one-corrupt/nvme0/L"), std::string::npos) << msg;
     EXPECT_NE(msg.find("xxh64"), std::string::npos) << msg;
   }
+}
+
+// Reads are verified by default (issue 16): a flipped byte or a zeroed expert never reaches the output.
+TEST(StreamingFaults, DamagedExpertWithoutAReplicaFailsNamingTheFileByDefault) {
+  for (Damage d : {Damage::flip_byte, Damage::zero_file}) {
+    SCOPED_TRACE(d == Damage::flip_byte ? "flipped byte" : "zeroed file");
+    auto o = streaming_options(corrupted_copy("one", 1, false, "nvme0", d, "-default"), 0);
+    ASSERT_TRUE(o.streaming.verify_reads) << "verified reads must be the default";
+    try {
+      generate_run(o);
+      FAIL() << "a damaged expert reached the output";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("/nvme0/L"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(".bin"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("xxh64"), std::string::npos) << msg;
+    }
+  }
+}
+
+TEST(StreamingFaults, DamagedExpertWithAReplicaGivesIdenticalOutputByDefault) {
+  for (Damage d : {Damage::flip_byte, Damage::zero_file}) {
+    SCOPED_TRACE(d == Damage::flip_byte ? "flipped byte" : "zeroed file");
+    auto r = generate_run(streaming_options(corrupted_copy("replicated", 2, true, "nvme0", d, "-default"), 0));
+    expect_same_output(r, reference());
+    EXPECT_TRUE(r.metrics.verify);
+    EXPECT_GT(r.metrics.verify_mismatches, 0u);
+    EXPECT_GE(r.metrics.verify_hashes, r.metrics.disk_reads) << "every landed read is hashed";
+    EXPECT_GT(r.metrics.verify_s, 0.0) << "the hash time is measured";
+  }
+}
+
+// Without streaming the prepared model's experts are read once into memory: verified the same way.
+TEST(StreamingFaults, InMemoryExpertsAreVerifiedTooAndAReplicaServes) {
+  ModelOptions o;
+  o.threads = 2;
+  o.dir = corrupted_copy("replicated", 2, true, "nvme0", Damage::zero_file, "-ram").string();
+  expect_same_output(generate_run(o), reference());
+  o.dir = corrupted_copy("one", 1, false, "nvme0", Damage::zero_file, "-ram").string();
+  try {
+    generate_run(o);
+    FAIL() << "a zeroed expert was loaded";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("/nvme0/L"), std::string::npos) << e.what();
+  }
+}
+
+TEST(StreamingFaults, NoVerifyReadsSkipsTheHashes) {
+  auto o = streaming_options(prepared("one", 1, false), 0);
+  o.streaming.verify_reads = false;
+  auto r = generate_run(o);
+  expect_same_output(r, reference());
+  EXPECT_FALSE(r.metrics.verify);
+  EXPECT_EQ(r.metrics.verify_hashes, 0u);
 }

@@ -1,0 +1,47 @@
+#include "actors/streaming/read_verifier.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include <caf/all.hpp>
+#include <xxhash.h>
+
+namespace ferry {
+
+namespace {
+
+caf::behavior hasher(caf::event_based_actor*, std::shared_ptr<VerifyCounters> counters) {
+  return {
+      [counters](caf::get_atom, uint64_t address, uint64_t bytes) -> uint64_t {
+        const auto t0 = std::chrono::steady_clock::now();
+        const uint64_t h = XXH64(reinterpret_cast<const void*>(address), bytes, 0);
+        const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+        counters->hashes.fetch_add(1, std::memory_order_relaxed);
+        counters->bytes.fetch_add(bytes, std::memory_order_relaxed);
+        counters->ns.fetch_add(uint64_t(ns.count()), std::memory_order_relaxed);
+        return h;
+      },
+  };
+}
+
+}  // namespace
+
+ReadVerifier::ReadVerifier(caf::actor_system& sys, unsigned threads) : counters_(std::make_shared<VerifyCounters>()) {
+  for (unsigned i = 0; i < std::max(threads, 1u); ++i) hashers_.push_back(sys.spawn<caf::detached>(hasher, counters_));
+}
+
+ReadVerifier::~ReadVerifier() { stop(); }
+
+void ReadVerifier::stop() {
+  for (auto& h : hashers_)
+    if (h) caf::anon_send_exit(h, caf::exit_reason::user_shutdown);
+}
+
+caf::actor ReadVerifier::next() { return hashers_[next_.fetch_add(1, std::memory_order_relaxed) % hashers_.size()]; }
+
+unsigned ReadVerifier::default_threads() {
+  return std::clamp(std::thread::hardware_concurrency() / 4, 1u, 8u);
+}
+
+}  // namespace ferry

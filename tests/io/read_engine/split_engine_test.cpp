@@ -1,0 +1,100 @@
+// Reads split into parts land every byte where one whole read would, and `--io-engine auto` picks
+// the splitting pread pool on memory-backed storage.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "io/read_engine/pinned_arena.hpp"
+#include "io/read_engine/pread_pool.hpp"
+#include "io/read_engine/split_engine.hpp"
+#include "tests/io/temp_dir.hpp"
+
+using namespace ferry;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<char> pattern(size_t n, uint32_t seed) {
+  std::vector<char> v(n);
+  uint32_t x = seed;
+  for (auto& c : v) c = char((x = x * 1664525u + 1013904223u) >> 24);
+  return v;
+}
+
+fs::path write_file(const fs::path& dir, const std::string& name, const std::vector<char>& bytes) {
+  fs::create_directories(dir);
+  std::ofstream(dir / name, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+  return dir / name;
+}
+
+std::vector<io::ReadResult> wait_all(io::ReadEngine& e, size_t n) {
+  std::vector<io::ReadResult> out;
+  for (int i = 0; i < 1000 && out.size() < n; ++i) e.reap(out, std::chrono::milliseconds(10));
+  return out;
+}
+
+}  // namespace
+
+TEST(SplitEngine, PartsOfSeveralReadsLandEveryByteWhereTheWholeReadWould) {
+  const auto dir = test::temp_dir("split");
+  const size_t a_size = 10 * 4096 + 3 * 1000, b_size = 4096 * 3;  // a: 11 parts of 4 KiB, the last short
+  const auto a = pattern(a_size, 1), b = pattern(b_size, 2);
+  const auto pa = write_file(dir, "a.bin", a), pb = write_file(dir, "b.bin", b);
+  io::EngineConfig cfg;
+  cfg.pool_threads = 4;
+  auto e = io::make_split_engine(std::make_unique<io::PreadPool>(cfg), 4096);
+  std::vector<char> da(a_size + 4096, 0), db(b_size, 0);
+  e->submit({7, pa.string(), 0, a_size, reinterpret_cast<std::byte*>(da.data()), false});
+  e->submit({9, pb.string(), 4096, 2 * 4096, reinterpret_cast<std::byte*>(db.data()), false});
+  EXPECT_EQ(e->inflight(), 2u);
+  auto got = wait_all(*e, 2);
+  ASSERT_EQ(got.size(), 2u);
+  for (const auto& r : got) {
+    EXPECT_EQ(r.err, 0);
+    EXPECT_EQ(r.bytes_read, r.tag == 7 ? a_size : 2 * 4096u) << "tag " << r.tag;
+  }
+  EXPECT_EQ(std::memcmp(da.data(), a.data(), a_size), 0);
+  EXPECT_EQ(std::memcmp(db.data(), b.data() + 4096, 2 * 4096), 0);
+  EXPECT_EQ(e->inflight(), 0u);
+}
+
+TEST(SplitEngine, ReadPastTheEndReportsTheBytesUpToTheFirstShortPart) {
+  const auto dir = test::temp_dir("split-eof");
+  const auto a = pattern(5 * 4096 + 100, 3);
+  const auto pa = write_file(dir, "a.bin", a);
+  auto e = io::make_split_engine(std::make_unique<io::PreadPool>(io::EngineConfig{}), 2 * 4096);
+  std::vector<char> buf(8 * 4096, 0);
+  e->submit({1, pa.string(), 0, 8 * 4096, reinterpret_cast<std::byte*>(buf.data()), false});
+  auto got = wait_all(*e, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].bytes_read, a.size()) << "a short part caps bytes_read; the parts after it read nothing";
+  EXPECT_EQ(std::memcmp(buf.data(), a.data(), a.size()), 0);
+  e->submit({2, (dir / "missing.bin").string(), 0, 8 * 4096, reinterpret_cast<std::byte*>(buf.data()), false});
+  got = wait_all(*e, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].err, ENOENT);
+  EXPECT_TRUE(got[0].open_failed);
+}
+
+TEST(EngineChoice, AutoPicksTheSplittingPoolOnTmpfsAndIoUringWithODirectElsewhere) {
+  if (io::storage_kind("/dev/shm") != io::StorageKind::memory) GTEST_SKIP() << "/dev/shm is not tmpfs here";
+  const auto mem = io::choose_engine("/dev/shm", io::EngineKind::automatic, {}, 4);
+  EXPECT_EQ(mem.kind, io::EngineKind::pread_pool);
+  EXPECT_FALSE(mem.direct) << "tmpfs refuses O_DIRECT";
+  EXPECT_GT(mem.cfg.split_bytes, 0u);
+  EXPECT_GE(mem.cfg.pool_threads, 2u);
+  EXPECT_GE(mem.cfg.max_inflight, mem.cfg.pool_threads);
+  const auto dir = test::temp_dir("block");
+  if (io::storage_kind(dir.string()) == io::StorageKind::block && io::probe_o_direct(dir.string())) {
+    const auto blk = io::choose_engine(dir.string(), io::EngineKind::automatic, {}, 4);
+    EXPECT_NE(blk.kind, io::EngineKind::pread_pool);
+    EXPECT_TRUE(blk.direct);
+    EXPECT_EQ(blk.cfg.split_bytes, 0u);
+  }
+  const auto forced = io::choose_engine("/dev/shm", io::EngineKind::uring, {}, 4);
+  EXPECT_EQ(forced.kind, io::EngineKind::uring) << "an explicit engine is kept";
+}
