@@ -27,7 +27,7 @@ double unit_bytes(const std::string& unit) {
 }
 
 [[noreturn]] void refuse(const std::string& flag, const std::string& text, const std::string& why) {
-  throw ConfigError(fmt::format("{}'{}' is not a size: {} (write e.g. 512MB, 96GB = 96x10^9 bytes, 96GiB = 96x2^30 "
+  throw UsageError(fmt::format("{}'{}' is not a size: {} (write e.g. 512MB, 96GB = 96x10^9 bytes, 96GiB = 96x2^30 "
                                 "bytes; B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)",
                                 flag.empty() ? "" : flag + ": ", text, why));
 }

@@ -12,7 +12,7 @@
 
 namespace ferry {
 
-// Bytes of `text`. Throws ConfigError naming `flag` (e.g. "--host-pool"; "" for none), the text and
+// Bytes of `text`. Throws UsageError (a ConfigError) naming `flag` (e.g. "--host-pool"; "" for none), the text and
 // the accepted forms.
 uint64_t parse_size(const std::string& text, const std::string& flag = "");
 

@@ -115,6 +115,11 @@ TEST_F(Cli, InspectPrintsThePublishedK31Figures) {
   EXPECT_NE(r.out.find("33,792 B per token"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("0.43 GB per sequence"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("82,432 files of 17,547,264 B"), std::string::npos) << r.out;
+  // The memory plan a run would compute on that machine, with the flags that reproduce it.
+  EXPECT_NE(r.out.find("memory plan (CUDA, context 4096 tokens)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("flags: -c 4096 --ssd-streaming --cache-experts "), std::string::npos) << r.out;
+  EXPECT_EQ(run("inspect " + (kFix / "configs/kimi-k31-pro-config.json").string() + " --gpu-mem 96G").rc, 2)
+      << "a one-letter unit is refused";
   const auto j = run("inspect --json " + (kFix / "configs/kimi-k31-pro-config.json").string());
   ASSERT_EQ(j.rc, 0);
   EXPECT_EQ(nlohmann::json::parse(j.out)["kv_bytes_per_token"], 33792);
