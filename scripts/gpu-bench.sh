@@ -69,7 +69,7 @@ run_stream() {  # name, extra args
   local name=$1; shift
   sync; echo 3 > /proc/sys/vm/drop_caches
   stamp "streaming run $name (device cache $DC experts, host pool $HP B)"
-  timeout 150 "$F" run -m "$M" --ssd-streaming --backend cuda --cache-experts "$DC" --host-pool "$HP" \
+  timeout 150 "$F" run -m "$M" --ssd-streaming --backend cuda --cache-experts "$DC" --host-pool "${HP}B" \
     -p "$P" --json --trace "$R/$name.trace" --trace-hash "$R/$name.hash" "$@" > "$R/$name.json" 2> "$R/$name.err"
   echo "exit $?"; tail -3 "$R/$name.err"
   python3 -c "import json;j=json.load(open('$R/$name.json'));s=j.get('streaming',{});print('steady',j['steady'],'generated',j['generated'],'prompt_s',j['prompt_s'],'bytes',s.get('bytes'),'hits',s.get('hits'),'wait',s.get('layer_wait_s'),'draft',j.get('draft'))"

@@ -98,6 +98,30 @@ bool ServerEngine::on_token(GenerationJob& job, TextPipeline& pipe, const Genera
   return !pipe.stopped();
 }
 
+namespace {
+constexpr size_t kRememberedReplies = 64;
+}
+
+void ServerEngine::remember(const std::vector<GeneratedToken>& toks, const std::vector<int32_t>& stop_ids) {
+  std::pair<std::string, std::vector<int32_t>> r;
+  for (const auto& t : toks) {
+    if (std::find(stop_ids.begin(), stop_ids.end(), t.id) != stop_ids.end()) continue;
+    r.first += tok_.token_bytes(t.id);
+    r.second.push_back(t.id);
+  }
+  if (r.second.empty()) return;
+  std::lock_guard lock(mu_);
+  replies_.push_back(std::move(r));
+  if (replies_.size() > kRememberedReplies) replies_.pop_front();
+}
+
+std::vector<int32_t> ServerEngine::reply_ids(const std::string& text) const {
+  std::lock_guard lock(mu_);
+  for (auto it = replies_.rbegin(); it != replies_.rend(); ++it)
+    if (it->first == text) return it->second;
+  return {};
+}
+
 void ServerEngine::execute(GenerationJob& job) {
   job.sink->on_start();
   TextPipeline pipe(job.stop, job.reasoning);
@@ -124,6 +148,7 @@ void ServerEngine::execute(GenerationJob& job) {
     job.sink->on_cancelled();
     return;
   }
+  remember(toks, job.params.stop_ids);
   TextDelta rest = pipe.finish();
   if (!rest.empty()) job.sink->on_delta(rest);
   GenerationResult r;

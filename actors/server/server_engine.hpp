@@ -65,11 +65,15 @@ class ServerEngine {
   void stop();
 
   size_t queue_depth() const;
+  // The token ids of a recent reply whose text (its tokens' bytes, end token left out) is `text`; empty
+  // when none is remembered. Chat history sent back keeps the model's own tokens this way.
+  std::vector<int32_t> reply_ids(const std::string& text) const;
   int64_t ctx() const { return ctx_; }
 
  private:
   void run();
   void execute(GenerationJob& job);
+  void remember(const std::vector<GeneratedToken>& toks, const std::vector<int32_t>& stop_ids);
   bool on_token(GenerationJob& job, TextPipeline& pipe, const GeneratedToken& t, GenerateMetrics& gm);
 
   Model& model_;
@@ -82,6 +86,7 @@ class ServerEngine {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<GenerationJob>> queue_;
   std::shared_ptr<GenerationJob> running_;
+  std::deque<std::pair<std::string, std::vector<int32_t>>> replies_;  // the last kRememberedReplies
   bool stopping_ = false;
   std::thread worker_;
 };

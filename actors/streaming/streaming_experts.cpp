@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <mutex>
 #include <unordered_map>
 
 #include <caf/all.hpp>
@@ -43,6 +44,7 @@ struct StreamingExperts::Impl {
   std::vector<std::vector<uint64_t>> uses;        // [layer][expert]: rows routed to it so far
   UsageCounts usage;                              // usage_path's counts at the start (empty without)
   StreamingMetrics m;
+  std::mutex m_mu;  // m: written by the model thread after each call, read by metrics() from any thread
   uint64_t calls = 0;
   std::string failed;  // non-empty once an error ended generation
 
@@ -397,6 +399,7 @@ void StreamingExperts::fetch(int layer, std::span<const ExpertUse> uses, const E
     s.failed = error;
     throw Error("reading routed experts failed: " + error);
   }
+  std::lock_guard lock(s.m_mu);
   s.m.layer_calls += 1;
   s.m.requested += uses.size();
   s.m.device_hits += hit_idx.size();
@@ -438,8 +441,14 @@ void StreamingExperts::trace_call(uint64_t step, uint32_t layer, uint32_t block_
 
 StreamingMetrics StreamingExperts::metrics() {
   Impl& s = *impl_;
-  StreamingMetrics m = s.m;
-  auto& self = *s.self;
+  StreamingMetrics m;
+  {
+    std::lock_guard lock(s.m_mu);
+    m = s.m;
+  }
+  // Its own scoped actor: metrics() may be called (the server's /metrics) while the model thread waits
+  // in fetch() on s.self's mailbox, and the two must not take each other's answers.
+  caf::scoped_actor self{*s.sys};
   const auto t = std::chrono::seconds(10);
   auto err = [&](caf::error& e) { spdlog::warn("streaming metrics: {}", s.sys->render(e)); };
   if (s.dev) {

@@ -55,8 +55,8 @@ nlohmann::json to_json(const StreamingMetrics& m) {
 std::string format_metrics(const StreamingMetrics& m) {
   constexpr double MB = 1e6;
   std::string s = fmt::format(
-      "ferry: experts {} requested in {} layer calls | device hits {} ({:.1f}%) | host hits {} ({:.1f}%) | disk reads "
-      "{} | uploads {} ({:.1f} MB) | prefetch {} issued, {} hits\n",
+      "ferry: experts {} requested in {} layer calls | device hits {} ({:.1f}%) | host hits {} ({:.1f}%) | expert "
+      "reads from disk {} | uploads {} ({:.1f} MB) | prefetch {} issued, {} hits\n",
       m.requested, m.layer_calls, m.device_hits, 100 * m.hit_rate(m.device_hits), m.host_hits,
       100 * m.hit_rate(m.host_hits), m.disk_reads, m.uploads, double(m.upload_bytes) / 1e6, m.prefetch_issued,
       m.prefetch_hits);
@@ -64,7 +64,7 @@ std::string format_metrics(const StreamingMetrics& m) {
                    double(m.host_bytes()) / MB, double(m.disk_bytes()) / MB, m.engine, m.direct ? ", O_DIRECT" : "",
                    m.layer_wait_s, m.max_layer_wait_s * 1e3);
   for (auto& d : m.drives)
-    s += fmt::format("ferry:   drive {}: {} reads, {:.1f} MB, {} failures, {} restarts, est. {:.0f} MB/s\n",
+    s += fmt::format("ferry:   drive {}: {} reads (parts), {:.1f} MB, {} failures, {} restarts, est. {:.0f} MB/s\n",
                      d.dir < m.dirs.size() ? m.dirs[d.dir] : std::to_string(d.dir), d.reads, double(d.bytes) / MB,
                      d.failures, d.restarts, d.rate_bps / MB);
   s += fmt::format("ferry: host pool {} of {} slots used (+{} scratch) | admissions {}, refusals {}, evictions {}\n",

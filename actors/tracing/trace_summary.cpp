@@ -115,7 +115,18 @@ TraceSummary summarize_trace(const TraceFile& tf, const std::string& path, size_
     switch (e.kind()) {
       case trace::REQUEST: ++s.requests; break;
       case trace::HIT: ++s.tiers[e.tier()].hits; break;
-      case trace::MISS: ++s.tiers[e.tier()].misses; break;
+      case trace::MISS: {
+        ++s.tiers[e.tier()].misses;
+        // An expert read counts once per expert (a split read of a replicated expert is one read in two
+        // parts; the drives count the parts).
+        if (e.tier() == trace::HOST) {  // a host-pool miss is the read from disk
+          auto& x = per_expert[(uint64_t{e.layer()} << 32) | e.expert()];
+          x.layer = e.layer();
+          x.expert = e.expert();
+          ++x.reads;
+        }
+        break;
+      }
       case trace::PREFETCH: ++s.prefetches; break;
       case trace::ADMISSION: e.detail() == "refused" ? ++s.refusals : ++s.admissions; break;
       case trace::EVICTION: ++s.evictions; break;
@@ -135,7 +146,6 @@ TraceSummary summarize_trace(const TraceFile& tf, const std::string& path, size_
         auto& x = per_expert[(uint64_t{e.layer()} << 32) | e.expert()];
         x.layer = e.layer();
         x.expert = e.expert();
-        ++x.reads;
         x.bytes += e.bytes();
         break;
       }
@@ -194,7 +204,10 @@ std::string format_trace_summary(const TraceSummary& s) {
                      100 * x.hit_rate());
   o += fmt::format("  admissions {}, refused {}, evictions {}, uploads {}\n", s.admissions, s.refusals, s.evictions,
                    s.uploads);
-  o += "per drive:\n";
+  const auto host = s.tiers.find(trace::HOST);
+  o += fmt::format("expert reads from disk: {} (host-pool misses; a split read counts once, the drives count its "
+                   "parts)\n", host == s.tiers.end() ? 0 : host->second.misses);
+  o += "per drive (reads = parts):\n";
   for (auto& d : s.drives)
     o += fmt::format("  [{}] {}: {} reads, {:.2f} MB, {:.1f} MB/s while active, mean read {:.3f} ms, {} failures, {} "
                      "restarts\n",

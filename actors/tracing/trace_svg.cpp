@@ -27,8 +27,25 @@ std::string esc(const std::string& s) {
   return o;
 }
 
-// Frame, title, axis labels and 5 ticks on each axis.
-std::string frame(const std::string& title, const std::string& xl, const std::string& yl, double xmax, double ymax) {
+// An axis from 0 to a round top with ticks at a round step (1, 2, 2.5 or 5 x 10^n), about 5 of them.
+struct Axis {
+  double top = 1, step = 1;
+};
+
+Axis round_axis(double hi) {
+  if (!(hi > 0)) return {};
+  const double raw = hi / 5, mag = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = 10 * mag;
+  for (double m : {1.0, 2.0, 2.5, 5.0})
+    if (raw <= m * mag * (1 + 1e-9)) {
+      step = m * mag;
+      break;
+    }
+  return {std::ceil(hi / step - 1e-9) * step, step};
+}
+
+// Frame, title, axis labels and the round ticks of each axis.
+std::string frame(const std::string& title, const std::string& xl, const std::string& yl, Axis x, Axis y) {
   std::string s = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"12\">\n"
       "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
@@ -38,11 +55,13 @@ std::string frame(const std::string& title, const std::string& xl, const std::st
       "<text x=\"16\" y=\"{}\" text-anchor=\"middle\" transform=\"rotate(-90 16 {})\">{}</text>\n",
       W, H, (L + W - R) / 2, esc(title), L, H - B, W - R, H - B, L, T, L, H - B, (L + W - R) / 2, H - 12, esc(xl),
       (T + H - B) / 2, (T + H - B) / 2, esc(yl));
-  for (int i = 0; i <= 5; ++i) {
-    double fx = L + (W - R - L) * i / 5, fy = H - B - (H - B - T) * i / 5;
-    s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{:.3g}</text>\n", fx, H - B + 16, xmax * i / 5);
-    s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{:.3g}</text>\n", L - 6, fy + 4, ymax * i / 5);
-    s += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#ddd\"/>\n", L, fy, W - R, fy);
+  for (double v = 0; v <= x.top * (1 + 1e-9); v += x.step)
+    s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{:g}</text>\n", L + (W - R - L) * v / x.top,
+                     H - B + 16, v);
+  for (double v = 0; v <= y.top * (1 + 1e-9); v += y.step) {
+    const double fy = H - B - (H - B - T) * v / y.top;
+    s += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{:g}</text>\n", L - 6, fy + 4, v);
+    s += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#ddd\"/>\n", L, fy, W - R, fy);
   }
   return s;
 }
@@ -52,8 +71,10 @@ std::string line_chart(const std::string& title, const std::string& xl, const st
   double xmax = 1e-9, ymax = 1e-9;
   for (auto& s : series)
     for (auto [x, y] : s.pts) xmax = std::max(xmax, x), ymax = std::max(ymax, y);
-  ymax *= 1.05;
-  std::string o = frame(title, xl, yl, xmax, ymax);
+  const Axis xa = round_axis(xmax), ya = round_axis(ymax);
+  xmax = xa.top;
+  ymax = ya.top;
+  std::string o = frame(title, xl, yl, xa, ya);
   for (size_t i = 0; i < series.size(); ++i) {
     const char* color = kColors[i % 8];
     std::string pts;
@@ -68,9 +89,13 @@ std::string line_chart(const std::string& title, const std::string& xl, const st
 
 std::string bar_chart(const std::string& title, const std::string& xl, const std::string& yl, double bin_w,
                       const std::vector<double>& counts) {
-  const double ymax = std::max(1.0, *std::max_element(counts.begin(), counts.end())) * 1.05;
+  const Axis ya = round_axis(std::max(1.0, *std::max_element(counts.begin(), counts.end())));
+  const double ymax = ya.top;
+  // The bars fill the x axis: its top is the last bin's edge, ticks at round multiples below it.
   const double xmax = bin_w * double(counts.size());
-  std::string o = frame(title, xl, yl, xmax, ymax);
+  Axis xa = round_axis(xmax);
+  xa.top = xmax;
+  std::string o = frame(title, xl, yl, xa, ya);
   const double bw = (W - R - L) / double(counts.size());
   for (size_t i = 0; i < counts.size(); ++i) {
     const double h = (H - B - T) * counts[i] / ymax;

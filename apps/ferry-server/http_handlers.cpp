@@ -68,7 +68,10 @@ Handled submit(ServerContext& c, const Request& req, const SamplingRequest& s, s
 }  // namespace
 
 Handled handle_chat_completions(ServerContext& c, const Request& req) {
-  const ChatRequest r = parse_chat_request(req->body(), c.limits);
+  ChatRequest r = parse_chat_request(req->body(), c.limits);
+  // A reply this server generated comes back as the same tokens, special ones included, not re-encoded.
+  for (auto& m : r.messages)
+    if (m.role == "assistant") m.ids = c.engine->reply_ids(m.content);
   std::vector<int32_t> prompt;
   try {
     prompt = tokenize_prompt(c.tmpl, *c.model.tokenizer, render_chat(c.tmpl, r.messages, r.tools_json));

@@ -140,6 +140,9 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const std::exception& e) {  // a flag's own check (a size without a unit, ...)
+    std::fprintf(stderr, "ferry-server: error: %s\n", e.what());
+    return ferry::cli::exit_status(e);
   }
   try {
     ferry::server::start(*c);

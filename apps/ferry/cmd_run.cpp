@@ -129,7 +129,8 @@ void print_metrics(const RunOptions& o, const LoadedModel& m, const GenerateMetr
       j["profile"] = p;
     }
     report_streaming(m, &j);
-    std::printf("%s\n", j.dump().c_str());
+    // Token bytes may split a UTF-8 character at the end of "text": replace rather than fail.
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return;
   }
   std::fprintf(stderr,

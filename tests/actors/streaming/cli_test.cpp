@@ -1,5 +1,7 @@
 // The real binary: `ferry run --ssd-streaming ... --json --trace`, `ferry trace` and `ferry trace diff`.
+#include <cmath>
 #include <cstdio>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -61,6 +63,44 @@ TEST(StreamingCli, RunStreamsPrintsMetricsAndTracesAndMatchesTheInMemoryRun) {
   EXPECT_NE(summary.text.find("per drive"), std::string::npos) << summary.text;
   EXPECT_NE(summary.text.find("most-read experts"), std::string::npos) << summary.text;
   EXPECT_TRUE(fs::exists(root / "svg/drive_throughput.svg"));
+}
+
+// Reads, bytes and rates mean the same in the run summary, the trace summary and the plots: an expert
+// read counts once even when it is split over two replicas, the drives count the parts.
+TEST(StreamingCli, ExpertReadsAgreeBetweenRunSummaryAndTraceAndDrivesCountSplitParts) {
+  if (!fs::exists(kFerry)) GTEST_SKIP() << "build the ferry target first";
+  const auto dir = prepared("replicated", 2, true).string();
+  const auto root = kRoot / "cli-counters";
+  fs::create_directories(root);
+  const auto trace = (root / "t.trace").string();
+  auto run = sh("run -m " + dir + " " + kIds + " --ssd-streaming --cache-experts 2 --json --trace " + trace, false);
+  ASSERT_EQ(run.rc, 0) << run.text;
+  const auto j = nlohmann::json::parse(run.text)["streaming"];
+  const uint64_t reads = j["disk_reads"].get<uint64_t>();
+  uint64_t parts = 0, bytes = 0;
+  for (const auto& d : j["drives"]) {
+    parts += d["reads"].get<uint64_t>();
+    bytes += d["bytes"].get<uint64_t>();
+  }
+  EXPECT_GT(parts, reads) << "decode fills of replicated experts are split in two parts";
+  EXPECT_EQ(bytes, j["bytes"]["disk"].get<uint64_t>());
+  EXPECT_EQ(reads * j["expert_file_bytes"].get<uint64_t>(), j["bytes"]["disk_demand"].get<uint64_t>())
+      << "each expert read moves one file, split or not";
+  auto summary = sh("trace " + trace + " --svg " + (root / "svg").string());
+  ASSERT_EQ(summary.rc, 0) << summary.text;
+  EXPECT_NE(summary.text.find("expert reads from disk: " + std::to_string(reads) + " "), std::string::npos)
+      << "run summary says " << reads << "\n" << summary.text;
+  // Round ticks: the y labels of the throughput plot step by a constant 1, 2, 2.5 or 5 x 10^n from 0.
+  std::ifstream svg(root / "svg/drive_throughput.svg");
+  const std::string text((std::istreambuf_iterator<char>(svg)), std::istreambuf_iterator<char>());
+  std::vector<double> ys;
+  for (size_t p = 0; (p = text.find("text-anchor=\"end\">", p)) != std::string::npos; ++p)
+    ys.push_back(std::stod(text.substr(p + 18)));
+  ASSERT_GE(ys.size(), 3u) << text;
+  EXPECT_EQ(ys[0], 0.0);
+  const double step = ys[1] - ys[0], mag = std::pow(10.0, std::floor(std::log10(step)));
+  EXPECT_TRUE(std::fabs(step / mag - std::round(step / mag * 2) / 2) < 1e-9) << step;
+  for (size_t i = 1; i < ys.size(); ++i) EXPECT_NEAR(ys[i] - ys[i - 1], step, 1e-9 * step) << i;
 }
 
 TEST(StreamingCli, TraceDiffNamesTheFirstDifferingPosition) {

@@ -19,15 +19,15 @@ namespace fs = std::filesystem;
 inline const std::string kFerry = std::string(FERRY_BINARY_DIR) + "/apps/ferry";
 inline const fs::path kTinyHf = fs::path(FERRY_FIXTURES) / "k3-tiny-a/hf";
 
-struct Run {
+struct Proc {
   int rc = -1;
   std::string out;   // stdout (+ stderr when merged)
   double seconds = 0;
 };
 
 // Runs `cmd` through the shell; stderr is merged into out unless `stderr_to` names a file.
-inline Run sh(const std::string& cmd, const std::string& stderr_to = "") {
-  Run r;
+inline Proc sh(const std::string& cmd, const std::string& stderr_to = "") {
+  Proc r;
   const auto t0 = std::chrono::steady_clock::now();
   std::FILE* p = ::popen((cmd + (stderr_to.empty() ? " 2>&1" : " 2>" + stderr_to)).c_str(), "r");
   char buf[4096];

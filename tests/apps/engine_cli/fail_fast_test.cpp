@@ -11,7 +11,7 @@ namespace ferry::test {
 namespace {
 
 void expect_refused(const std::string& args, const std::string& message) {
-  const Run r = sh(kFerry + " run -t 1 -n 2 -p Hello " + args);
+  const Proc r = sh(kFerry + " run -p Hello " + args);
   EXPECT_EQ(r.rc, 2) << args << "\n" << r.out;
   EXPECT_NE(r.out.find(message), std::string::npos) << args << "\n" << r.out;
   EXPECT_LT(r.seconds, 1.0) << args << ": refused after " << r.seconds << " s";
@@ -31,7 +31,7 @@ TEST(FailFast, BadDrafterFlagsAreRefusedBeforeLoading) {
 TEST(FailFast, ADrafterVocabularyTheModelCannotMapIsRefused) {
   const fs::path d = fs::path(FERRY_BINARY_DIR) / "test-data/engine-cli/qwen3-no-tokenizer";
   fs::create_directories(d);
-  fs::copy_file(fs::path(FERRY_FIXTURES) / "qwen3-a/hf/config.json", d / "config.json", fs::copy_options::overwrite_existing);
+  fs::copy_file(fs::path(FERRY_FIXTURES) / "qwen3-a/config.json", d / "config.json", fs::copy_options::overwrite_existing);
   expect_refused("-m " + prepared_tiny().string() + " --draft qwen3:" + d.string(), "has no tokenizer to map them");
   const fs::path ids = d / "big-ids.txt";
   std::ofstream(ids) << "1 2 3 999999\n";

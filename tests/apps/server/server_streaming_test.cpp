@@ -25,7 +25,7 @@ TEST(ServerStreaming, OpenAiClientGetsTheTokensOfFerryRunChatAndMetricsShowExper
   const int n = 12;
   std::string flags;
   for (const auto& a : kStreaming) flags += " " + a;
-  const Run run = sh(kFerry + " run --json -t 1 -c 512 -m " + model.string() + flags + " --chat --system '" + system +
+  const Proc run = sh(kFerry + " run --json -t 1 -c 512 -m " + model.string() + flags + " --chat --system '" + system +
                          "' -p '" + user + "' -n " + std::to_string(n),
                      "/dev/null");
   ASSERT_EQ(run.rc, 0) << run.out;
@@ -61,7 +61,7 @@ TEST(ServerStreaming, APortInUseIsRefusedBeforeTheModelLoadsNamingThePort) {
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
   ASSERT_EQ(::listen(fd, 1), 0);
-  const Run r = sh(kServerBinary.string() + " -m " + kTinyModel.string() + " --port " + std::to_string(port));
+  const Proc r = sh(kServerBinary.string() + " -m " + kTinyModel.string() + " --port " + std::to_string(port));
   ::close(fd);
   EXPECT_EQ(r.rc, 2) << r.out;
   EXPECT_NE(r.out.find("cannot listen on 127.0.0.1:" + std::to_string(port)), std::string::npos) << r.out;
@@ -70,10 +70,10 @@ TEST(ServerStreaming, APortInUseIsRefusedBeforeTheModelLoadsNamingThePort) {
 }
 
 TEST(ServerStreaming, ServerFlagsAreTheEngineFlagsAndBadOnesAreRefusedBeforeLoading) {
-  const Run r = sh(kServerBinary.string() + " -m " + prepared_tiny().string() + " --ssd-streaming --host-pool 2G");
+  const Proc r = sh(kServerBinary.string() + " -m " + prepared_tiny().string() + " --ssd-streaming --host-pool 2G");
   EXPECT_EQ(r.rc, 2) << r.out;
   EXPECT_NE(r.out.find("--host-pool: '2G' is not a size"), std::string::npos) << r.out;
-  const Run d = sh(kServerBinary.string() + " -m " + prepared_tiny().string() + " --draft nonsense");
+  const Proc d = sh(kServerBinary.string() + " -m " + prepared_tiny().string() + " --draft nonsense");
   EXPECT_EQ(d.rc, 2) << d.out;
   EXPECT_NE(d.out.find("unknown drafter kind"), std::string::npos) << d.out;
   EXPECT_LT(d.seconds, 1.0);

@@ -2,6 +2,9 @@
 // reply in and the dashboard numbers move; at 420 px a reply stopped mid-stream frees the engine. The screenshot lands in the build directory.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
+#include "tests/apps/engine_cli/engine_cli_support.hpp"
 #include "tests/apps/server/server_process.hpp"
 
 namespace ferry::test {
@@ -22,7 +25,15 @@ TEST(WebPage, ChatStreamsAReplyAndTheDashboardUpdatesInHeadlessChromium) {
 
 TEST(WebPage, StopCancelsTheReplyServerSideNewChatClearsAndThePageFits420Pixels) {
   if (!fs::exists("/usr/bin/chromium")) GTEST_FAIL() << "/usr/bin/chromium is missing: run scripts/install-deps.sh";
-  ServerProcess server({"--events-interval-ms", "200", "--max-tokens-limit", "4000"});
+  // A template without stop strings, so the random fixture model writes long replies (the kimi one ends
+  // them at <|end_of_msg|> within a few dozen tokens); experts stream, which also slows it down.
+  const fs::path tmpl = fs::path(FERRY_BINARY_DIR) / "test-data/nostop-template.json";
+  fs::create_directories(tmpl.parent_path());
+  std::ofstream(tmpl) << R"({"name": "nostop", "roles": {"system": {"prefix": "", "suffix": "\n"},
+    "user": {"prefix": "Q: ", "suffix": "\n"}, "assistant": {"prefix": "A: ", "suffix": "\n"}}, "generation_prompt": "A:"})";
+  ServerProcess server({"--events-interval-ms", "200", "--max-tokens-limit", "4000", "--chat-template", tmpl.string(),
+                        "--ssd-streaming", "--cache-experts", "2"},
+                       prepared_tiny());
   const fs::path shot = fs::path(FERRY_BINARY_DIR) / "ferry-server-page-420.png";
   std::string out;
   const int rc = run_node("web_stop.mjs http://127.0.0.1:" + std::to_string(server.port()) + "/ '" + shot.string() + "'", out);

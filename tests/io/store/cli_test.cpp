@@ -89,7 +89,7 @@ TEST_F(Cli, VerifyNamesTheCorruptedExpertAndTheGoodCopy) {
   const auto usage = kFix / "k3-expert-usage-2026-09-03.json";
   const auto p = run("prepare --quiet --checkpoint " + (kFix / "k3-tiny-a/hf").string() + " --out " + (root / "m").string() +
                      " --expert-dir " + (root / "base").string() + " --replicas " + usage.string() +
-                     " --replica-budget " + (root / "fast").string() + "=1M");
+                     " --replica-budget " + (root / "fast").string() + "=1MiB");
   ASSERT_EQ(p.rc, 0) << p.out;
   const auto m = read_manifest(root / "m/manifest.json");
   const ExpertEntry* rep = nullptr;

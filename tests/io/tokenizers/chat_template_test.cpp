@@ -63,14 +63,33 @@ TEST(ChatTemplate, ControlTextBecomesSpecialIdsButUserTextCannotForgeThem) {
   EXPECT_EQ(ids.back(), middle);  // ends with the generation prompt
 }
 
-TEST(ChatTemplate, TheFixtureVocabularyLacksImEndSoItIsReportedAndEncodedAsText) {
+// K3 vocabularies call K2's <|im_end|> <|end_of_msg|>: the template's alias makes it one token there.
+TEST(ChatTemplate, TheFixtureVocabularyNamesImEndEndOfMsgAndTheAliasEncodesItAsOneToken) {
   const ChatTemplate t = load("kimi");
   const auto tok = load_tokenizer(fs::path(FERRY_FIXTURES) / "k3-tiny-a/hf");
-  EXPECT_EQ(missing_specials(t, *tok), std::vector<std::string>{"<|im_end|>"});
-  EXPECT_TRUE(stop_token_ids(t, *tok).empty());
-  const auto ids = tok->encode("<|im_end|>", true);
-  EXPECT_GT(ids.size(), 1u);
-  EXPECT_EQ(tok->decode(ids), "<|im_end|>");
+  ASSERT_LT(tok->id_of("<|im_end|>"), 0);
+  const int32_t eom = tok->id_of("<|end_of_msg|>");
+  ASSERT_GE(eom, 0);
+  EXPECT_TRUE(missing_specials(t, *tok).empty());
+  EXPECT_EQ(stop_token_ids(t, *tok), std::vector<int32_t>{eom});
+  const auto ids = tokenize_prompt(t, *tok, render_chat(t, {{"user", "Hi"}}, ""));
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), eom), 2) << "after the system turn and the user turn";
+}
+
+// A reply the model generated goes back into the history as its own ids (special tokens included),
+// not re-encoded from its text.
+TEST(ChatTemplate, AMessageWithIdsIsTokenizedAsThoseIds) {
+  const ChatTemplate t = load("kimi");
+  const auto tok = load_tokenizer(fs::path(FERRY_FIXTURES) / "k3-tiny-a/hf");
+  const int32_t open = tok->id_of("<|open|>");
+  ASSERT_GE(open, 0);
+  const std::vector<int32_t> reply = {open, 300, 301};
+  ChatMessage a{"assistant", tok->decode(reply), reply};
+  const auto with_ids = tokenize_prompt(t, *tok, render_chat(t, {{"user", "Hi"}, a}, ""));
+  EXPECT_NE(std::search(with_ids.begin(), with_ids.end(), reply.begin(), reply.end()), with_ids.end());
+  a.ids.clear();
+  const auto as_text = tokenize_prompt(t, *tok, render_chat(t, {{"user", "Hi"}, a}, ""));
+  EXPECT_EQ(std::count(as_text.begin(), as_text.end(), open), 0) << "text never becomes a special token";
 }
 
 TEST(ChatTemplate, PlainTemplateForModelsWithoutAChatFormat) {
