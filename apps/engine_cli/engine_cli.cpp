@@ -61,9 +61,19 @@ void add_cache_flags(CLI::App* c, EngineOptions& o) {
       "Pinned host pool size (e.g. 100GB). Default: the memory plan");
   c->add_option("--stream-slots", s.stream_slots, "Host scratch slots for experts that stream through (0 = 2 x top-k)");
   c->add_option_function<std::string>(
-      "--cache-policy", [&s](const std::string& v) { s.policy = v == "lru" ? CachePolicy::lru : CachePolicy::block_aware; },
-      "Cache admission: block (block-aware, default) or lru")
-      ->check(CLI::IsMember({"block", "lru"}));
+      "--cache-policy",
+      [&s](const std::string& v) {
+        s.policy = v == "lru" ? CachePolicy::lru : v == "block" ? CachePolicy::block_aware : CachePolicy::frequency;
+      },
+      "Cache admission and eviction: freq (frequency with decay, seeded by the store's usage.json; default), "
+      "block (block-aware LRFU) or lru")
+      ->check(CLI::IsMember({"freq", "block", "lru"}));
+  c->add_option("--usage-file", s.usage_path,
+                "Usage counts seeding the caches and updated by the run (default: usage.json of the model)");
+  c->add_flag("!--no-learn-usage", s.learn_usage, "Do not add this run's expert counts to the usage file");
+  c->add_flag("!--no-warm-start", s.warm_start, "Do not read the hottest experts into the host pool at start");
+  c->add_option("--usage-prior", s.prior_mass, "Row-uses per MoE layer the usage counts weigh against live counts")
+      ->capture_default_str();
   c->add_option("--min-rows", s.min_rows, "Block-aware admission: rows of a block that must use an expert")
       ->capture_default_str();
   c->add_option("--prefetch", s.prefetch, "Next-layer prefetch: up to N likely experts per layer (0 = off)")
@@ -81,9 +91,15 @@ void add_io_flags(CLI::App* c, EngineOptions& o) {
       [&s](const std::string& v) {
         s.engine = v == "uring" ? io::EngineKind::uring : v == "pread" ? io::EngineKind::pread_pool : io::EngineKind::automatic;
       },
-      "Expert reads: auto (io_uring when the kernel allows, else a pread pool), uring, pread")
+      "Expert reads: auto (per directory: io_uring + O_DIRECT on block storage, a pread pool splitting each read "
+      "over several workers on tmpfs or where O_DIRECT is refused), uring, pread")
       ->check(CLI::IsMember({"auto", "uring", "pread"}));
   c->add_option("--io-depth", s.engine_cfg.max_inflight, "Reads in flight per drive (at least 1)")->capture_default_str();
+  c->add_option("--io-threads", s.engine_cfg.pool_threads, "pread pool workers per directory (0 = auto)")
+      ->capture_default_str();
+  c->add_option("--read-split", s.engine_cfg.split_bytes,
+                "Split expert reads into parts of this many bytes (0 = auto: 2 MiB parts on tmpfs)")
+      ->capture_default_str();
   c->add_flag("--verify-reads,!--no-verify-reads", s.verify_reads,
               "Check every expert read against manifest.json's xxh64 (on by default; --no-verify-reads accepts "
               "silent corruption from a failing drive)");

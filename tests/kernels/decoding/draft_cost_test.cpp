@@ -1,0 +1,103 @@
+// The drafter's cost gate on simulated decodes: with the CPU's costs (a block row costs nearly a plain
+// step, a rejection pays a replay) and the streaming tier's (rows nearly free), at every acceptance rate
+// from 0 to 100 %, gated drafting emits tokens at least 0.97x as fast as plain steps, and faster where
+// acceptance allows.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <random>
+
+#include "kernels/decoding/draft_cost.hpp"
+
+using namespace ferry;
+
+namespace {
+
+struct Costs {
+  double plain = 1.0;  // one plain step
+  double row = 0.9;    // each further row of a block
+  double replay = 0.5; // per kept row re-run after a rejection (KDA state rollback)
+};
+
+// Emits `tokens` tokens with the gate deciding; drafts are accepted with probability `a` each (a chain).
+// Returns plain time / gated time: the speed ratio to plain decoding.
+double simulate(const Costs& c, double a, int tokens, uint64_t seed) {
+  DraftCostModel gate(15);
+  std::mt19937_64 rng(seed);
+  std::bernoulli_distribution accept(a);
+  double t = 0;
+  int out = 0;
+  while (out < tokens) {
+    const size_t k = gate.choose(std::min<size_t>(15, size_t(tokens - out - 1 > 0 ? tokens - out - 1 : 0)));
+    if (k == 0) {
+      gate.plain_step(c.plain);
+      t += c.plain;
+      ++out;
+      continue;
+    }
+    size_t acc = 0;
+    while (acc < k && accept(rng)) ++acc;
+    const double bt = c.plain + c.row * double(k) + (acc < k ? c.replay * double(acc + 1) : 0.0);
+    gate.block(k, acc, bt);
+    t += bt;
+    out += int(acc) + 1;
+  }
+  return double(out) * c.plain / t;
+}
+
+}  // namespace
+
+TEST(DraftCostModel, NeverCostsMoreThanThreePercentAtAnyAcceptanceOnCpuCosts) {
+  for (double a : {0.0, 0.25, 0.5, 0.75, 0.9, 1.0}) {
+    const double r = simulate(Costs{}, a, 512, 7);
+    std::printf("cpu costs, acceptance %.2f: %.3fx plain\n", a, r);
+    EXPECT_GE(r, 0.97) << "acceptance " << a;
+    // Rows at 0.9 of a step: only all-accepted blocks pay ((k + 1) / (1 + 0.9 k) = 1.10 at k = 15).
+    if (a == 1.0) {
+      EXPECT_GT(r, 1.05) << "every draft accepted: blocks pay, the gate must use them";
+    }
+  }
+}
+
+TEST(DraftCostModel, StreamingCostsDraftAtModestAcceptance) {
+  const Costs streaming{1.0, 0.02, 0.05};  // expert bytes dominate: a row is almost free
+  for (double a : {0.0, 0.25, 0.5, 0.75, 1.0}) {
+    const double r = simulate(streaming, a, 512, 11);
+    std::printf("streaming costs, acceptance %.2f: %.3fx plain\n", a, r);
+    EXPECT_GE(r, 0.97) << "acceptance " << a;
+    if (a >= 0.25) {
+      EXPECT_GT(r, 1.1) << "acceptance " << a;
+    }
+  }
+}
+
+TEST(DraftCostModel, ProbesBackOffWhenDraftingNeverPays) {
+  DraftCostModel g(15);
+  g.plain_step(1.0);
+  size_t probes = 0;
+  for (int i = 0; i < 4000; ++i) {
+    const size_t k = g.choose(15);
+    if (k == 0) {
+      g.plain_step(1.0);
+      continue;
+    }
+    ++probes;
+    g.block(k, 0, 1.0 + 0.9 * double(k) + 0.5);
+  }
+  EXPECT_LE(probes, 8u) << "the first probe, then spacing 32, 64, ... 1024";
+  EXPECT_GE(probes, 2u) << "a drafter that starts paying later must still be noticed";
+}
+
+TEST(DraftCostModel, EstimatesUnmeasuredBlockCostsFromALineThroughMeasuredOnes) {
+  DraftCostModel g(15);
+  EXPECT_EQ(g.choose(4), 0u) << "no plain step measured yet";
+  g.plain_step(1.0);
+  EXPECT_EQ(g.choose(4), 1u) << "first a 2-row probe";
+  g.block(1, 1, 1.2);
+  EXPECT_NEAR(g.block_seconds(5), 2.0, 1e-9);
+  EXPECT_NEAR(g.expected_tokens(0), 1.0, 1e-9);
+  EXPECT_NEAR(g.acceptance(), 0.75, 1e-9);
+  EXPECT_EQ(g.choose(15), 3u) << "rows at 0.2 of a step, p = 0.75: E(k) / (1 + 0.2 k) peaks at k = 3";
+  for (int i = 0; i < 3; ++i) g.block(1, 0, 2.0);  // rejected, with a replay: slower
+  EXPECT_EQ(g.choose(15), 0u) << "p = 1.5 / 5 = 0.3, T(1) ~1.6: E(k) / T(k) stays under a plain step's 1";
+}
