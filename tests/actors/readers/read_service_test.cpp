@@ -97,7 +97,10 @@ TEST(ReadService, KilledReaderIsRestartedAndEveryReadCompletes) {
   Service s({a}, 32);
   caf::scoped_actor self{*s.as.sys};
   auto first = s.reader(self, 0);
-  self->send(first, knobs_atom_v, reader_knobs{20000, 0, false});  // 20 ms per read: reads stay in flight
+  // Each read is held 200 ms after it was submitted. The hold does not count against the engine's cap, so
+  // all 32 reads are submitted at once and all would finish at ~20 ms with a 20 ms hold: a kill at 30 ms
+  // then caught nothing in flight on a fast machine. 200 ms keeps them in flight at the kill.
+  self->send(first, knobs_atom_v, reader_knobs{200000, 0, false});
   std::vector<decltype(self->request(s.svc, 30s, fetch_atom_v, fetch_req{}))> pending;
   for (auto& [atom, req] : fetches(32, {0})) pending.push_back(self->request(s.svc, 30s, atom, req));
   std::this_thread::sleep_for(30ms);
