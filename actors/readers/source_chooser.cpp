@@ -32,9 +32,20 @@ double SourceChooser::expected_seconds(uint32_t dir, uint64_t bytes) const {
   return static_cast<double>(d.queued + bytes) / d.rate_bps + cfg_.latency_s;
 }
 
-uint32_t SourceChooser::choose(std::span<const uint32_t> copies, uint64_t bytes) const {
+uint32_t SourceChooser::choose(std::span<const uint32_t> copies, uint64_t bytes) {
   if (copies.empty()) throw LimitError("source chooser: an expert with no copy in any directory");
   bool any_available = std::any_of(copies.begin(), copies.end(), [&](uint32_t d) { return at(d).available; });
+  ++choices_;
+  if (cfg_.probe_every > 0 && copies.size() > 1) {
+    // The stalest idle drive, if it has waited long enough: re-measure it.
+    uint32_t probe = UINT32_MAX;
+    for (uint32_t d : copies) {
+      const Dir& x = at(d);
+      if (!x.available || x.queued > 0 || choices_ - x.last_issue < cfg_.probe_every) continue;
+      if (probe == UINT32_MAX || x.last_issue < at(probe).last_issue) probe = d;
+    }
+    if (probe != UINT32_MAX) return probe;
+  }
   uint32_t best = copies.front();
   double best_t = std::numeric_limits<double>::infinity();
   for (uint32_t d : copies) {
@@ -48,7 +59,11 @@ uint32_t SourceChooser::choose(std::span<const uint32_t> copies, uint64_t bytes)
   return best;
 }
 
-void SourceChooser::on_issue(uint32_t dir, uint64_t bytes) { at(dir).queued += bytes; }
+void SourceChooser::on_issue(uint32_t dir, uint64_t bytes) {
+  Dir& d = at(dir);
+  d.queued += bytes;
+  d.last_issue = choices_;
+}
 
 void SourceChooser::on_complete(uint32_t dir, uint64_t bytes, uint64_t service_ns, uint32_t inflight) {
   Dir& d = at(dir);

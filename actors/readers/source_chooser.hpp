@@ -1,8 +1,11 @@
 // Picks, for one read, the directory (drive) holding a copy that is expected to finish first:
 //   expected = (queued bytes + this read's bytes) / measured rate + latency.
 // Rates start from configuration and become an exponential moving average of measured reads, so a
-// drive that slows down gets fewer reads and, once it is fast again (it still gets the reads that the
-// others' queues push its way), wins its share back. Pure class: the reader supervisor owns one.
+// drive that slows down gets fewer reads. A drive whose estimate is stale (nothing issued to it for
+// `probe_every` choices and nothing queued on it) gets the next read it holds a copy of: a probe, so
+// a drive measured slow once is measured again and wins its share back when it is fast. Without the
+// probe, a drive whose rate collapsed might never be chosen, and never re-measured. Deterministic (it
+// counts choices, not time). Pure class: the reader supervisor owns one.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +18,7 @@ struct SourceChooserConfig {
   double initial_rate_bps = 2.0e9;  // a PCIe 4 NVMe's sustained read rate, until measured
   double latency_s = 100e-6;        // per-read fixed cost (NVMe ~80-100 us at queue depth 1)
   double ema_alpha = 0.3;           // weight of a new sample; 0.3 forgets a change within ~10 reads
+  uint32_t probe_every = 64;        // re-measure an idle drive after this many choices; 0 = never probe
 };
 
 class SourceChooser {
@@ -28,7 +32,8 @@ class SourceChooser {
 
   // Returns the best of `copies` (indices < n_dirs). Throws ferry::LimitError when copies is empty or
   // names an unknown directory. Ties go to the lower index.
-  uint32_t choose(std::span<const uint32_t> copies, uint64_t bytes) const;
+  // Counts as one choice for the probe rule.
+  uint32_t choose(std::span<const uint32_t> copies, uint64_t bytes);
   double expected_seconds(uint32_t dir, uint64_t bytes) const;
 
   void on_issue(uint32_t dir, uint64_t bytes);
@@ -46,12 +51,14 @@ class SourceChooser {
     double rate_bps = 0;
     uint64_t queued = 0;
     bool available = true;
+    uint64_t last_issue = 0;  // the choice count at this drive's last issued read
   };
   const Dir& at(uint32_t dir) const;
   Dir& at(uint32_t dir);
 
   SourceChooserConfig cfg_;
   std::vector<Dir> dirs_;
+  uint64_t choices_ = 0;
 };
 
 }  // namespace ferry
