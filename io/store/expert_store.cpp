@@ -119,9 +119,17 @@ void fsync_dir(const fs::path& dir) {
 
 }  // namespace
 
-void write_file_atomic(const fs::path& path, const void* data, size_t n) {
-  // Unique per process: two runs saving the same file (usage.json) must not write one temporary.
-  const fs::path tmp = fmt::format("{}.{}.tmp", path.string(), ::getpid());
+namespace {
+void write_atomic(const fs::path& path, const void* data, size_t n, bool unique_tmp);
+}
+
+void write_file_atomic(const fs::path& path, const void* data, size_t n) { write_atomic(path, data, n, false); }
+
+namespace {
+void write_atomic(const fs::path& path, const void* data, size_t n, bool unique_tmp) {
+  // unique_tmp: two processes saving the same file (usage.json) must not write one temporary; a
+  // resumable writer (prepare) keeps the fixed name so a rerun after a kill replaces the leftover.
+  const fs::path tmp = unique_tmp ? fs::path(fmt::format("{}.{}.tmp", path.string(), ::getpid())) : fs::path(path.string() + ".tmp");
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw FormatError(fmt::format("{}: cannot create: {}", tmp.string(), std::strerror(errno)));
   const char* p = static_cast<const char*>(data);
@@ -144,6 +152,7 @@ void write_file_atomic(const fs::path& path, const void* data, size_t n) {
     throw FormatError(fmt::format("{}: rename failed: {}", path.string(), std::strerror(errno)));
   fsync_dir(path.parent_path());
 }
+}  // namespace
 
 // ---- manifest ----
 
@@ -300,7 +309,7 @@ void write_usage(const fs::path& file, const UsageCounts& counts) {
     out += fmt::format("{}\n\"{}\": {}", i ? "," : "", expert_file_name(int(v[i].first >> 32), int(v[i].first & 0xffffffffu)),
                        v[i].second);
   out += "\n}\n";
-  write_file_atomic(file, out.data(), out.size());
+  write_atomic(file, out.data(), out.size(), true);
 }
 
 }  // namespace ferry

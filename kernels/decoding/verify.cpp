@@ -4,8 +4,6 @@
 #include <chrono>
 #include <optional>
 
-#include "kernels/decoding/draft_cost.hpp"
-
 namespace ferry {
 
 size_t DraftGate::cut(const DraftProposal& p) const {
@@ -121,10 +119,6 @@ std::vector<GeneratedToken> generate_speculative(Model& model, SeqState& state, 
   auto since = [&] { return std::chrono::duration<double>(clock::now() - t0).count(); };
   Sampler sampler(p.sampling);
   DraftGate gate(sp.gate);
-  // With the adaptive gate, the measured cost model decides how many drafts a block verifies (0 = a
-  // plain step, without asking the drafter); a fixed --draft-gate verifies whatever passes it.
-  DraftCostModel cost(static_cast<size_t>(std::max(sp.draft_max, 1)));
-  auto seconds_since = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
   std::vector<GeneratedToken> out;
   std::vector<int32_t> history(prompt.begin(), prompt.end());
   const int64_t vocab = model.config().vocab;
@@ -155,8 +149,7 @@ std::vector<GeneratedToken> generate_speculative(Model& model, SeqState& state, 
   while (!done) {
     const int64_t remaining = p.n_predict - static_cast<int64_t>(out.size());
     const int64_t room = state.max_ctx - state.len - 1;
-    int64_t max_k = std::max<int64_t>(0, std::min<int64_t>({sp.draft_max, 15, remaining - 1, room}));
-    if (sp.gate.adaptive && propose) max_k = static_cast<int64_t>(cost.choose(static_cast<size_t>(max_k)));
+    const int64_t max_k = std::max<int64_t>(0, std::min<int64_t>({sp.draft_max, 15, remaining - 1, room}));
     std::optional<DraftProposal> prop;
     if (propose && max_k > 0) {
       const auto c0 = clock::now();
@@ -167,16 +160,11 @@ std::vector<GeneratedToken> generate_speculative(Model& model, SeqState& state, 
     const std::vector<int32_t> drafts = usable_drafts(prop, gate, static_cast<size_t>(max_k), vocab);
     if (drafts.empty()) {
       ++st.plain_steps;
-      const auto s0 = clock::now();
       logits = model.forward(state, std::vector<int32_t>{history.back()});
-      cost.plain_step(seconds_since(s0));
       done = !plain(logits);
       continue;
     }
-    const auto b0 = clock::now();
     BlockOutcome b = verify_block(model, state, history.back(), drafts, sampler, p.stop_ids, remaining, st);
-    cost.block(drafts.size(), b.accepted, seconds_since(b0),
-               b.stopped || static_cast<int64_t>(b.emitted.size()) >= remaining);
     gate.update(drafts.size(), b.accepted);
     for (const GeneratedToken& t : b.emitted)
       if (!emit(t)) {

@@ -101,7 +101,10 @@ void expect_same_model(const fs::path& want_root, const fs::path& got_root, int 
     EXPECT_EQ(mw.experts[i].xxh64, mg.experts[i].xxh64) << expert_file_name(mw.experts[i].layer, mw.experts[i].expert);
     EXPECT_EQ(mw.experts[i].dirs, mg.experts[i].dirs);
   }
-  const auto got_files = listing(got_root / "model");
+  auto got_files = listing(got_root / "model");
+  // synth --prepared --usage also keeps the counts its routers follow (they seed the expert caches);
+  // prepare writes usage.json only with --replicas.
+  EXPECT_EQ(got_files.erase("usage.json"), 1u);
   EXPECT_FALSE(got_files.count(".prepare-journal")) << "synth --prepared keeps no journal";
   auto want_files = listing(want_root / "model");
   want_files.erase(".prepare-journal");  // prepare's resume log
