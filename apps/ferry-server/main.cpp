@@ -24,7 +24,7 @@ void add_options(CLI::App& app, ServerOptions& o) {
   cli::add_engine_flags(&app, o.engine);
   app.add_option("--host", o.host, "Address to listen on")->capture_default_str();
   app.add_option("--port", o.port, "TCP port")->capture_default_str();
-  app.add_option("--api-key", o.api_key, "Require 'Authorization: Bearer KEY' on /v1/* (also $FERRY_API_KEY)")
+  app.add_option("--api-key", o.api_key, "Require 'Authorization: Bearer KEY' on every route but /health and the web page (also $FERRY_API_KEY)")
       ->envname("FERRY_API_KEY");
   app.add_option("--max-queue", o.max_queue, "Requests that may wait while one generates; more get 429")
       ->capture_default_str()->check(CLI::Range(1, 100000));

@@ -104,7 +104,8 @@ TEST_F(ServerApi, LimitsAnswerWithTheLimitNamed) {
 }
 
 TEST_F(ServerApi, UnknownPathIs404AndWrongMethodIs405) {
-  EXPECT_EQ(error_of(http(server_->port(), "GET", "/v2/nothing"), 404)["type"], "not_found_error");
+  EXPECT_EQ(error_of(http(server_->port(), "GET", "/v2/nothing", "", kAuth), 404)["type"], "not_found_error");
+  EXPECT_EQ(http(server_->port(), "GET", "/v2/nothing").status, 401);  // the key covers unknown paths too
   EXPECT_EQ(error_of(http(server_->port(), "GET", "/v1/chat/completions", "", kAuth), 405)["code"],
             "method_not_allowed");
 }
@@ -140,7 +141,8 @@ TEST_F(ServerApi, StopStringCutsTheReplyAndFinishesWithStop) {
 }
 
 TEST_F(ServerApi, MetricsArePrometheusTextWithTheRegistryNames) {
-  const HttpResponse r = http(server_->port(), "GET", "/metrics");
+  EXPECT_EQ(http(server_->port(), "GET", "/metrics").status, 401);  // --api-key covers /metrics
+  const HttpResponse r = http(server_->port(), "GET", "/metrics", "", kAuth);
   ASSERT_EQ(r.status, 200);
   EXPECT_EQ(r.header("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
   for (const char* name : {"ferry_generated_tokens_total ", "ferry_steady_decode_tokens_per_second ",
@@ -153,7 +155,8 @@ TEST_F(ServerApi, MetricsArePrometheusTextWithTheRegistryNames) {
 TEST_F(ServerApi, EventsFeedSendsMetricSnapshots) {
   int fd = connect_to(server_->port());
   ASSERT_GE(fd, 0);
-  ASSERT_TRUE(send_all(fd, request_text("GET", "/events", "")));
+  // EventSource cannot send headers: the dashboard passes the key as ?api_key=.
+  ASSERT_TRUE(send_all(fd, request_text("GET", "/events?api_key=test-key", "")));
   std::string buf;
   // Two snapshots: the one sent at once and one from the ticker (100 ms).
   read_until(fd, buf, 5000, [](const std::string& b) {
@@ -171,10 +174,10 @@ TEST_F(ServerApi, EventsFeedSendsMetricSnapshots) {
 }
 
 TEST_F(ServerApi, WebPageIsServedFromTheBinary) {
-  const HttpResponse r = http(server_->port(), "GET", "/");
+  const HttpResponse r = http(server_->port(), "GET", "/");  // open even with --api-key; its fetches send it
   ASSERT_EQ(r.status, 200);
   EXPECT_EQ(r.header("Content-Type"), "text/html; charset=utf-8");
-  EXPECT_NE(r.body.find("new EventSource(\"/events\")"), std::string::npos);
+  EXPECT_NE(r.body.find("new EventSource(\"/events\""), std::string::npos);
 }
 
 }  // namespace
