@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SHARED=${FERRY_SHARED:-../shared}
 rm -rf .bundle
-bash "$SHARED/tools/device-bundle.sh" .bundle build/apps/ferry build/apps/ferry-server build/apps/ferry-drafter build/tests/ferry_test_gpu
+bash "$SHARED/tools/device-bundle.sh" .bundle build/apps/ferry build/apps/ferry-server/ferry-server build/apps/ferry-drafter build/tests/ferry_test_gpu
 strip .bundle/bin/* 2>/dev/null || true
 # The device call carries at most 64 MiB with the tree: ship it compressed (ICU's data shrinks ~6x).
 tar cJf /tmp/ferry-bundle.tar.xz -C .bundle . && rm -rf .bundle && mkdir .bundle && mv /tmp/ferry-bundle.tar.xz .bundle/
