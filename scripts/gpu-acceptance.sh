@@ -28,10 +28,12 @@ stamp "machine"
 nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv
 free -g | head -2; df -h "$D" | tail -1
 
-stamp "GPU tests"
-timeout ${GPU_TEST_TIMEOUT:-200} "$B/bin/ferry_test_gpu" > "$R/gpu_tests.log" 2>&1
-echo "gpu tests exit $?"; grep -E "^\[  (PASSED|FAILED)|tests ran" "$R/gpu_tests.log" | tail -8
-cp "$R/gpu_tests.log" "$OUT/gpu_tests.log"
+if [ -z "${SKIP_GPU_TESTS:-}" ]; then
+  stamp "GPU tests"
+  timeout ${GPU_TEST_TIMEOUT:-200} "$B/bin/ferry_test_gpu" > "$R/gpu_tests.log" 2>&1
+  echo "gpu tests exit $?"; grep -E "^\[  (PASSED|FAILED)|tests ran" "$R/gpu_tests.log" | tail -8
+  cp "$R/gpu_tests.log" "$OUT/gpu_tests.log"
+fi
 
 M="$D/model"; E="$D/experts"; rm -rf "$M" "$E"
 stamp "synth: kimi_k31 full width, 2 layers (1 MoE)"
@@ -40,7 +42,9 @@ timeout 200 "$F" synth --arch kimi_k31 --preset full --layers 2 --quiet \
 echo "synth exit $?"; du -sh "$M" "$E"
 
 P="The three main financial statements are"
-CAPS=(--gpu-mem 8GB --host-mem 6GB)
+# The plan reserves 7.8 GB of activations for a 4096-token context beside the 1.74 GB spine: 12 GB of GPU
+# leaves ~2 GB for expert slots (~12 % of the 896 experts), 6 GB of host ~310 pool slots: the rest streams.
+CAPS=(--gpu-mem 12GB --host-mem 6GB)
 run() {  # name, extra flags...
   local name=$1; shift
   stamp "ferry run $name: $*"
@@ -63,7 +67,7 @@ timeout 200 "$F" run -m "$M" "${CAPS[@]}" --chat --system "$SYS" -p "$USR" -n 24
 echo "ferry run --chat exit $?"
 "$S" -m "$M" "${CAPS[@]}" --port 8093 > "$R/server.log" 2>&1 &
 SP=$!
-for i in $(seq 1 120); do curl -sf http://127.0.0.1:8093/health >/dev/null && break; sleep 1; done
+for i in $(seq 1 120); do curl -sf http://127.0.0.1:8093/health >/dev/null && break; kill -0 $SP 2>/dev/null || break; sleep 1; done
 python3 - "$R" "$SYS" "$USR" <<'EOF'
 import json, sys, time, urllib.request
 R, sys_msg, usr = sys.argv[1:4]
