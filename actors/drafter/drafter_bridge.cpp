@@ -172,7 +172,9 @@ std::string default_drafter_exe() {
   if (const char* e = std::getenv("FERRY_DRAFTER"); e && *e) return e;
   std::error_code ec;
   const auto self_dir = std::filesystem::read_symlink("/proc/self/exe", ec).parent_path();
-  for (const auto& p : {self_dir / "ferry-drafter", self_dir / ".." / "apps" / "ferry-drafter"})
+  // Installed: side by side. Build tree: build/apps/ferry-drafter beside build/apps/ferry, one up from
+  // build/apps/ferry-server/ferry-server, and build/apps/ from a test binary in build/tests/.
+  for (const auto& p : {self_dir / "ferry-drafter", self_dir / ".." / "ferry-drafter", self_dir / ".." / "apps" / "ferry-drafter"})
     if (std::filesystem::exists(p, ec)) return p.lexically_normal().string();
   return (self_dir / "ferry-drafter").string();
 }

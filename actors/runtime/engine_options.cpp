@@ -109,19 +109,9 @@ void check_draft_vocab(const DraftOptions& d, const fs::path& model_dir, const M
 
 void check_draft(const DraftOptions& d, const fs::path& model_dir, const ModelConfig& target) {
   if (d.spec.empty()) return;
-  if (d.max < 1 || d.max > 15) refuse("--draft-max " + std::to_string(d.max) + " is outside 1..15");
   if (d.deadline_ms < 1) refuse("--draft-deadline-ms must be at least 1");
   if (d.threads < 1) refuse("--draft-threads must be at least 1");
-  if (d.gate != "adaptive") {
-    float g = -1;
-    try {
-      size_t used = 0;
-      g = std::stof(d.gate, &used);
-      if (used != d.gate.size()) g = -1;
-    } catch (const std::exception&) {
-    }
-    if (!(g >= 0.0f && g <= 1.0f)) refuse("--draft-gate '" + d.gate + "' is neither 'adaptive' nor a number in [0, 1]");
-  }
+  (void)draft_spec_params(d);  // --draft-max, --draft-gate
   check_draft_vocab(d, model_dir, target);
   const std::string exe = d.exe.empty() ? default_drafter_exe() : d.exe;
   if (::access(exe.c_str(), X_OK) != 0)
@@ -146,6 +136,25 @@ void validate_engine_options(const EngineOptions& o) {
            "`ferry prepare --spine-type` wrote");
   if (prepared) check_expert_files(dir, o.model.streaming.expert_dirs);
   check_draft(o.draft, dir, cfg);
+}
+
+SpecParams draft_spec_params(const DraftOptions& d) {
+  SpecParams sp;
+  if (d.max < 1 || d.max > 15) refuse("--draft-max " + std::to_string(d.max) + " is outside 1..15");
+  sp.draft_max = d.max;
+  sp.gate.adaptive = d.gate == "adaptive";
+  if (!sp.gate.adaptive) {
+    float g = -1;
+    try {
+      size_t used = 0;
+      g = std::stof(d.gate, &used);
+      if (used != d.gate.size()) g = -1;
+    } catch (const std::exception&) {
+    }
+    if (!(g >= 0.0f && g <= 1.0f)) refuse("--draft-gate '" + d.gate + "' is neither 'adaptive' nor a number in [0, 1]");
+    sp.gate.fixed = g;
+  }
+  return sp;
 }
 
 void validate_sampling(int64_t n_predict, float temp, float top_p) {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "actors/runtime/model_loader.hpp"
+#include "kernels/decoding/verify.hpp"
 
 namespace ferry {
 
@@ -39,6 +40,9 @@ struct EngineOptions {
 // right size), the drafter (kind, replay file, checkpoint directory, a vocabulary the model can map).
 // Throws UsageError naming the flag.
 void validate_engine_options(const EngineOptions& o);
+
+// The verifier's parameters (drafts per block, confidence gate) of checked --draft-max / --draft-gate.
+SpecParams draft_spec_params(const DraftOptions& d);
 
 // Strict checks of the sampling flags of `ferry run` (-n, --temp, --top-p). Throws UsageError.
 void validate_sampling(int64_t n_predict, float temp, float top_p);

@@ -8,8 +8,9 @@
 
 namespace ferry {
 
-ServerEngine::ServerEngine(Model& model, const Tokenizer& tok, int64_t ctx, size_t max_queue, EngineMetrics& metrics)
-    : model_(model), tok_(tok), ctx_(ctx), max_queue_(max_queue), metrics_(metrics) {
+ServerEngine::ServerEngine(Model& model, const Tokenizer& tok, int64_t ctx, size_t max_queue, EngineMetrics& metrics,
+                           std::optional<ServerDrafter> drafter)
+    : model_(model), tok_(tok), ctx_(ctx), max_queue_(max_queue), metrics_(metrics), drafter_(std::move(drafter)) {
   metrics_.queue_capacity.set(static_cast<double>(max_queue));
   worker_ = std::thread([this] { run(); });
 }
@@ -130,8 +131,15 @@ void ServerEngine::execute(GenerationJob& job) {
   try {
     // The state lives only for this job: a cancelled or finished job frees its caches here.
     std::unique_ptr<SeqState> state = model_.new_state(ctx_);
-    toks = generate(model_, *state, job.prompt, job.params, gm,
-                    [&](const GeneratedToken& t) { return on_token(job, pipe, t, gm); });
+    auto emit = [&](const GeneratedToken& t) { return on_token(job, pipe, t, gm); };
+    if (drafter_) {
+      SpecStats st;
+      toks = generate_speculative(model_, *state, job.prompt, job.params, drafter_->params, drafter_->propose, gm, st,
+                                  emit);
+      metrics_.add_draft(st);
+    } else {
+      toks = generate(model_, *state, job.prompt, job.params, gm, emit);
+    }
   } catch (const std::exception& e) {
     metrics_.generations.add(1);
     job.sink->on_error(e.what());

@@ -10,6 +10,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "actors/server/chat_stream.hpp"
 #include "actors/server/server_metrics.hpp"
 #include "kernels/decoding/generate.hpp"
+#include "kernels/decoding/verify.hpp"
 
 namespace ferry {
 
@@ -50,12 +52,21 @@ struct GenerationJob {
   std::atomic<bool> cancelled{false};
 };
 
+// A drafter for every job: its proposals are checked in blocks by the big model, so the tokens are the
+// ones plain generation gives (the same sampler, seed and stop rules); a failed or late drafter call is
+// a plain step. `propose` must stay valid while the engine runs (ferry-server keeps the bridge).
+struct ServerDrafter {
+  ProposeFn propose;
+  SpecParams params;
+};
+
 class ServerEngine {
  public:
   enum class Submit { accepted, queue_full, stopped };
 
   // max_queue: jobs that may wait while one runs. ctx: sequence state size per job.
-  ServerEngine(Model& model, const Tokenizer& tok, int64_t ctx, size_t max_queue, EngineMetrics& metrics);
+  ServerEngine(Model& model, const Tokenizer& tok, int64_t ctx, size_t max_queue, EngineMetrics& metrics,
+               std::optional<ServerDrafter> drafter = std::nullopt);
   ~ServerEngine();  // stops and joins
 
   Submit submit(std::shared_ptr<GenerationJob> job);
@@ -81,6 +92,7 @@ class ServerEngine {
   const int64_t ctx_;
   const size_t max_queue_;
   EngineMetrics& metrics_;
+  const std::optional<ServerDrafter> drafter_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -167,6 +167,18 @@ EngineMetrics::EngineMetrics(MetricsRegistry& r)
   for (auto& d : drafter) r.counter(d[0], d[1]);
 }
 
+void EngineMetrics::add_draft(const SpecStats& s) {
+  registry.get("ferry_drafter_blocks_total").add(double(s.blocks));
+  registry.get("ferry_drafter_drafts_total").add(double(s.drafts));
+  registry.get("ferry_drafter_accepted_total").add(double(s.accepted));
+  registry.get("ferry_drafter_full_total").add(double(s.full));
+  registry.get("ferry_drafter_partial_total").add(double(s.partial));
+  registry.get("ferry_drafter_zero_total").add(double(s.zero));
+  registry.get("ferry_drafter_calls_total").add(double(s.calls));
+  registry.get("ferry_drafter_call_seconds_total").add(s.call_ms / 1e3);
+  registry.get("ferry_drafter_block_tokens_total").add(double(s.blk_tokens));
+}
+
 void EngineMetrics::set_streaming(const StreamingMetrics& m) {
   registry.get("ferry_streaming").set(1);
   registry.get("ferry_expert_requests_total").set(double(m.requested));

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "actors/streaming/streaming_metrics.hpp"
+#include "kernels/decoding/verify.hpp"
 
 namespace ferry {
 
@@ -96,6 +97,8 @@ struct EngineMetrics {
   // each is the run summary's (docs/USAGE.md "Counters"): an expert read is one per expert fetched from
   // disk, a split read of a replicated expert included; per drive, reads count the parts.
   void set_streaming(const StreamingMetrics& m);
+  // Adds one generation's drafter counters (ferry_drafter_*: blocks, drafts, accepted, ...).
+  void add_draft(const SpecStats& s);
 };
 
 extern const char* const kExpertTiers[3];

@@ -93,10 +93,26 @@ class PortHold {
   int fd_ = -1;
 };
 
+// --draft: the same sidecar and bridge `ferry run --draft` uses, started once and kept across requests
+// (the bridge restarts a sidecar that dies; a late or failed call is a plain step, never other tokens).
+void start_drafter(ServerContext& c) {
+  const DraftOptions& d = c.opt.engine.draft;
+  if (d.spec.empty()) return;
+  c.drafter_cfg = std::make_unique<caf::actor_system_config>();
+  register_ferry_types(*c.drafter_cfg);
+  c.drafter_system = std::make_unique<caf::actor_system>(*c.drafter_cfg);
+  DrafterBridgeOptions bo;
+  bo.sidecar = sidecar_for_spec(d.spec, d.threads, d.exe);
+  bo.target = {c.model.tokenizer.get(), static_cast<int32_t>(c.model.cfg.vocab)};
+  bo.deadline_ms = d.deadline_ms;
+  c.drafter = std::make_unique<DrafterClient>(*c.drafter_system, bo);
+  const bool up = c.drafter->wait_up(std::chrono::milliseconds(bo.sidecar.start_timeout_ms));
+  std::fprintf(stderr, "ferry-server: drafter %s %s (up to %d drafts per block, gate %s)\n", d.spec.c_str(),
+               up ? "up" : "not up yet (requests run plain steps until it is)", d.max, d.gate.c_str());
+}
+
 void load(ServerContext& c) {
   validate_engine_options(c.opt.engine);
-  if (!c.opt.engine.draft.spec.empty())
-    throw UsageError("--draft: ferry-server does not run a drafter yet (use it with `ferry run`)");
   Engine e = start_engine(c.opt.engine);
   c.model = std::move(e.model);
   c.plan = e.plan;
@@ -114,6 +130,7 @@ void load(ServerContext& c) {
                  "as plain text\n", name.c_str(), c.tmpl.name.c_str());
   if (c.model.cfg.eos_id >= 0) c.chat_stop_ids.push_back(static_cast<int32_t>(c.model.cfg.eos_id));
   for (int32_t id : stop_token_ids(c.tmpl, *c.model.tokenizer)) c.chat_stop_ids.push_back(id);
+  start_drafter(c);
 }
 
 void start(ServerContext& c) {
@@ -124,8 +141,10 @@ void start(ServerContext& c) {
   c.started_unix = std::chrono::duration_cast<std::chrono::seconds>(
                        std::chrono::system_clock::now().time_since_epoch()).count();
   c.metrics = std::make_unique<EngineMetrics>(c.registry);
+  std::optional<ServerDrafter> drafter;
+  if (c.drafter) drafter = ServerDrafter{c.drafter->propose_fn(), draft_spec_params(c.opt.engine.draft)};
   c.engine = std::make_unique<ServerEngine>(*c.model.model, *c.model.tokenizer, c.opt.engine.ctx, c.opt.max_queue,
-                                            *c.metrics);
+                                            *c.metrics, std::move(drafter));
   c.events = std::make_unique<EventsHub>(c, std::chrono::milliseconds(c.opt.events_interval_ms));
   std::fprintf(stderr, "ferry-server: model %s (%s, backend %s%s) loaded in %.2f s; chat template '%s'; context %lld\n",
                c.model_name.c_str(), c.model.cfg.model_type.c_str(), c.model.backend->name().c_str(),

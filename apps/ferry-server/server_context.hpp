@@ -8,6 +8,10 @@
 #include <string>
 #include <vector>
 
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+
+#include "actors/drafter/drafter_bridge.hpp"
 #include "io/tokenizers/chat_template.hpp"
 #include "actors/runtime/engine.hpp"
 #include "actors/server/server_engine.hpp"
@@ -50,6 +54,11 @@ struct ServerContext {
   int64_t started_unix = 0;
   RequestLimits limits;
   MetricsRegistry registry;
+  // --draft: one drafter sidecar behind its bridge for the server's life (declared before `engine`,
+  // whose jobs call it, so it is destroyed after the engine; the system keeps a reference to its config).
+  std::unique_ptr<caf::actor_system_config> drafter_cfg;
+  std::unique_ptr<caf::actor_system> drafter_system;
+  std::unique_ptr<DrafterClient> drafter;
   std::unique_ptr<EngineMetrics> metrics;
   std::unique_ptr<ServerEngine> engine;
   std::unique_ptr<EventsHub> events;

@@ -8,24 +8,7 @@
 
 namespace ferry::cli {
 
-SpecParams spec_params(const DraftOptions& f) {
-  SpecParams sp;
-  if (f.max < 1 || f.max > 15) throw ConfigError("--draft-max " + std::to_string(f.max) + " is outside 1..15");
-  sp.draft_max = f.max;
-  if (f.gate == "adaptive") {
-    sp.gate.adaptive = true;
-  } else {
-    sp.gate.adaptive = false;
-    try {
-      sp.gate.fixed = std::stof(f.gate);
-    } catch (const std::logic_error&) {
-      throw ConfigError("--draft-gate '" + f.gate + "' is neither 'adaptive' nor a number");
-    }
-    if (!(sp.gate.fixed >= 0.0f && sp.gate.fixed <= 1.0f))
-      throw ConfigError("--draft-gate " + f.gate + " is outside [0, 1]");
-  }
-  return sp;
-}
+SpecParams spec_params(const DraftOptions& f) { return draft_spec_params(f); }
 
 std::vector<GeneratedToken> generate_with_drafter(const DraftOptions& f, LoadedModel& m, SeqState& state,
                                                   std::span<const int32_t> prompt, const GenerateParams& gp,

@@ -2,6 +2,9 @@
 // client (non-streamed and streamed) gets exactly the tokens `ferry run --chat` produces for the same
 // messages, and /metrics shows the engine's expert reads, tiers and drives.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
 
 #include "tests/apps/engine_cli/engine_cli_support.hpp"
 #include "tests/apps/server/server_process.hpp"
@@ -50,6 +53,43 @@ TEST(ServerStreaming, OpenAiClientGetsTheTokensOfFerryRunChatAndMetricsShowExper
   EXPECT_NE(m.body.find("ferry_drive_read_bytes_total{drive=\""), std::string::npos) << m.body;
   EXPECT_EQ(labelled(m.body, "ferry_cache_experts{tier=\"host\",of=\"capacity\"}"), 4.0) << m.body;
   EXPECT_NE(server.log().find("memory plan"), std::string::npos) << server.log();
+}
+
+// --draft on the server: the verifier checks the drafter's proposals in blocks, and the reply is the
+// plain run's, token for token. A replay of the plain run's own tokens is a drafter that is always right,
+// so blocks must run and accept drafts (a server that ignored --draft would count none).
+TEST(ServerStreaming, DrafterOnTheServerGivesThePlainTokensAndCountsItsBlocks) {
+  const fs::path model = prepared_tiny();
+  const std::string system = "You are terse.", user = "Tell me about ferries.";
+  const int n = 12;
+  std::string flags;
+  for (const auto& a : kStreaming) flags += " " + a;
+  const Proc run = sh(kFerry + " run --json -t 1 -c 512 -m " + model.string() + flags + " --chat --system '" + system +
+                          "' -p '" + user + "' -n " + std::to_string(n),
+                      "/dev/null");
+  ASSERT_EQ(run.rc, 0) << run.out;
+  const nlohmann::json want = nlohmann::json::parse(run.out);
+  const fs::path replay = fs::temp_directory_path() / ("ferry-server-replay-" + std::to_string(::getpid()) + ".json");
+  std::ofstream(replay) << nlohmann::json{{"prompt_ids", want["prompt_ids"]}, {"generated_ids", want["ids"]}}.dump();
+  std::vector<std::string> args = kStreaming;
+  args.insert(args.end(), {"--ctx", "512", "--draft", "replay:" + replay.string(), "--draft-gate", "0"});
+  ServerProcess server(args, model);
+  const nlohmann::json messages = {{{"role", "system"}, {"content", system}}, {{"role", "user"}, {"content", user}}};
+  std::string out;
+  const int rc = run_node("chat_tokens.mjs http://127.0.0.1:" + std::to_string(server.port()) + "/v1 '" +
+                              messages.dump() + "' " + std::to_string(n),
+                          out);
+  fs::remove(replay);
+  ASSERT_EQ(rc, 0) << out << server.log();
+  const nlohmann::json got = nlohmann::json::parse(out.substr(out.find('{')));
+  for (const char* mode : {"plain", "stream"}) {
+    EXPECT_EQ(got[mode]["usage"]["completion_tokens"], want["generated"]) << mode << "\n" << out;
+    EXPECT_EQ(got[mode]["content"], want["text"]) << mode << ": the plain run's tokens, as text";
+  }
+  const HttpResponse m = http(server.port(), "GET", "/metrics");
+  EXPECT_GT(labelled(m.body, "ferry_drafter_blocks_total"), 0.0) << m.body << server.log();
+  EXPECT_GT(labelled(m.body, "ferry_drafter_accepted_total"), 0.0) << m.body;
+  EXPECT_NE(server.log().find("drafter replay:"), std::string::npos) << server.log();
 }
 
 TEST(ServerStreaming, APortInUseIsRefusedBeforeTheModelLoadsNamingThePort) {
