@@ -14,6 +14,8 @@
 #     hindsight at the same capacities (and Belady, LRU), from `ferry trace`; the old block-aware policy
 #     on the same requests for comparison. usage.json is restored before each run, so every run starts
 #     from the store's counts (as a fresh store would), not from what an earlier run of this script learned.
+#     Variants of the 257-token run: --no-verify-reads (what hashing costs the read rate) and
+#     --io-threads 6 (pread workers per directory; auto is cores / directories = 4 here).
 #  5. Drafter: n-gram drafted vs plain on the same store, 65 tokens (recorded; the gate was not reworked).
 # Writes $OUT/pipeline.log, $OUT/results.json and $OUT/results.tgz (traces, trace summaries, run JSON).
 set -uo pipefail
@@ -74,6 +76,9 @@ run() {  # name, tokens, extra args
 run auto 257 --io-engine auto
 run uring 33 --io-engine uring
 "$F" trace diff "$R/auto.hash" "$R/uring.hash"
+run noverify 257 --io-engine auto --no-verify-reads
+"$F" trace diff "$R/auto.hash" "$R/noverify.hash"
+run io6 257 --io-engine auto --io-threads 6
 run block 257 --io-engine auto --cache-policy block
 "$F" trace diff "$R/auto.hash" "$R/block.hash"
 run plain65 65
@@ -100,7 +105,7 @@ def trace(n):
         if m: out[key] = float(m.group(1)) / 100
     return out
 res = {"moe_layers": nmoe, "device_cache_experts": dc, "host_pool_experts": hp, "ceiling_parallel_cat_GBps": ceil}
-for n in ["auto", "uring", "block", "plain65", "ngram65"]:
+for n in ["auto", "uring", "noverify", "io6", "block", "plain65", "ngram65"]:
     j, t = load(n), trace(n)
     res[n] = {"steady_tok_s": j.get("steady"), "generated": j.get("generated"), "engine": j.get("streaming", {}).get("engine"),
               "hit_rate": j.get("streaming", {}).get("hit_rate"), "draft": j.get("draft"), **t}
