@@ -31,7 +31,7 @@ std::unique_ptr<Backend> make_backend(const std::string& name, int cpu_threads) 
 
 namespace {
 
-void load_prepared(const ModelOptions& o, LoadedModel& m, LoadOptions& lo) {
+void load_prepared(const ModelOptions& o, Runtime* rt, LoadedModel& m, LoadOptions& lo) {
   const std::filesystem::path dir(o.dir);
   m.prepared = true;
   m.cfg = load_prepared_config(dir);
@@ -49,8 +49,10 @@ void load_prepared(const ModelOptions& o, LoadedModel& m, LoadOptions& lo) {
       so.cache_experts = 0;
       so.cache_bytes = 0;
     }
-    auto s = std::make_unique<StreamingExperts>(m.cfg, manifest, so);
+    if (!rt) throw ConfigError("--ssd-streaming: load_model was given no runtime to run the streaming actors in");
+    auto s = std::make_unique<StreamingExperts>(*rt, m.cfg, manifest, so);
     m.streaming = s.get();
+    m.runtime = rt;
     m.experts = std::move(s);
   } else {
     m.experts = std::make_unique<FileExperts>(m.cfg, make_catalog(manifest, o.streaming.expert_dirs), *m.backend);
@@ -59,7 +61,7 @@ void load_prepared(const ModelOptions& o, LoadedModel& m, LoadOptions& lo) {
 
 }  // namespace
 
-LoadedModel load_model(const ModelOptions& o) {
+LoadedModel load_model(const ModelOptions& o, Runtime* rt) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::filesystem::path dir(o.dir);
   if (!std::filesystem::is_directory(dir)) throw Error("model directory " + o.dir + " does not exist");
@@ -72,7 +74,7 @@ LoadedModel load_model(const ModelOptions& o) {
   }
   LoadOptions lo;
   if (is_prepared_model(dir)) {
-    load_prepared(o, m, lo);
+    load_prepared(o, rt, m, lo);
   } else {
     if (o.ssd_streaming)
       throw ConfigError("--ssd-streaming needs a prepared model directory (spine.gguf + manifest.json from `ferry "

@@ -27,8 +27,8 @@ struct StreamingMetrics {
   std::vector<uint64_t> calls_by_layer;    // [layer]
   std::vector<std::string> dirs;
   std::vector<dir_stats> drives;           // per directory: reads, bytes, failures, restarts, rate
-  pool_stats pool;
-  device_stats device;             // the device-cache manager's counters (CUDA)
+  tier_stats pool;                 // the host pool's counters
+  tier_stats device;               // the device-cache manager's counters (CUDA)
   uint32_t upload_streams = 0;     // 0 = no device tier
 
   uint64_t disk_bytes() const;  // sum over drives (demand + prefetch)

@@ -51,7 +51,8 @@ std::string default_model_name(const std::string& dir) {
 }
 
 void start(ServerContext& c) {
-  c.model = load_model(c.opt.model);
+  c.runtime = std::make_unique<Runtime>();
+  c.model = load_model(c.opt.model, c.runtime.get());
   if (!c.model.tokenizer) throw ConfigError("model directory " + c.opt.model.dir + " has no tokenizer files");
   if (c.model.cfg.max_positions > 0 && c.opt.ctx > c.model.cfg.max_positions) {
     std::fprintf(stderr, "ferry-server: --ctx %lld is over the model's %lld positions; using %lld\n",

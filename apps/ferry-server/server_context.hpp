@@ -10,6 +10,7 @@
 
 #include "io/tokenizers/chat_template.hpp"
 #include "actors/runtime/model_loader.hpp"
+#include "actors/runtime/runtime.hpp"
 #include "actors/server/server_engine.hpp"
 #include "actors/server/server_metrics.hpp"
 #include "apps/ferry-server/api_request.hpp"
@@ -36,6 +37,7 @@ struct ServerOptions {
 
 struct ServerContext {
   ServerOptions opt;
+  std::unique_ptr<Runtime> runtime;  // the process's actor system; declared before (outlives) the model
   LoadedModel model;
   ChatTemplate tmpl;
   std::vector<int32_t> chat_stop_ids;  // end-of-text id + the template's stop tokens

@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <caf/all.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +17,7 @@
 
 #include "actors/drafter/drafter_bridge.hpp"
 #include "actors/runtime/model_loader.hpp"
+#include "actors/runtime/runtime.hpp"
 #include "apps/ferry/commands.hpp"
 #include "io/errors.hpp"
 
@@ -69,7 +69,7 @@ int64_t count_mismatches(const std::vector<GeneratedToken>& ref, const std::vect
   return bad;
 }
 
-Row run_scenario(caf::actor_system& sys, LoadedModel& m, const FaultOptions& o, const Scenario& sc,
+Row run_scenario(Runtime& rt, LoadedModel& m, const FaultOptions& o, const Scenario& sc,
                  const std::string& replay, std::span<const int32_t> prompt, const std::vector<GeneratedToken>& ref) {
   DrafterBridgeOptions bo;
   bo.sidecar = sidecar_for_spec("replay:" + replay + ",rate=0.8,seed=" + std::to_string(o.seed), 1, o.exe);
@@ -81,7 +81,7 @@ Row run_scenario(caf::actor_system& sys, LoadedModel& m, const FaultOptions& o, 
   Row row{sc.name};
   std::mt19937_64 rng(o.seed * 7919 + std::hash<std::string>{}(sc.name));
   std::uniform_real_distribution<double> u(0, 1);
-  DrafterClient client(sys, bo);
+  DrafterClient client(rt, bo);
   client.wait_up(std::chrono::milliseconds(2000));
   // Before some calls: a fault, now or a few milliseconds into the call (from another thread).
   ProposeFn propose = [&](std::span<const int32_t> h, int k, float gate) {
@@ -132,7 +132,8 @@ std::vector<int32_t> default_prompt(const LoadedModel& m) {
 }
 
 int faults_main(const FaultOptions& o) {
-  LoadedModel m = load_model(o.model);
+  Runtime rt;  // the one actor system of this process
+  LoadedModel m = load_model(o.model, &rt);
   const std::vector<int32_t> prompt = default_prompt(m);
   auto state = m.model->new_state(static_cast<int64_t>(prompt.size()) + o.n + 1);
   GenerateParams gp;
@@ -147,16 +148,13 @@ int faults_main(const FaultOptions& o) {
     for (int32_t id : prompt) f << id << '\n';
     for (const auto& t : ref) f << t.id << '\n';
   }
-  caf::actor_system_config cfg;
-  register_ferry_types(cfg);
-  caf::actor_system sys{cfg};
   std::printf("ferry faults: %s, %lld tokens per run, plain reference %.1f tok/s, drafter deadline %d ms\n\n",
               o.model.dir.c_str(), static_cast<long long>(o.n), g.generation_tok_s(), o.deadline_ms);
   std::printf("%-24s %7s %9s %8s %7s %8s %10s\n", "scenario", "faults", "fallbacks", "restarts", "blocks", "accepted",
               "mismatches");
   int64_t total = 0;
   for (const Scenario& sc : scenarios()) {
-    const Row r = run_scenario(sys, m, o, sc, replay, prompt, ref);
+    const Row r = run_scenario(rt, m, o, sc, replay, prompt, ref);
     std::printf("%-24s %7llu %9llu %8llu %7lld %8lld %10lld\n", r.name.c_str(),
                 static_cast<unsigned long long>(r.faults), static_cast<unsigned long long>(r.fallbacks),
                 static_cast<unsigned long long>(r.restarts), static_cast<long long>(r.blocks),

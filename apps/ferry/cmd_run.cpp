@@ -14,6 +14,7 @@
 #include "apps/ferry/draft_run.hpp"
 #include "apps/ferry/streaming_flags.hpp"
 #include "actors/runtime/model_loader.hpp"
+#include "actors/runtime/runtime.hpp"
 #include "io/errors.hpp"
 #include "kernels/decoding/generate.hpp"
 
@@ -148,7 +149,8 @@ void print_metrics(const RunOptions& o, const LoadedModel& m, const GenerateMetr
 
 void run_main(const RunOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
-  LoadedModel m = load_model(o.model);
+  Runtime rt;  // the one actor system of this process: streaming actors, drafter bridge, tracer
+  LoadedModel m = load_model(o.model, &rt);
   const std::vector<int32_t> prompt = prompt_tokens(o, m);
   if (static_cast<int64_t>(prompt.size()) + o.n_predict > o.ctx)
     throw LimitError("prompt (" + std::to_string(prompt.size()) + " tokens) + -n " + std::to_string(o.n_predict) +
@@ -188,7 +190,7 @@ void run_main(const RunOptions& o) {
   };
   DraftRun draft;
   const bool drafting = !o.draft.spec.empty();
-  auto toks = drafting ? generate_with_drafter(o.draft, m, *state, prompt, gp, g, draft, on_token)
+  auto toks = drafting ? generate_with_drafter(rt, o.draft, m, *state, prompt, gp, g, draft, on_token)
                        : generate(*m.model, *state, prompt, gp, g, on_token);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!o.json && m.tokenizer) {
@@ -245,7 +247,7 @@ void add_eval_command(CLI::App& app) {
   c->add_option("--prompt-ids", o->prompt_ids, "Token ids, comma-separated")->required();
   c->add_option("--logits-out", *out, "Write float32 LE logits [n_ids, vocab] here");
   c->callback([o, out] {
-    LoadedModel m = load_model(o->model);
+    LoadedModel m = load_model(o->model, nullptr);  // no streaming flags: no actors
     const auto ids = parse_ids(o->prompt_ids);
     auto state = m.model->new_state(static_cast<int64_t>(ids.size()));
     ForwardOptions fo;

@@ -16,6 +16,10 @@ namespace CLI {
 class App;
 }
 
+namespace ferry {
+class Runtime;
+}
+
 namespace ferry::cli {
 
 struct DraftFlags {
@@ -35,8 +39,9 @@ struct DraftRun {
   drafter_status bridge;
 };
 
-// generate() with the drafter sidecar on (starts it, stops it at the end).
-std::vector<GeneratedToken> generate_with_drafter(const DraftFlags& f, LoadedModel& m, SeqState& state,
+// generate() with the drafter sidecar on (starts it, stops it at the end); the bridge runs in `rt`,
+// the process's runtime.
+std::vector<GeneratedToken> generate_with_drafter(Runtime& rt, const DraftFlags& f, LoadedModel& m, SeqState& state,
                                                   std::span<const int32_t> prompt, const GenerateParams& gp,
                                                   GenerateMetrics& g, DraftRun& out,
                                                   const std::function<bool(const GeneratedToken&)>& on_token);
