@@ -97,7 +97,8 @@ void load(ServerContext& c) {
   validate_engine_options(c.opt.engine);
   if (!c.opt.engine.draft.spec.empty())
     throw UsageError("--draft: ferry-server does not run a drafter yet (use it with `ferry run`)");
-  Engine e = start_engine(c.opt.engine);
+  c.runtime = std::make_unique<Runtime>();  // the process's actor system, before anything spawns an actor
+  Engine e = start_engine(c.opt.engine, c.runtime.get());
   c.model = std::move(e.model);
   c.plan = e.plan;
   if (!c.model.tokenizer) throw UsageError("model directory " + c.opt.engine.model.dir + " has no tokenizer files");

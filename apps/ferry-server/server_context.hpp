@@ -10,6 +10,7 @@
 
 #include "io/tokenizers/chat_template.hpp"
 #include "actors/runtime/engine.hpp"
+#include "actors/runtime/runtime.hpp"
 #include "actors/server/server_engine.hpp"
 #include "actors/server/server_metrics.hpp"
 #include "apps/ferry-server/api_request.hpp"
@@ -42,6 +43,7 @@ struct ServerOptions {
 
 struct ServerContext {
   ServerOptions opt;
+  std::unique_ptr<Runtime> runtime;  // the process's actor system; declared before (outlives) the model
   LoadedModel model;
   MemoryPlan plan;                 // how the engine divided GPU and host memory
   ChatTemplate tmpl;
