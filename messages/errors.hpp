@@ -23,6 +23,7 @@ enum class errc : uint8_t {
   timeout,           // a read did not complete before its deadline
   drafter_unavailable,  // the drafter sidecar is not running (starting, backing off) (context: why)
   drafter_failed,       // the sidecar crashed, hung, or answered garbage (context: kind, detail)
+  actor_down,           // a runtime actor that cannot be restarted stopped (context: what and why)
 };
 
 std::string to_string(errc x);

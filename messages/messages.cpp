@@ -1,5 +1,6 @@
 // Registration of the ferry type-ID block and error category.
 #include "messages/messages.hpp"
+#include "messages/trace_record.hpp"
 
 #include <caf/actor_system_config.hpp>
 #include <caf/message.hpp>
@@ -19,6 +20,7 @@ std::string to_string(errc x) {
     case errc::timeout: return "timeout";
     case errc::drafter_unavailable: return "drafter_unavailable";
     case errc::drafter_failed: return "drafter_failed";
+    case errc::actor_down: return "actor_down";
   }
   return "errc(" + std::to_string(static_cast<int>(x)) + ")";
 }

@@ -16,6 +16,13 @@
 
 #include "messages/errors.hpp"
 
+// A trace event is the trace file's own record, ferry.trace.Event (messages/trace.proto), inside the
+// process too: one definition. Its CAF inspect is in messages/trace_record.hpp, which senders and the
+// tracer include (it pulls in the Protobuf headers, which the rest of the actors need not compile).
+namespace ferry::trace {
+class Event;
+}
+
 namespace ferry {
 
 // One routed expert: file L<layer>-E<expert>.bin.
@@ -34,45 +41,41 @@ struct slot_ref {
   friend bool operator==(const slot_ref&, const slot_ref&) = default;
 };
 
-// To one reader (one directory): read [offset, offset+bytes) of the key's file into `dst`.
-// offset and dst.offset are multiples of 4096; bytes is rounded up to 4096 for O_DIRECT.
-struct read_req {
-  uint64_t id = 0;
+// A byte range [offset, offset+bytes) of one expert's file and where it lands: `dst`. offset and
+// dst.offset are multiples of 4096; bytes is rounded up to 4096 for O_DIRECT.
+struct expert_range {
   expert_key key;
-  uint32_t dir = 0;
   uint64_t offset = 0;
   uint64_t bytes = 0;
   slot_ref dst;
+  friend bool operator==(const expert_range&, const expert_range&) = default;
+};
+
+// To the reader supervisor: read `range` from whichever of `dirs` (indices into the storage directory
+// list) is expected to finish first.
+struct fetch_req {
+  uint64_t id = 0;
+  std::vector<uint32_t> dirs;
+  expert_range range;
+  friend bool operator==(const fetch_req&, const fetch_req&) = default;
+};
+
+// To one reader (directory `dir`): read `range`.
+struct read_req {
+  uint64_t id = 0;
+  uint32_t dir = 0;
+  expert_range range;
   friend bool operator==(const read_req&, const read_req&) = default;
 };
 
-// A finished read. queue_ns: waiting in the reader before submission; service_ns: submission to
-// completion; inflight: reads in flight on that reader when this one was submitted (itself included),
-// which lets the chooser turn one read's time into a drive rate.
+// A finished read: the request it answers (its dir: the reader that served it), and how it went.
+// service_ns: submission to completion; inflight: reads in flight on that reader when this one was
+// submitted (itself included), which lets the chooser turn one read's time into a drive rate.
 struct read_done {
-  uint64_t id = 0;
-  expert_key key;
-  uint32_t dir = 0;
-  uint64_t offset = 0;
-  uint64_t bytes = 0;
-  slot_ref dst;
-  uint64_t queue_ns = 0;
+  read_req req;
   uint64_t service_ns = 0;
   uint32_t inflight = 1;
-  uint32_t attempts = 1;  // set by the supervisor: 1 + retries on other copies / restarted readers
   friend bool operator==(const read_done&, const read_done&) = default;
-};
-
-// To the reader supervisor: read a byte range of an expert from whichever of `dirs` (indices into the
-// storage directory list) is expected to finish first.
-struct fetch_req {
-  uint64_t id = 0;
-  expert_key key;
-  std::vector<uint32_t> dirs;
-  uint64_t offset = 0;
-  uint64_t bytes = 0;
-  slot_ref dst;
-  friend bool operator==(const fetch_req&, const fetch_req&) = default;
 };
 
 // Test-only knobs of a reader: an added per-read latency, injected EIO on the next `eio_reads` reads,
@@ -125,15 +128,12 @@ struct layer_request {
   friend bool operator==(const layer_request&, const layer_request&) = default;
 };
 
-enum class tier : uint8_t { device = 1, host = 2, disk = 3 };
-
-// An expert's bytes are in memory: `slot` of the host arena (tier host/disk) or a device slot.
+// An expert's bytes are in memory, in a slot of the host arena.
 struct expert_ready {
   uint64_t step = 0;
   uint32_t layer = 0;
   uint32_t expert = 0;
-  uint8_t from = 0;  // ferry::tier the bytes came from
-  slot_ref where;
+  slot_ref where;  // a host-pool slot, pinned: the receiver releases it (HostLease)
   friend bool operator==(const expert_ready&, const expert_ready&) = default;
 };
 struct layer_summary {
@@ -146,14 +146,16 @@ struct layer_summary {
   friend bool operator==(const layer_summary&, const layer_summary&) = default;
 };
 
-// The host pool's counters and occupancy (its ExpertCache counters, plus scratch slots for experts
-// that stream through without being admitted).
-struct pool_stats {
+// One cache tier's counters and occupancy (the host pool's and the device-cache manager's): lookups,
+// its ExpertCache's admissions and evictions, and the scratch slots experts that were not admitted
+// stream through. scratch_free and waiting are the host pool's (the device hands scratch slots out
+// round-robin and never waits).
+struct tier_stats {
   uint64_t hits = 0, misses = 0, admissions = 0, refusals = 0, evictions = 0;
   uint32_t resident = 0, capacity = 0;  // cached experts / cache slots
   uint64_t resident_bytes = 0;
   uint32_t scratch = 0, scratch_free = 0, waiting = 0;  // scratch slots, free ones, acquires waiting
-  friend bool operator==(const pool_stats&, const pool_stats&) = default;
+  friend bool operator==(const tier_stats&, const tier_stats&) = default;
 };
 
 // One MoE layer call as the device-cache manager sees it: the experts not yet known to be on the
@@ -179,11 +181,6 @@ struct device_plan {
   std::vector<device_place> places;  // one per device_request expert, same order
   friend bool operator==(const device_plan&, const device_plan&) = default;
 };
-struct device_stats {
-  uint64_t hits = 0, misses = 0, admissions = 0, refusals = 0, evictions = 0;
-  uint32_t resident = 0, capacity = 0, scratch = 0;
-  friend bool operator==(const device_stats&, const device_stats&) = default;
-};
 
 // Host pool answers: a hit names the slot; a miss grants a slot to read into when admitted
 // (block-aware admission may refuse: then the expert streams through a scratch slot).
@@ -194,21 +191,6 @@ struct host_grant {
   friend bool operator==(const host_grant&, const host_grant&) = default;
 };
 
-// A trace event inside the process; the tracer writes it as ferry.trace.Event (trace.proto), whose
-// Kind/Tier numbers these fields use.
-struct trace_event {
-  uint32_t kind = 0;
-  uint64_t t_ns = 0;
-  uint64_t request_id = 0;
-  expert_key key;
-  uint32_t tier = 0;
-  uint32_t dir = 0;
-  uint64_t bytes = 0;
-  uint64_t dur_ns = 0;
-  uint32_t rows = 0;
-  std::string detail;
-  friend bool operator==(const trace_event&, const trace_event&) = default;
-};
 
 
 // ---- drafter bridge (actors/drafter/drafter_bridge.cpp) -------------------------------------------------------
@@ -244,6 +226,7 @@ struct drafter_status {
 CAF_BEGIN_TYPE_ID_BLOCK(ferry, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(ferry, (ferry::expert_key))
   CAF_ADD_TYPE_ID(ferry, (ferry::slot_ref))
+  CAF_ADD_TYPE_ID(ferry, (ferry::expert_range))
   CAF_ADD_TYPE_ID(ferry, (ferry::read_req))
   CAF_ADD_TYPE_ID(ferry, (ferry::read_done))
   CAF_ADD_TYPE_ID(ferry, (ferry::fetch_req))
@@ -255,13 +238,12 @@ CAF_BEGIN_TYPE_ID_BLOCK(ferry, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(ferry, (ferry::expert_ready))
   CAF_ADD_TYPE_ID(ferry, (ferry::layer_summary))
   CAF_ADD_TYPE_ID(ferry, (ferry::host_grant))
-  CAF_ADD_TYPE_ID(ferry, (ferry::trace_event))
+  CAF_ADD_TYPE_ID(ferry, (ferry::trace::Event))
   CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::dir_stats>))
-  CAF_ADD_TYPE_ID(ferry, (ferry::pool_stats))
+  CAF_ADD_TYPE_ID(ferry, (ferry::tier_stats))
   CAF_ADD_TYPE_ID(ferry, (ferry::device_request))
   CAF_ADD_TYPE_ID(ferry, (ferry::device_place))
   CAF_ADD_TYPE_ID(ferry, (ferry::device_plan))
-  CAF_ADD_TYPE_ID(ferry, (ferry::device_stats))
   CAF_ADD_ATOM(ferry, ferry::atoms, read_atom, "read")
   CAF_ADD_ATOM(ferry, ferry::atoms, fetch_atom, "fetch")
   CAF_ADD_ATOM(ferry, ferry::atoms, stats_atom, "stats")
@@ -270,7 +252,6 @@ CAF_BEGIN_TYPE_ID_BLOCK(ferry, caf::first_custom_type_id)
   CAF_ADD_ATOM(ferry, ferry::atoms, retry_atom, "retry")
   CAF_ADD_ATOM(ferry, ferry::atoms, trace_atom, "trace")
   CAF_ADD_ATOM(ferry, ferry::atoms, flush_atom, "flush")
-  CAF_ADD_ATOM(ferry, ferry::atoms, lookup_atom, "lookup")
   CAF_ADD_ATOM(ferry, ferry::atoms, acquire_atom, "acquire")
   CAF_ADD_ATOM(ferry, ferry::atoms, release_atom, "release")
   CAF_ADD_ATOM(ferry, ferry::atoms, schedule_atom, "schedule")
@@ -284,6 +265,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(ferry, caf::first_custom_type_id)
   CAF_ADD_ATOM(ferry, ferry::atoms, kill_atom, "kill")
   CAF_ADD_ATOM(ferry, ferry::atoms, plan_atom, "plan")
   CAF_ADD_ATOM(ferry, ferry::atoms, done_atom, "done")
+  CAF_ADD_ATOM(ferry, ferry::atoms, watch_atom, "watch")
+  CAF_ADD_ATOM(ferry, ferry::atoms, listen_atom, "listen")
 CAF_END_TYPE_ID_BLOCK(ferry)
 // clang-format on
 
@@ -298,17 +281,20 @@ typename Inspector::result_type inspect(Inspector& f, slot_ref& x) {
   return f(caf::meta::type_name("slot_ref"), x.slot, x.offset);
 }
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, read_req& x) {
-  return f(caf::meta::type_name("read_req"), x.id, x.key, x.dir, x.offset, x.bytes, x.dst);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, read_done& x) {
-  return f(caf::meta::type_name("read_done"), x.id, x.key, x.dir, x.offset, x.bytes, x.dst, x.queue_ns,
-           x.service_ns, x.inflight, x.attempts);
+typename Inspector::result_type inspect(Inspector& f, expert_range& x) {
+  return f(caf::meta::type_name("expert_range"), x.key, x.offset, x.bytes, x.dst);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, fetch_req& x) {
-  return f(caf::meta::type_name("fetch_req"), x.id, x.key, x.dirs, x.offset, x.bytes, x.dst);
+  return f(caf::meta::type_name("fetch_req"), x.id, x.dirs, x.range);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, read_req& x) {
+  return f(caf::meta::type_name("read_req"), x.id, x.dir, x.range);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, read_done& x) {
+  return f(caf::meta::type_name("read_done"), x.req, x.service_ns, x.inflight);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, reader_knobs& x) {
@@ -334,7 +320,7 @@ typename Inspector::result_type inspect(Inspector& f, layer_request& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, expert_ready& x) {
-  return f(caf::meta::type_name("expert_ready"), x.step, x.layer, x.expert, x.from, x.where);
+  return f(caf::meta::type_name("expert_ready"), x.step, x.layer, x.expert, x.where);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, layer_summary& x) {
@@ -342,8 +328,8 @@ typename Inspector::result_type inspect(Inspector& f, layer_summary& x) {
            x.prefetch_hits, x.wait_ns, x.disk_bytes, x.prefetch_issued);
 }
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, pool_stats& x) {
-  return f(caf::meta::type_name("pool_stats"), x.hits, x.misses, x.admissions, x.refusals, x.evictions, x.resident,
+typename Inspector::result_type inspect(Inspector& f, tier_stats& x) {
+  return f(caf::meta::type_name("tier_stats"), x.hits, x.misses, x.admissions, x.refusals, x.evictions, x.resident,
            x.capacity, x.resident_bytes, x.scratch, x.scratch_free, x.waiting);
 }
 template <class Inspector>
@@ -359,18 +345,8 @@ typename Inspector::result_type inspect(Inspector& f, device_plan& x) {
   return f(caf::meta::type_name("device_plan"), x.places);
 }
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, device_stats& x) {
-  return f(caf::meta::type_name("device_stats"), x.hits, x.misses, x.admissions, x.refusals, x.evictions, x.resident,
-           x.capacity, x.scratch);
-}
-template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, host_grant& x) {
   return f(caf::meta::type_name("host_grant"), x.hit, x.admitted, x.where);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, trace_event& x) {
-  return f(caf::meta::type_name("trace_event"), x.kind, x.t_ns, x.request_id, x.key, x.tier, x.dir, x.bytes,
-           x.dur_ns, x.rows, x.detail);
 }
 
 template <class Inspector>
@@ -411,12 +387,11 @@ using read_service_actor = caf::typed_actor<                       //
 // rows == 0 is a prefetch (never waits, never takes scratch, not counted as a hit or miss).
 // release(key, ok): done with the bytes; ok == false drops a cache entry whose fill failed.
 using host_pool_actor = caf::typed_actor<                                           //
-    caf::replies_to<lookup_atom, expert_key>::with<host_grant>,                      //
     // key, rows, block rows, keep (false: the device cache holds it, so the pool streams it through scratch
     // and drops a cached copy once released: the tiers hold distinct experts)
     caf::replies_to<acquire_atom, expert_key, uint32_t, uint32_t, bool>::with<host_grant>,
     caf::reacts_to<release_atom, expert_key, bool>,                                  //
-    caf::replies_to<stats_atom>::with<pool_stats>>;
+    caf::replies_to<stats_atom>::with<tier_stats>>;
 
 // Device-cache manager: which GPU expert slot each expert of a layer call computes from. plan pins the
 // call's cached experts (hits and admitted misses) so nothing evicts them while they compute;
@@ -424,7 +399,7 @@ using host_pool_actor = caf::typed_actor<                                       
 using device_cache_actor = caf::typed_actor<                        //
     caf::replies_to<plan_atom, device_request>::with<device_plan>,  //
     caf::reacts_to<done_atom, uint64_t>,                            //
-    caf::replies_to<stats_atom>::with<device_stats>>;
+    caf::replies_to<stats_atom>::with<tier_stats>>;
 
 // Receives each expert of a layer call as its bytes land (arrival order); the layer sums in rank order.
 using expert_sink_actor = caf::typed_actor<caf::reacts_to<ready_atom, expert_ready>>;
@@ -437,7 +412,7 @@ using layer_scheduler_actor = caf::typed_actor<                                 
 
 // Appends trace events to the trace file; flush answers with the number of events written so far.
 using tracer_actor = caf::typed_actor<            //
-    caf::reacts_to<trace_atom, trace_event>,       //
+    caf::reacts_to<trace_atom, trace::Event>,      //
     caf::replies_to<flush_atom>::with<uint64_t>>;
 
 // The drafter bridge (supervisor of the ferry-drafter sidecar): a proposal or an error by the request's
@@ -449,6 +424,14 @@ using drafter_bridge_actor = caf::typed_actor<                              //
     caf::reacts_to<kill_atom>,                                              //
     caf::reacts_to<restart_atom>,                                           //
     caf::reacts_to<ready_atom, int32_t>>;
+
+// The runtime's supervisor (actors/runtime/runtime.hpp): watch monitors an actor the runtime registered
+// (restarting it, or failing every listener at once when it cannot be restarted); a listener (the
+// model thread's mailbox) gets a caf::error (errc::actor_down, naming the actor) the moment a critical
+// actor is lost.
+using supervisor_actor = caf::typed_actor<        //
+    caf::reacts_to<watch_atom, caf::actor>,        //
+    caf::reacts_to<listen_atom, caf::actor>>;
 
 }  // namespace ferry
 

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <thread>
 
+#include "actors/runtime/runtime.hpp"
+
 namespace ferry {
 namespace {
 
@@ -191,19 +193,23 @@ drafter_bridge_actor spawn_drafter_bridge(caf::actor_system& sys, const DrafterB
 }
 
 struct DrafterClient::Impl {
-  Impl(caf::actor_system& sys, const DrafterBridgeOptions& o)
-      : self(sys), bridge(spawn_drafter_bridge(sys, o)), deadline(o.deadline_ms) {}
+  Impl(Runtime& rt, const DrafterBridgeOptions& o)
+      : self(rt.system()),
+        bridge(rt.supervise("drafter bridge",
+                            [&sys = rt.system(), o] { return caf::actor_cast<caf::actor>(spawn_drafter_bridge(sys, o)); })),
+        deadline(o.deadline_ms) {}
   caf::scoped_actor self;
-  drafter_bridge_actor bridge;
+  std::shared_ptr<Supervised> bridge;
   std::chrono::milliseconds deadline;
 };
 
-DrafterClient::DrafterClient(caf::actor_system& sys, const DrafterBridgeOptions& o)
-    : impl_(std::make_unique<Impl>(sys, o)) {}
+DrafterClient::DrafterClient(Runtime& rt, const DrafterBridgeOptions& o) : impl_(std::make_unique<Impl>(rt, o)) {}
 
 DrafterClient::~DrafterClient() {
-  impl_->self->send_exit(impl_->bridge, caf::exit_reason::user_shutdown);
-  impl_->self->wait_for(impl_->bridge);
+  const caf::actor b = impl_->bridge->stop();  // an orderly end: the supervisor does not restart it
+  if (!b) return;
+  impl_->self->send_exit(b, caf::exit_reason::user_shutdown);
+  impl_->self->wait_for(b);
 }
 
 std::optional<DraftProposal> DrafterClient::propose(std::span<const int32_t> history, int max_tokens, float gate) {
@@ -215,7 +221,7 @@ std::optional<DraftProposal> DrafterClient::propose(std::span<const int32_t> his
                        (clock_type::now() + impl_->deadline).time_since_epoch())
                        .count();
   std::optional<DraftProposal> out;
-  impl_->self->request(impl_->bridge, impl_->deadline, propose_atom::value, std::move(rq))
+  impl_->self->request(bridge(), impl_->deadline, propose_atom::value, std::move(rq))
       .receive([&](draft_reply& r) { out = DraftProposal{std::move(r.ids), std::move(r.conf)}; },
                [&](caf::error&) {});
   return out;
@@ -227,7 +233,7 @@ ProposeFn DrafterClient::propose_fn() {
 
 drafter_status DrafterClient::status() {
   drafter_status st;
-  impl_->self->request(impl_->bridge, std::chrono::seconds(5), stats_atom::value)
+  impl_->self->request(bridge(), std::chrono::seconds(5), stats_atom::value)
       .receive([&](drafter_status& s) { st = s; }, [&](caf::error&) {});
   return st;
 }
@@ -243,8 +249,10 @@ bool DrafterClient::wait_up(std::chrono::milliseconds timeout) {
   return false;
 }
 
-void DrafterClient::kill_worker() { impl_->self->send(impl_->bridge, kill_atom::value); }
+void DrafterClient::kill_worker() { impl_->self->send(bridge(), kill_atom::value); }
 
-const drafter_bridge_actor& DrafterClient::bridge() const { return impl_->bridge; }
+drafter_bridge_actor DrafterClient::bridge() const {
+  return caf::actor_cast<drafter_bridge_actor>(impl_->bridge->current());
+}
 
 }  // namespace ferry

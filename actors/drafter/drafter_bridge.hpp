@@ -21,6 +21,9 @@
 
 namespace ferry {
 
+class Runtime;
+class Supervised;
+
 struct DrafterBridgeOptions {
   SidecarOptions sidecar;  // exe + args ({"--drafter", SPEC, ...})
   SidecarTarget target;
@@ -39,9 +42,11 @@ SidecarOptions sidecar_for_spec(const std::string& spec, int threads = 1, std::s
 // the worker and the sidecar process go with it.
 drafter_bridge_actor spawn_drafter_bridge(caf::actor_system& sys, const DrafterBridgeOptions& o);
 
+// The bridge runs in the process's runtime (actors/runtime/runtime.hpp), supervised there: if the
+// bridge actor itself dies it is started again (a call in flight then falls back to a plain step).
 class DrafterClient {
  public:
-  DrafterClient(caf::actor_system& sys, const DrafterBridgeOptions& o);
+  DrafterClient(Runtime& rt, const DrafterBridgeOptions& o);
   ~DrafterClient();
   DrafterClient(const DrafterClient&) = delete;
   DrafterClient& operator=(const DrafterClient&) = delete;
@@ -54,7 +59,8 @@ class DrafterClient {
   bool wait_up(std::chrono::milliseconds timeout);
   // Fault injection: kills the worker actor (its sidecar dies with it); the bridge restarts it.
   void kill_worker();
-  const drafter_bridge_actor& bridge() const;
+  // The running bridge (a new one after the runtime restarted it).
+  drafter_bridge_actor bridge() const;
 
  private:
   struct Impl;

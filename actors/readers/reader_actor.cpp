@@ -29,7 +29,6 @@ struct Pending {
   read_req req;
   caf::typed_response_promise<read_done> promise;
   std::string path;
-  Clock::time_point arrived;
   bool direct = true;
 };
 
@@ -84,14 +83,14 @@ class ReaderCore {
 
   void on_read(const read_req& r) {
     auto promise = self_->make_response_promise<read_done>();
-    std::string path = cfg_.path + "/" + expert_file_name(r.key);
+    std::string path = cfg_.path + "/" + expert_file_name(r.range.key.layer, r.range.key.expert);
     if (auto why = check(r); !why.empty()) {
       ++errors_;
       promise.deliver(caf::make_error(errc::bad_request, path, why));
       return;
     }
     uint64_t tag = next_tag_++;
-    pending_.emplace(tag, Pending{r, std::move(promise), std::move(path), Clock::now(), direct_});
+    pending_.emplace(tag, Pending{r, std::move(promise), std::move(path), direct_});
     submit(tag);
   }
 
@@ -111,14 +110,14 @@ class ReaderCore {
 
  private:
   std::string check(const read_req& r) const {
-    uint64_t len = io::round_up(r.bytes, io::kDirectAlign);
-    if (r.bytes == 0) return "zero-byte read";
-    if (r.offset % io::kDirectAlign || r.dst.offset % io::kDirectAlign)
-      return fmt::format("file offset {} / slot offset {} not 4096-aligned", r.offset, r.dst.offset);
-    if (r.dst.slot >= cfg_.arena->slots())
-      return fmt::format("slot {} out of range (arena has {})", r.dst.slot, cfg_.arena->slots());
-    if (r.dst.offset + len > cfg_.arena->slot_bytes())
-      return fmt::format("{} bytes at slot offset {} exceed the slot size {}", len, r.dst.offset,
+    uint64_t len = io::round_up(r.range.bytes, io::kDirectAlign);
+    if (r.range.bytes == 0) return "zero-byte read";
+    if (r.range.offset % io::kDirectAlign || r.range.dst.offset % io::kDirectAlign)
+      return fmt::format("file offset {} / slot offset {} not 4096-aligned", r.range.offset, r.range.dst.offset);
+    if (r.range.dst.slot >= cfg_.arena->slots())
+      return fmt::format("slot {} out of range (arena has {})", r.range.dst.slot, cfg_.arena->slots());
+    if (r.range.dst.offset + len > cfg_.arena->slot_bytes())
+      return fmt::format("{} bytes at slot offset {} exceed the slot size {}", len, r.range.dst.offset,
                          cfg_.arena->slot_bytes());
     return {};
   }
@@ -137,9 +136,9 @@ class ReaderCore {
     io::ReadOp op;
     op.tag = tag;
     op.path = p.path;
-    op.offset = p.req.offset;
-    op.bytes = p.direct ? io::round_up(p.req.bytes, io::kDirectAlign) : p.req.bytes;
-    op.dst = cfg_.arena->slot(p.req.dst.slot) + p.req.dst.offset;
+    op.offset = p.req.range.offset;
+    op.bytes = p.direct ? io::round_up(p.req.range.bytes, io::kDirectAlign) : p.req.range.bytes;
+    op.dst = cfg_.arena->slot(p.req.range.dst.slot) + p.req.range.dst.offset;
     op.direct = p.direct;
     engine_->submit(std::move(op));
   }
@@ -180,22 +179,17 @@ class ReaderCore {
       ++errors_;
       auto code = r.err == ENOENT ? errc::file_missing : errc::io_error;
       p.promise.deliver(caf::make_error(code, p.path, open_error_text(r.err)));
-    } else if (r.bytes_read < p.req.bytes) {
+    } else if (r.bytes_read < p.req.range.bytes) {
       ++errors_;
       p.promise.deliver(caf::make_error(errc::short_read, p.path,
                                         fmt::format("got {} of {} bytes at offset {}", r.bytes_read,
-                                                    p.req.bytes, p.req.offset)));
+                                                    p.req.range.bytes, p.req.range.offset)));
     } else {
       ++reads_;
-      bytes_ += p.req.bytes;
+      bytes_ += p.req.range.bytes;
       read_done d;
-      d.id = p.req.id;
-      d.key = p.req.key;
-      d.dir = cfg_.dir;
-      d.offset = p.req.offset;
-      d.bytes = p.req.bytes;
-      d.dst = p.req.dst;
-      d.queue_ns = ns_between(p.arrived, r.submitted);
+      d.req = p.req;
+      d.req.dir = cfg_.dir;
       d.service_ns = ns_between(r.submitted, std::max(r.completed, Clock::now()));
       d.inflight = r.inflight_at_submit;
       p.promise.deliver(d);
@@ -264,7 +258,6 @@ void reader_main(caf::blocking_actor* self, ReaderConfig cfg) {
 
 }  // namespace
 
-std::string expert_file_name(const expert_key& k) { return fmt::format("L{}-E{}.bin", k.layer, k.expert); }
 
 void install_io_log_sink() {
   static std::once_flag once;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "io/read_engine/uring_reader.hpp"
+#include "io/store/expert_store.hpp"  // expert_file_name
 #include "messages/messages.hpp"
 
 namespace ferry::io {
@@ -30,9 +31,6 @@ struct ReaderConfig {
   // and draining its mailbox, so a new request waits at most this long before submission.
   std::chrono::microseconds poll{200};
 };
-
-// "L<layer>-E<expert>.bin" (docs/FORMATS.md).
-std::string expert_file_name(const expert_key& k);
 
 // Spawns a reader in `sys` (detached; the caller monitors it if it supervises).
 reader_actor spawn_reader(caf::actor_system& sys, ReaderConfig cfg);

@@ -7,7 +7,7 @@
 #include <caf/all.hpp>
 #include <spdlog/spdlog.h>
 
-#include "actors/tracing/tracer_actor.hpp"
+#include "actors/tracing/trace_emitter.hpp"
 #include "messages/trace.pb.h"
 
 namespace ferry {
@@ -33,6 +33,7 @@ struct Dir {
 
 struct service_state {
   ReadServiceConfig cfg;
+  TraceEmitter trace;  // tier DISK
   std::vector<Dir> dirs;
   std::unique_ptr<SourceChooser> chooser;
   std::unordered_map<uint64_t, Fetch> fetches;  // by internal id (clients' ids may collide)
@@ -45,18 +46,8 @@ struct service_state {
 using service = read_service_actor::stateful_pointer<service_state>;
 
 void trace(service self, uint32_t kind, const Fetch& f, uint32_t dir, uint64_t dur_ns, std::string detail = {}) {
-  if (!self->state.cfg.tracer) return;
-  trace_event e;
-  e.kind = kind;
-  e.t_ns = trace_now_ns();
-  e.request_id = f.req.id;
-  e.key = f.req.key;
-  e.tier = trace::DISK;
-  e.dir = dir;
-  e.bytes = f.req.bytes;
-  e.dur_ns = dur_ns;
-  e.detail = std::move(detail);
-  self->send(self->state.cfg.tracer, trace_atom::value, std::move(e));
+  self->state.trace(kind, f.req.id, f.req.range.key,
+                    {.dur_ns = dur_ns, .dir = dir, .bytes = f.req.range.bytes, .detail = std::move(detail)});
 }
 
 void start_reader(service self, uint32_t d) {
@@ -88,7 +79,7 @@ void fail_fetch(service self, uint64_t id, caf::error err) {
 // The error a fetch ends with when no copy is left: the last copy's own error (it names the file).
 caf::error final_error(const Fetch& f) {
   if (f.last_error) return f.last_error;
-  return caf::make_error(errc::no_replica, expert_file_name(f.req.key), std::string("no copy could be read"));
+  return caf::make_error(errc::no_replica, expert_file_name(f.req.range.key.layer, f.req.range.key.expert), std::string("no copy could be read"));
 }
 
 bool is_copy_error(const caf::error& e) {
@@ -116,7 +107,7 @@ void on_read_error(service self, uint64_t id, uint32_t d, uint64_t bytes, const 
   if (err.category() == caf::atom("ferry") && static_cast<errc>(err.code()) == errc::bad_request)
     return fail_fetch(self, id, std::move(err));  // the request itself is wrong: no copy helps
   if (is_copy_error(err)) {
-    spdlog::warn("read service: {} failed on directory {} ({}){}", expert_file_name(f.req.key), d,
+    spdlog::warn("read service: {} failed on directory {} ({}){}", expert_file_name(f.req.range.key.layer, f.req.range.key.expert), d,
                  self->system().render(err), f.req.dirs.size() > f.failed.size() + 1 ? "; trying another copy" : "");
     f.failed.push_back(d);
   } else if (is_reader_gone(err) && st.dirs[d].addr == used) {
@@ -143,25 +134,24 @@ void dispatch(service self, uint64_t id) {
     self->delayed_send(self, st.cfg.retry_backoff, retry_atom::value, id);
     return;
   }
-  uint32_t d = st.chooser->choose(live, f.req.bytes);
+  uint32_t d = st.chooser->choose(live, f.req.range.bytes);
   ++f.attempts;
-  st.chooser->on_issue(d, f.req.bytes);
+  st.chooser->on_issue(d, f.req.range.bytes);
   trace(self, trace::READ_ISSUED, f, d, 0);
-  read_req r{id, f.req.key, d, f.req.offset, f.req.bytes, f.req.dst};
+  read_req r{id, d, f.req.range};
   auto used = st.dirs[d].addr;
-  uint64_t bytes = f.req.bytes;
+  uint64_t bytes = f.req.range.bytes;
   self->request(st.dirs[d].reader, st.cfg.read_timeout, read_atom::value, r)
       .then(
           [=](read_done& done) {
             auto& s = self->state;
-            s.chooser->on_complete(d, done.bytes, done.service_ns, done.inflight);
+            s.chooser->on_complete(d, done.req.range.bytes, done.service_ns, done.inflight);
             auto fit = s.fetches.find(id);
             if (fit == s.fetches.end()) return;
             ++s.dirs[d].stats.reads;
-            s.dirs[d].stats.bytes += done.bytes;
+            s.dirs[d].stats.bytes += done.req.range.bytes;
             trace(self, trace::READ_COMPLETED, fit->second, d, done.service_ns);
-            done.id = fit->second.req.id;
-            done.attempts = fit->second.attempts;
+            done.req.id = fit->second.req.id;  // the client's id (ours index fetches)
             fit->second.promise.deliver(done);
             s.fetches.erase(fit);
           },
@@ -191,14 +181,7 @@ void on_reader_down(service self, const caf::down_msg& dm) {
     ++dir.stats.restarts;
     spdlog::warn("read service: reader of {} died ({}); restarting ({} of {})", st.cfg.dirs[d],
                  self->system().render(dm.reason), dir.restarts.size(), st.cfg.restart_budget);
-    if (st.cfg.tracer) {
-      trace_event e;
-      e.kind = trace::READER_RESTART;
-      e.t_ns = trace_now_ns();
-      e.dir = d;
-      e.detail = self->system().render(dm.reason);
-      self->send(st.cfg.tracer, trace_atom::value, std::move(e));
-    }
+    st.trace(trace::READER_RESTART, 0, {}, {.dir = d, .bytes = 0, .detail = self->system().render(dm.reason)});
     start_reader(self, d);
     return;
   }
@@ -210,6 +193,7 @@ read_service_actor::behavior_type service_fun(service self, ReadServiceConfig cf
   for (uint32_t d = 0; d < cfg.initial_rates_bps.size() && d < cfg.dirs.size(); ++d)
     st.chooser->set_rate(d, cfg.initial_rates_bps[d]);
   st.cfg = std::move(cfg);
+  st.trace = TraceEmitter(st.cfg.tracer, trace::DISK, 0);
   st.dirs.resize(st.cfg.dirs.size());
   for (uint32_t d = 0; d < st.dirs.size(); ++d) {
     st.dirs[d].stats.dir = d;
@@ -227,7 +211,7 @@ read_service_actor::behavior_type service_fun(service self, ReadServiceConfig cf
         uint64_t id = self->state.next_id++;
         for (uint32_t d : req.dirs)
           if (d >= self->state.dirs.size()) {
-            rp.deliver(caf::make_error(errc::bad_request, expert_file_name(req.key),
+            rp.deliver(caf::make_error(errc::bad_request, expert_file_name(req.range.key.layer, req.range.key.expert),
                                        "directory index " + std::to_string(d) + " out of range"));
             return rp;
           }

@@ -86,7 +86,7 @@ struct LoadProgress {
 
 }  // namespace
 
-Engine start_engine(EngineOptions& o, const EngineLog& log) {
+Engine start_engine(EngineOptions& o, Runtime* rt, const EngineLog& log) {
   auto say = [&](const std::string& s) {
     if (o.quiet) return;
     if (log) log(s);
@@ -101,7 +101,7 @@ Engine start_engine(EngineOptions& o, const EngineLog& log) {
   apply_plan(e.plan, o);
   auto progress = std::make_shared<LoadProgress>();
   if (!o.quiet) o.model.progress = [progress](const std::string& ph, int64_t d, int64_t t) { (*progress)(ph, d, t); };
-  e.model = load_model(o.model, std::move(be));
+  e.model = load_model(o.model, rt, std::move(be));
   o.model.progress = nullptr;
   return e;
 }

@@ -31,6 +31,8 @@ using EngineLog = std::function<void(const std::string&)>;
 
 // validate_engine_options, back-end, plan (throws UsageError with the plan's refusal), then
 // load_model with the plan applied. o.model is updated to what was loaded (streaming on/off, caches).
-Engine start_engine(EngineOptions& o, const EngineLog& log = {});
+// rt: the process's runtime root (actors/runtime/runtime.hpp), which must outlive the Engine; the
+// streaming actors run in it (may be null only when the plan does not stream).
+Engine start_engine(EngineOptions& o, Runtime* rt, const EngineLog& log = {});
 
 }  // namespace ferry

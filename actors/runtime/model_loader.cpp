@@ -60,7 +60,7 @@ void report(const ModelOptions& o, const char* phase, int64_t done, int64_t tota
   if (o.progress) o.progress(phase, done, total);
 }
 
-void load_prepared(const ModelOptions& o, LoadedModel& m, LoadOptions& lo) {
+void load_prepared(const ModelOptions& o, Runtime* rt, LoadedModel& m, LoadOptions& lo) {
   const std::filesystem::path dir(o.dir);
   m.prepared = true;
   m.cfg = load_prepared_config(dir);
@@ -81,9 +81,11 @@ void load_prepared(const ModelOptions& o, LoadedModel& m, LoadOptions& lo) {
     }
     const int64_t pool = int64_t(std::max(so.host_pool_bytes, so.cache_bytes + so.cache_experts * uint64_t(manifest.file_bytes)));
     report(o, "host pool", 0, pool);
-    auto s = std::make_unique<StreamingExperts>(m.cfg, manifest, so);
+    if (!rt) throw ConfigError("--ssd-streaming: load_model was given no runtime to run the streaming actors in");
+    auto s = std::make_unique<StreamingExperts>(*rt, m.cfg, manifest, so);
     report(o, "host pool", pool, pool);
     m.streaming = s.get();
+    m.runtime = rt;
     m.experts = std::move(s);
   } else {
     const int64_t all = int64_t(manifest.experts.size()) * manifest.expert_bytes;
@@ -103,9 +105,9 @@ int64_t source_bytes(const TensorSource& src) {
 
 }  // namespace
 
-LoadedModel load_model(const ModelOptions& o) { return load_model(o, make_backend(o.backend, o.threads)); }
+LoadedModel load_model(const ModelOptions& o, Runtime* rt) { return load_model(o, rt, make_backend(o.backend, o.threads)); }
 
-LoadedModel load_model(const ModelOptions& o, std::unique_ptr<Backend> backend) {
+LoadedModel load_model(const ModelOptions& o, Runtime* rt, std::unique_ptr<Backend> backend) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::filesystem::path dir(o.dir);
   if (!std::filesystem::is_directory(dir)) throw Error("model directory " + o.dir + " does not exist");
@@ -121,7 +123,7 @@ LoadedModel load_model(const ModelOptions& o, std::unique_ptr<Backend> backend) 
     if (o.spine_type != "f32")
       throw ConfigError("--spine-type " + o.spine_type + " does not apply to a prepared model: its spine keeps the "
                         "types `ferry prepare --spine-type` wrote");
-    load_prepared(o, m, lo);
+    load_prepared(o, rt, m, lo);
   } else {
     if (o.ssd_streaming)
       throw ConfigError("--ssd-streaming needs a prepared model directory (spine.gguf + manifest.json from `ferry "

@@ -20,6 +20,8 @@
 
 namespace ferry {
 
+class Runtime;
+
 struct ModelOptions {
   std::string dir;
   std::string spine_type = "f32";  // for Hugging Face checkpoints; prepared models keep theirs
@@ -42,15 +44,18 @@ struct LoadedModel {
   bool prepared = false;                 // a `ferry prepare` directory
   std::unique_ptr<ExpertSource> experts;  // routed experts of a prepared model (outlives `model`)
   StreamingExperts* streaming = nullptr;  // = experts when streaming, else null
+  Runtime* runtime = nullptr;             // the runtime the streaming actors run in (the caller's)
   std::unique_ptr<Model> model;
   double load_s = 0;
 };
 
 // Throws ferry::Error subclasses naming the file/tensor/field when the directory is unusable.
 // A non-default --spine-type on a prepared model (whose spine types `ferry prepare` fixed) is refused.
-LoadedModel load_model(const ModelOptions& o);
+// rt: the process's runtime root (actors/runtime/runtime.hpp), which must outlive the model; needed
+// with ssd_streaming (the streaming actors run in it), unused otherwise (may be null).
+LoadedModel load_model(const ModelOptions& o, Runtime* rt);
 // The same on a back-end made already (make_backend), e.g. one the memory plan asked for its free memory.
-LoadedModel load_model(const ModelOptions& o, std::unique_ptr<Backend> backend);
+LoadedModel load_model(const ModelOptions& o, Runtime* rt, std::unique_ptr<Backend> backend);
 
 // The back-end named "cpu", "cuda" or "auto" (cuda when this build has the CUDA back-end and a device is
 // present, else cpu). Throws ConfigError for other names or for "cuda" in a build without CUDA.

@@ -6,8 +6,7 @@
 
 #include <caf/all.hpp>
 
-#include "actors/streaming/slot_cache.hpp"
-#include "actors/tracing/tracer_actor.hpp"
+#include "actors/tracing/trace_emitter.hpp"
 #include "io/errors.hpp"
 #include "messages/trace.pb.h"
 
@@ -15,30 +14,16 @@ namespace ferry {
 namespace {
 
 struct device_cache_state {
-  DeviceCacheConfig cfg;
+  TierConfig cfg;
+  TraceEmitter trace;                                 // tier DEVICE
   SlotCache cache;                                    // slots [0, cache_slots)
   uint32_t next_scratch = 0;
   uint64_t pinned_step = 0;
   std::vector<expert_key> pinned;                     // the planned call's cached experts
-  uint64_t hits = 0, misses = 0;
   static inline const char* name = "device_cache";
 };
 
 using dcache = device_cache_actor::stateful_pointer<device_cache_state>;
-
-void trace(dcache self, uint32_t kind, uint64_t step, const expert_key& k, uint32_t rows, std::string detail = {}) {
-  if (!self->state.cfg.tracer) return;
-  trace_event e;
-  e.kind = kind;
-  e.t_ns = trace_now_ns();
-  e.request_id = step;
-  e.key = k;
-  e.tier = trace::DEVICE;
-  e.bytes = self->state.cfg.expert_bytes;
-  e.rows = rows;
-  e.detail = std::move(detail);
-  self->send(self->state.cfg.tracer, trace_atom_v, std::move(e));
-}
 
 void unpin_all(device_cache_state& st) {
   for (const auto& k : st.pinned) st.cache.unpin(k);
@@ -50,12 +35,12 @@ device_place place_miss(dcache self, uint64_t step, const expert_key& k, uint32_
   auto& st = self->state;
   std::vector<expert_key> evicted;
   if (const auto slot = st.cache.admit(k, st.cfg.expert_bytes, rows, block_rows, evicted)) {
-    for (const auto& v : evicted) trace(self, trace::EVICTION, step, v, 0);
+    for (const auto& v : evicted) st.trace(trace::EVICTION, step, v);
     st.pinned.push_back(k);
-    trace(self, trace::ADMISSION, step, k, rows);
+    st.trace(trace::ADMISSION, step, k, {.rows = rows});
     return device_place{*slot, false, true};
   }
-  if (st.cache.enabled()) trace(self, trace::ADMISSION, step, k, rows, "refused");
+  if (st.cache.enabled()) st.trace(trace::ADMISSION, step, k, {.rows = rows, .detail = "refused"});
   const uint32_t slot = st.cfg.cache_slots + st.next_scratch;
   st.next_scratch = (st.next_scratch + 1) % st.cfg.scratch_slots;
   return device_place{slot, false, false};
@@ -74,35 +59,27 @@ device_plan plan(dcache self, const device_request& r) {
     if (const auto slot = st.cache.slot_of(k)) {
       st.cache.pin(k);
       st.pinned.push_back(k);
-      ++st.hits;
-      trace(self, trace::HIT, r.step, k, rows);
+      st.trace(trace::HIT, r.step, k, {.rows = rows});
       p.places.push_back(device_place{*slot, true, true});
       continue;
     }
-    ++st.misses;
-    trace(self, trace::MISS, r.step, k, rows);
+    st.trace(trace::MISS, r.step, k, {.rows = rows});
     p.places.push_back(place_miss(self, r.step, k, rows, r.block_rows));
   }
   return p;
 }
 
-device_stats stats_of(const device_cache_state& st) {
-  device_stats s;
-  s.hits = st.hits;
-  s.misses = st.misses;
-  const auto c = st.cache.counters();
-  s.admissions = c.admissions;
-  s.refusals = c.refusals;
-  s.evictions = c.evictions;
-  s.resident = st.cache.resident();
+tier_stats stats_of(const device_cache_state& st) {
+  tier_stats s = st.cache.stats();
   s.capacity = st.cfg.cache_slots;
   s.scratch = st.cfg.scratch_slots;
   return s;
 }
 
-device_cache_actor::behavior_type dcache_fun(dcache self, DeviceCacheConfig cfg) {
+device_cache_actor::behavior_type dcache_fun(dcache self, TierConfig cfg) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
+  st.trace = TraceEmitter(st.cfg.tracer, trace::DEVICE, st.cfg.expert_bytes);
   st.cache = SlotCache(st.cfg.cache_slots, st.cfg.policy, st.cfg.min_rows, st.cfg.heat);
   return {
       [=](plan_atom, const device_request& r) { return plan(self, r); },
@@ -116,7 +93,7 @@ device_cache_actor::behavior_type dcache_fun(dcache self, DeviceCacheConfig cfg)
 
 }  // namespace
 
-device_cache_actor spawn_device_cache(caf::actor_system& sys, DeviceCacheConfig cfg) {
+device_cache_actor spawn_device_cache(caf::actor_system& sys, TierConfig cfg) {
   if (cfg.scratch_slots == 0) throw ConfigError("device cache: scratch_slots must be >= 1");
   return sys.spawn(dcache_fun, std::move(cfg));
 }

@@ -10,22 +10,12 @@
 
 #include <cstdint>
 
-#include "actors/streaming/expert_cache.hpp"
+#include "actors/streaming/slot_cache.hpp"
 #include "messages/messages.hpp"
 
 namespace ferry {
 
-struct DeviceCacheConfig {
-  uint32_t cache_slots = 0;    // experts the cache holds (0 = none: every expert streams through scratch)
-  uint32_t scratch_slots = 8;  // must be >= 1
-  uint64_t expert_bytes = 0;
-  CachePolicy policy = CachePolicy::block_aware;
-  uint32_t min_rows = 2;
-  HeatConfig heat;      // frequency policy: decay and usage prior
-  tracer_actor tracer;  // optional
-};
-
 // Throws ferry::ConfigError for scratch_slots == 0.
-device_cache_actor spawn_device_cache(caf::actor_system& sys, DeviceCacheConfig cfg);
+device_cache_actor spawn_device_cache(caf::actor_system& sys, TierConfig cfg);
 
 }  // namespace ferry

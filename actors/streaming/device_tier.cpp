@@ -45,8 +45,6 @@ ExpertWeights DeviceTier::upload(uint32_t slot, const std::byte* host) {
 
 void DeviceTier::computed(uint32_t slot) { be_.record_event(released_[slot], Backend::kComputeQueue); }
 
-bool DeviceTier::uploaded(uint32_t slot) { return be_.event_done(arrived_[slot]); }
-
 void DeviceTier::wait_uploaded(uint32_t slot) { be_.sync_event(arrived_[slot]); }
 
 }  // namespace ferry

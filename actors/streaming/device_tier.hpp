@@ -9,7 +9,8 @@
 // So an expert's compute starts on the GPU the moment its own bytes land, uploads of later experts
 // overlap it on other queues, and a slot (an evicted cache slot, or a scratch slot reused inside one
 // call) is overwritten only after every kernel that read its previous contents. The host learns that
-// an upload finished (so the pinned host slot can go back to the host pool) by polling uploaded().
+// an upload finished (so the pinned host slot can go back to the host pool) from wait_uploaded(), which
+// the UploadWatcher's thread calls (upload_watcher.hpp): no polling.
 #pragma once
 
 #include <cstdint>
@@ -35,8 +36,8 @@ class DeviceTier {
   ExpertWeights upload(uint32_t slot, const std::byte* host);
   // Compute has queued everything that reads `slot`.
   void computed(uint32_t slot);
-  // The last upload into `slot` has completed: its host bytes may be reused. wait_uploaded blocks.
-  bool uploaded(uint32_t slot);
+  // Blocks until the last upload queued into `slot` has completed (its host bytes may then be reused).
+  // Safe from another thread than the one queueing uploads (it only waits on the slot's event).
   void wait_uploaded(uint32_t slot);
 
   uint32_t slots() const { return slots_; }

@@ -18,14 +18,14 @@ bool ExpertCatalog::has(const expert_key& k) const {
 
 const std::vector<uint32_t>& ExpertCatalog::copies_of(const expert_key& k) const {
   if (!has(k))
-    throw LimitError(fmt::format("expert catalog: no copy of {} in the manifest", expert_file_name(k)));
+    throw LimitError(fmt::format("expert catalog: no copy of {} in the manifest", expert_file_name(k.layer, k.expert)));
   return copies[index_of(*this, k)];
 }
 
 uint64_t ExpertCatalog::hash_of(const expert_key& k) const { return xxh64[index_of(*this, k)]; }
 
 std::string ExpertCatalog::path_of(const expert_key& k, uint32_t dir) const {
-  return dirs.at(dir) + "/" + expert_file_name(k);
+  return dirs.at(dir) + "/" + expert_file_name(k.layer, k.expert);
 }
 
 std::string ExpertCatalog::path_of(const expert_key& k) const { return path_of(k, copies_of(k).front()); }

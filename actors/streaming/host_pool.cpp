@@ -9,8 +9,7 @@
 
 #include <caf/all.hpp>
 
-#include "actors/streaming/slot_cache.hpp"
-#include "actors/tracing/tracer_actor.hpp"
+#include "actors/tracing/trace_emitter.hpp"
 #include "io/errors.hpp"
 #include "messages/trace.pb.h"
 
@@ -25,7 +24,8 @@ struct Waiting {
 };
 
 struct pool_state {
-  HostPoolConfig cfg;
+  TierConfig cfg;
+  TraceEmitter trace;                                // tier HOST
   SlotCache cache;                                   // slots [0, cache_slots)
   std::vector<uint32_t> free_scratch;
   std::unordered_map<expert_key, uint32_t> scratch;  // key -> scratch slot in use
@@ -36,27 +36,14 @@ struct pool_state {
 
 using pool = host_pool_actor::stateful_pointer<pool_state>;
 
-void trace(pool self, uint32_t kind, const expert_key& k, uint32_t rows, std::string detail = {}) {
-  if (!self->state.cfg.tracer) return;
-  trace_event e;
-  e.kind = kind;
-  e.t_ns = trace_now_ns();
-  e.key = k;
-  e.tier = trace::HOST;
-  e.bytes = self->state.cfg.expert_bytes;
-  e.rows = rows;
-  e.detail = std::move(detail);
-  self->send(self->state.cfg.tracer, trace_atom_v, std::move(e));
-}
-
 // Tries to admit a missing key into the cache: evicts unpinned entries as needed. Returns the slot.
 std::optional<uint32_t> admit(pool self, const expert_key& k, uint32_t rows, uint32_t block_rows) {
   auto& st = self->state;
   if (!st.cache.enabled()) return std::nullopt;
   std::vector<expert_key> evicted;
   const auto slot = st.cache.admit(k, st.cfg.expert_bytes, rows, block_rows, evicted);
-  for (auto& v : evicted) trace(self, trace::EVICTION, v, 0);
-  trace(self, trace::ADMISSION, k, rows, slot ? "" : "refused");
+  for (auto& v : evicted) st.trace(trace::EVICTION, 0, v);
+  st.trace(trace::ADMISSION, 0, k, {.rows = rows, .detail = slot ? "" : "refused"});
   return slot;
 }
 
@@ -108,18 +95,8 @@ void release(pool self, const expert_key& k, bool ok) {
   serve_waiting(self);
 }
 
-pool_stats stats_of(const pool_state& st) {
-  pool_stats s;
-  {
-    const auto c = st.cache.counters();
-    s.hits = c.hits;
-    s.misses = c.misses;
-    s.admissions = c.admissions;
-    s.refusals = c.refusals;
-    s.evictions = c.evictions;
-    s.resident_bytes = st.cache.bytes();
-  }
-  s.resident = st.cache.resident();
+tier_stats stats_of(const pool_state& st) {
+  tier_stats s = st.cache.stats();
   s.capacity = st.cfg.cache_slots;
   s.scratch = st.cfg.scratch_slots;
   s.scratch_free = static_cast<uint32_t>(st.free_scratch.size());
@@ -127,17 +104,13 @@ pool_stats stats_of(const pool_state& st) {
   return s;
 }
 
-host_pool_actor::behavior_type pool_fun(pool self, HostPoolConfig cfg) {
+host_pool_actor::behavior_type pool_fun(pool self, TierConfig cfg) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
+  st.trace = TraceEmitter(st.cfg.tracer, trace::HOST, st.cfg.expert_bytes);
   st.cache = SlotCache(st.cfg.cache_slots, st.cfg.policy, st.cfg.min_rows, st.cfg.heat);
   for (uint32_t i = st.cfg.scratch_slots; i-- > 0;) st.free_scratch.push_back(st.cfg.cache_slots + i);
   return {
-      [=](lookup_atom, const expert_key& k) {
-        const auto slot = self->state.cache.slot_of(k);
-        if (!slot) return host_grant{};
-        return host_grant{true, true, {*slot, 0}};
-      },
       [=](acquire_atom, const expert_key& k, uint32_t rows, uint32_t block_rows,
           bool keep) -> caf::typed_response_promise<host_grant> {
         auto rp = self->make_response_promise<host_grant>();
@@ -154,7 +127,7 @@ host_pool_actor::behavior_type pool_fun(pool self, HostPoolConfig cfg) {
 
 }  // namespace
 
-host_pool_actor spawn_host_pool(caf::actor_system& sys, HostPoolConfig cfg) {
+host_pool_actor spawn_host_pool(caf::actor_system& sys, TierConfig cfg) {
   if (cfg.scratch_slots == 0) throw ConfigError("host pool: scratch_slots must be >= 1");
   return sys.spawn(pool_fun, std::move(cfg));
 }

@@ -8,22 +8,12 @@
 
 #include <cstdint>
 
-#include "actors/streaming/expert_cache.hpp"
+#include "actors/streaming/slot_cache.hpp"
 #include "messages/messages.hpp"
 
 namespace ferry {
 
-struct HostPoolConfig {
-  uint32_t cache_slots = 0;    // experts the cache holds (0 = no cache: everything streams)
-  uint32_t scratch_slots = 8;  // must be >= 1
-  uint64_t expert_bytes = 0;   // bytes one expert takes (the slot size)
-  CachePolicy policy = CachePolicy::block_aware;
-  uint32_t min_rows = 2;
-  HeatConfig heat;             // frequency policy: decay and usage prior
-  tracer_actor tracer;         // optional: ADMISSION / EVICTION events
-};
-
-// Throws ferry::ConfigError for scratch_slots == 0.
-host_pool_actor spawn_host_pool(caf::actor_system& sys, HostPoolConfig cfg);
+// Throws ferry::ConfigError for scratch_slots == 0. Traces ADMISSION / EVICTION (tier HOST).
+host_pool_actor spawn_host_pool(caf::actor_system& sys, TierConfig cfg);
 
 }  // namespace ferry

@@ -9,11 +9,13 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "actors/streaming/prefetch_queue.hpp"
 #include "actors/streaming/read_verifier.hpp"
 #include "actors/readers/reader_actor.hpp"
-#include "actors/tracing/tracer_actor.hpp"
+#include "actors/streaming/host_lease.hpp"
+#include "actors/streaming/prefetch_queue.hpp"
+#include "actors/tracing/trace_emitter.hpp"
 #include "io/read_engine/pinned_arena.hpp"
+#include "io/store/expert_store.hpp"
 #include "messages/trace.pb.h"
 
 namespace ferry {
@@ -31,8 +33,9 @@ struct Call {
 };
 
 // One expert whose bytes are on their way: from the acquire until they land (or fail). A layer runs
-// one call at a time, so at most one demand call waits on a fill; the pool's pin taken by the fill's
-// acquire passes to that call (its compute releases it) or is released here when no call waits.
+// one call at a time, so at most one demand call waits on a fill. The pool's pin taken by the fill's
+// acquire is held in `lease`: handed over with expert_ready to the waiting call (the layer call's
+// lease releases it after compute or upload), or released here when no call waits or the fill failed.
 struct Fill {
   bool prefetch = false;        // started by a prefetch and no demand call has claimed a read yet
   bool warm = false;            // a warm-start read (a prefetch not counted as one)
@@ -41,6 +44,7 @@ struct Fill {
   uint32_t rows = 1, block_rows = 1;
   bool keep = true;             // the host pool may cache it (false: the device cache holds it)
   slot_ref where;
+  HostLease lease;              // the pool's pin, from the grant on
   uint32_t outstanding = 0;     // read parts not answered yet
   std::vector<uint32_t> dirs;   // copies still allowed (bad ones removed)
   std::vector<uint32_t> used;   // directories that served this round's parts
@@ -51,6 +55,7 @@ struct Fill {
 
 struct sched_state {
   LayerSchedulerConfig cfg;
+  TraceEmitter trace;  // tier HOST
   std::unordered_map<uint64_t, Call> calls;
   std::unordered_map<expert_key, Fill> fills;
   std::unique_ptr<PrefetchQueue> prefetched;
@@ -62,30 +67,12 @@ struct sched_state {
 
 using sched = layer_scheduler_actor::stateful_pointer<sched_state>;
 
-void trace(sched self, uint32_t kind, uint64_t id, const expert_key& k, uint32_t rows = 0, uint64_t dur_ns = 0,
-           std::string detail = {}) {
-  if (!self->state.cfg.tracer) return;
-  trace_event e;
-  e.kind = kind;
-  e.t_ns = trace_now_ns();
-  e.request_id = id;
-  e.key = k;
-  e.tier = trace::HOST;
-  e.bytes = self->state.cfg.catalog->file_bytes;
-  e.rows = rows;
-  e.dur_ns = dur_ns;
-  e.detail = std::move(detail);
-  self->send(self->state.cfg.tracer, trace_atom_v, std::move(e));
-}
-
-void release(sched self, const expert_key& k, bool ok) { self->send(self->state.cfg.pool, release_atom_v, k, ok); }
-
 void finish_call(sched self, uint64_t id) {
   auto it = self->state.calls.find(id);
   Call& c = it->second;
   c.sum.wait_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(steady::now() - c.t0).count());
   c.sum.prefetch_issued = std::exchange(self->state.prefetch_issued, 0);
-  trace(self, trace::LAYER_WAIT, id, {c.req.layer, 0}, c.req.block_rows, c.sum.wait_ns);
+  self->state.trace(trace::LAYER_WAIT, id, {c.req.layer, 0}, {.rows = c.req.block_rows, .dur_ns = c.sum.wait_ns});
   c.promise.deliver(c.sum);
   self->state.calls.erase(it);
 }
@@ -97,12 +84,14 @@ void fail_call(sched self, uint64_t id, const caf::error& err) {
   self->state.calls.erase(it);
 }
 
-// The bytes of k are in `where` and pinned once for `id`; a call that already failed gives the pin back.
-void deliver_ready(sched self, uint64_t id, const expert_key& k, slot_ref where, tier from) {
+// The bytes of k are in `where`, pinned by `lease`: the pin goes to call `id` with expert_ready; a call
+// that already failed lets the lease give it back.
+void deliver_ready(sched self, uint64_t id, const expert_key& k, slot_ref where, HostLease lease) {
   auto it = self->state.calls.find(id);
-  if (it == self->state.calls.end()) return release(self, k, true);
+  if (it == self->state.calls.end()) return;
   Call& c = it->second;
-  self->send(c.sink, ready_atom_v, expert_ready{c.req.step, k.layer, k.expert, static_cast<uint8_t>(from), where});
+  self->send(c.sink, ready_atom_v, expert_ready{c.req.step, k.layer, k.expert, where});
+  lease.handover();
   if (--c.remaining == 0) finish_call(self, id);
 }
 
@@ -153,7 +142,7 @@ void issue_reads(sched self, const expert_key& k) {
   f.used.clear();
   f.verified = false;
   for (auto [off, len] : parts) {
-    fetch_req r{st.next_fetch++, k, f.dirs, off, len, {f.where.slot, f.where.offset + off}};
+    fetch_req r{st.next_fetch++, f.dirs, {k, off, len, {f.where.slot, f.where.offset + off}}};
     self->request(st.cfg.reads, st.cfg.timeout, fetch_atom_v, std::move(r))
         .then([=](read_done& d) { on_part(self, k, d); }, [=](caf::error& e) { on_part(self, k, e); });
   }
@@ -164,18 +153,19 @@ void on_grant(sched self, const expert_key& k, const host_grant& g) {
   auto it = st.fills.find(k);
   Fill& f = it->second;
   if (g.hit) {  // resident: pinned once for us
+    HostLease lease(st.cfg.pool, k);
     auto calls = std::move(f.calls);
     const uint32_t rows = f.rows;
     if (f.prefetch) --st.prefetch_inflight;
     st.fills.erase(it);
-    if (calls.empty()) return release(self, k, true);
+    if (calls.empty()) return;  // the lease gives the pin back
     if (auto c = st.calls.find(calls[0]); c != st.calls.end()) {
       ++c->second.sum.host_hits;
-      trace(self, trace::HIT, calls[0], k, rows);
+      st.trace(trace::HIT, calls[0], k, {.rows = rows});
     }
-    return deliver_ready(self, calls[0], k, g.where, tier::host);
+    return deliver_ready(self, calls[0], k, g.where, std::move(lease));
   }
-  if (!g.admitted && f.prefetch) {  // no room for a prefetch: any waiting call asks again as a demand
+  if (!g.admitted && f.prefetch) {  // no room for a prefetch (nothing pinned): waiting calls ask as demands
     auto calls = std::move(f.calls);
     const uint32_t rows = f.rows;
     const bool keep = f.keep;
@@ -193,15 +183,16 @@ void on_grant(sched self, const expert_key& k, const host_grant& g) {
     st.prefetched->push(k);
     st.prefetched->pop();  // tracked as issued: a later request for k counts as a prefetch hit
     ++st.prefetch_issued;
-    trace(self, trace::PREFETCH, 0, k);
+    st.trace(trace::PREFETCH, 0, k);
   }
   for (uint64_t id : f.calls)
     if (auto c = st.calls.find(id); c != st.calls.end()) {
       ++c->second.sum.disk_reads;
-      trace(self, trace::MISS, id, k, f.rows);
+      st.trace(trace::MISS, id, k, {.rows = f.rows});
     }
   f.reading = true;
   f.where = g.where;
+  f.lease = HostLease(st.cfg.pool, k);  // a cache slot (admitted) or a scratch slot, pinned
   f.dirs = st.cfg.catalog->copies_of(k);
   issue_reads(self, k);
 }
@@ -215,9 +206,9 @@ void on_part(sched self, const expert_key& k, const caf::expected<read_done>& r)
   Fill& f = it->second;
   --f.outstanding;
   if (r) {
-    f.used.push_back(r->dir);
+    f.used.push_back(r->req.dir);
     if (!f.calls.empty())
-      if (auto c = st.calls.find(f.calls[0]); c != st.calls.end()) c->second.sum.disk_bytes += r->bytes;
+      if (auto c = st.calls.find(f.calls[0]); c != st.calls.end()) c->second.sum.disk_bytes += r->req.range.bytes;
   } else if (!f.error) {
     f.error = r.error();
     for (uint64_t id : f.calls) fail_call(self, id, f.error);  // tell the waiting layer now
@@ -249,13 +240,14 @@ void finish_fill(sched self, const expert_key& k) {
     return;
   }
   auto calls = std::move(f.calls);
-  const bool failed = static_cast<bool>(f.error), prefetch = f.prefetch;
+  HostLease lease = std::move(f.lease);
   const slot_ref where = f.where;
-  if (prefetch) --st.prefetch_inflight;
+  if (f.error) lease.fail();  // the slot holds garbage: the pool drops the entry
+  if (f.prefetch) --st.prefetch_inflight;
+  const bool failed = static_cast<bool>(f.error);
   st.fills.erase(it);
-  if (failed) return release(self, k, false);
-  if (calls.empty()) return release(self, k, true);  // a prefetch landed: cached, unpinned
-  deliver_ready(self, calls[0], k, where, tier::disk);
+  if (failed || calls.empty()) return;  // the lease gives the pin back (a landed prefetch stays cached)
+  deliver_ready(self, calls[0], k, where, std::move(lease));
 }
 
 // A mismatch drops the copy that served the bytes and reads another; with none left the fill fails
@@ -273,14 +265,14 @@ void check_hash(sched self, const expert_key& k, uint64_t got) {
   std::sort(f.used.begin(), f.used.end());
   f.used.erase(std::unique(f.used.begin(), f.used.end()), f.used.end());
   if (f.used.size() > 1) {
-    spdlog::warn("layer scheduler: {}: {} (read in halves); re-reading whole copies", expert_file_name(k), detail);
+    spdlog::warn("layer scheduler: {}: {} (read in halves); re-reading whole copies", expert_file_name(int(k.layer), int(k.expert)), detail);
     f.whole = true;
     return issue_reads(self, k);
   }
   const std::string bad = st.cfg.catalog->path_of(k, f.used.at(0));
   std::erase(f.dirs, f.used[0]);
   spdlog::warn("layer scheduler: {}: {}{}", bad, detail, f.dirs.empty() ? "" : "; reading another copy");
-  trace(self, trace::READ_FAILED, 0, k, 0, 0, bad + ": " + detail);
+  st.trace(trace::READ_FAILED, 0, k, {.detail = bad + ": " + detail});
   if (!f.dirs.empty()) return issue_reads(self, k);
   f.error = caf::make_error(errc::no_replica, bad, detail + " (checksum mismatch, no other copy)");
   for (uint64_t id : f.calls) fail_call(self, id, f.error);
@@ -315,11 +307,11 @@ caf::typed_response_promise<layer_summary> schedule(sched self, layer_request& r
   for (const auto& u : req.experts) {
     const expert_key k{req.layer, u.expert};
     if (!st.cfg.catalog->has(k)) {
-      fail_call(self, id, caf::make_error(errc::file_missing, expert_file_name(k), std::string("not in manifest.json")));
+      fail_call(self, id, caf::make_error(errc::file_missing, expert_file_name(k.layer, k.expert), std::string("not in manifest.json")));
       return rp;
     }
     const auto rows = static_cast<uint32_t>(u.rows.size());
-    trace(self, trace::REQUEST, id, k, rows);
+    st.trace(trace::REQUEST, id, k, {.rows = rows});
     if (st.prefetched->claim(k)) ++st.calls.at(id).sum.prefetch_hits;
     request_expert(self, id, k, rows, !u.device_keeps);
   }
@@ -330,6 +322,7 @@ caf::typed_response_promise<layer_summary> schedule(sched self, layer_request& r
 
 layer_scheduler_actor::behavior_type sched_fun(sched self, LayerSchedulerConfig cfg) {
   self->state.cfg = std::move(cfg);
+  self->state.trace = TraceEmitter(self->state.cfg.tracer, trace::HOST, self->state.cfg.catalog->file_bytes);
   self->state.prefetched = std::make_unique<PrefetchQueue>(std::max<uint32_t>(self->state.cfg.prefetch_max, 1));
   prefetch(self, self->state.cfg.layer, self->state.cfg.warm, true);
   return {

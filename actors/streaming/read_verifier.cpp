@@ -27,15 +27,22 @@ caf::behavior hasher(caf::event_based_actor*, std::shared_ptr<VerifyCounters> co
 
 }  // namespace
 
-ReadVerifier::ReadVerifier(caf::actor_system& sys, unsigned threads) : counters_(std::make_shared<VerifyCounters>()) {
+ReadVerifier::ReadVerifier(caf::actor_system& sys, unsigned threads)
+    : sys_(&sys), counters_(std::make_shared<VerifyCounters>()) {
   for (unsigned i = 0; i < std::max(threads, 1u); ++i) hashers_.push_back(sys.spawn<caf::detached>(hasher, counters_));
 }
 
 ReadVerifier::~ReadVerifier() { stop(); }
 
 void ReadVerifier::stop() {
-  for (auto& h : hashers_)
-    if (h) caf::anon_send_exit(h, caf::exit_reason::user_shutdown);
+  if (stopped_) return;
+  stopped_ = true;
+  // Sending the exit is not enough: a hasher in the middle of an XXH64 keeps reading the slot, and
+  // the streaming runtime frees the arena right after this (seen: a segfault in XXH64 when a
+  // generation ended on an unverifiable expert while its other reads were still being hashed).
+  caf::scoped_actor self{*sys_};
+  for (auto& h : hashers_) self->send_exit(h, caf::exit_reason::user_shutdown);
+  self->wait_for(hashers_);
 }
 
 caf::actor ReadVerifier::next() { return hashers_[next_.fetch_add(1, std::memory_order_relaxed) % hashers_.size()]; }

@@ -30,7 +30,10 @@ class ReadVerifier {
 
   // A hasher to ask: request(hasher, timeout, caf::get_atom_v, uint64_t(address), uint64_t(bytes)) -> uint64_t.
   caf::actor next();
-  void stop();  // the hashers quit (pending requests fail); the destructor calls it too
+  // The hashers quit (pending requests fail) and stop() returns once every hasher thread has ended, so
+  // no hash still reads the slots it was given: the owner frees the arena after this. The destructor
+  // calls it too.
+  void stop();
   uint32_t threads() const { return uint32_t(hashers_.size()); }
   VerifyCounters& counters() { return *counters_; }
   const std::shared_ptr<VerifyCounters>& shared_counters() const { return counters_; }
@@ -38,8 +41,10 @@ class ReadVerifier {
   static unsigned default_threads();
 
  private:
+  caf::actor_system* sys_;
   std::vector<caf::actor> hashers_;
   std::atomic<size_t> next_{0};
+  bool stopped_ = false;
   std::shared_ptr<VerifyCounters> counters_;
 };
 

@@ -19,8 +19,25 @@ std::optional<uint32_t> SlotCache::slot_of(const expert_key& k) const {
   return it->second;
 }
 
-void SlotCache::access(const expert_key& k, uint32_t rows) {
+bool SlotCache::access(const expert_key& k, uint32_t rows) {
   if (cache_) cache_->access(k, rows);
+  const bool hit = slot_.count(k) != 0;
+  ++(hit ? hits_ : misses_);
+  return hit;
+}
+
+tier_stats SlotCache::stats() const {
+  tier_stats s;
+  s.hits = hits_;
+  s.misses = misses_;
+  if (cache_) {
+    s.admissions = cache_->counters().admissions;
+    s.refusals = cache_->counters().refusals;
+    s.evictions = cache_->counters().evictions;
+    s.resident_bytes = cache_->bytes();
+  }
+  s.resident = resident();
+  return s;
 }
 
 std::optional<uint32_t> SlotCache::admit(const expert_key& k, uint64_t bytes, uint32_t rows, uint32_t block_rows,

@@ -3,48 +3,52 @@
 #include <algorithm>
 #include <filesystem>
 #include <mutex>
-#include <unordered_map>
 
 #include <caf/all.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "actors/readers/reader_supervisor.hpp"
+#include "actors/runtime/runtime.hpp"
 #include "actors/streaming/cache_policy.hpp"
 #include "actors/streaming/compute_tier.hpp"
 #include "actors/streaming/device_cache.hpp"
 #include "actors/streaming/device_tier.hpp"
 #include "actors/streaming/expert_catalog.hpp"
 #include "actors/streaming/host_pool.hpp"
+#include "actors/streaming/layer_call.hpp"
 #include "actors/streaming/layer_scheduler.hpp"
 #include "actors/streaming/read_verifier.hpp"
-#include "actors/readers/reader_supervisor.hpp"
-#include "actors/tracing/tracer_actor.hpp"
+#include "actors/streaming/upload_watcher.hpp"
 #include "io/errors.hpp"
-#include "io/store/expert_store.hpp"
 #include "io/read_engine/pinned_arena.hpp"
+#include "io/store/expert_store.hpp"
 #include "messages/trace.pb.h"
 
 namespace ferry {
 
 struct StreamingExperts::Impl {
+  Runtime* rt = nullptr;  // the process's runtime root: actor system, tracer, supervisor
   ModelConfig cfg;
   StreamingOptions opt;
   std::shared_ptr<const ExpertCatalog> catalog;
-  std::unique_ptr<HostComputeTier> host_tier;  // no device: compute reads the host slots
-  std::unique_ptr<DeviceTier> dev;             // device slots and upload queues (CUDA)
-  device_cache_actor dcache;                   // the device-cache manager (with dev)
-  caf::actor_system_config sys_cfg;
-  std::unique_ptr<caf::actor_system> sys;
+  std::unique_ptr<DeviceTier> dev;          // device slots and upload queues (CUDA)
+  std::unique_ptr<UploadWatcher> uploads;   // with dev: releases host slots as their uploads land
+  device_cache_actor dcache;                // the device-cache manager (with dev)
   std::unique_ptr<caf::scoped_actor> self;  // the calling thread's mailbox: the expert sink
   std::shared_ptr<io::PinnedArena> arena;
   read_service_actor reads;
   host_pool_actor pool;
   tracer_actor tracer;
+  TraceEmitter call_trace;                        // LAYER_CALL / USE events (no tier)
   std::shared_ptr<ReadVerifier> verifier;         // null with --no-verify-reads
   std::vector<layer_scheduler_actor> scheds;      // [layer], empty handle for dense layers
+  LayerCallEnv env;                               // every call's, but for the scheduler
   std::vector<std::vector<uint32_t>> last_used;   // [layer]: the last call's experts
   std::vector<std::vector<uint64_t>> uses;        // [layer][expert]: rows routed to it so far
   UsageCounts usage;                              // usage_path's counts at the start (empty without)
+  HeatConfig heat;                                // the frequency policy's prior and decay
+  uint32_t host_cache = 0;                        // host pool cache slots
   StreamingMetrics m;
   std::mutex m_mu;  // m: written by the model thread after each call, read by metrics() from any thread
   uint64_t calls = 0;
@@ -55,6 +59,12 @@ struct StreamingExperts::Impl {
       if (scheds[size_t(l)]) return l;
     return -1;
   }
+  void start_tiers(const ExpertGeometry& geo);
+  void spawn_schedulers();
+  void prefetch_next(int layer);
+  void note_uses(int layer, std::span<const ExpertUse> used);
+  void account(int layer, size_t requested, const LayerCallResult& r);
+  [[noreturn]] void fail(const std::string& why, const std::string& prefix);
 };
 
 namespace {
@@ -107,9 +117,84 @@ void save_usage(const StreamingOptions& o, const UsageCounts& old, const std::ve
 
 }  // namespace
 
-StreamingExperts::StreamingExperts(const ModelConfig& cfg, const Manifest& manifest, StreamingOptions opt)
+// The arena, the read service, the host pool and, with a device, the device tier and its manager.
+void StreamingExperts::Impl::start_tiers(const ExpertGeometry& geo) {
+  const uint32_t dev_cache = static_cast<uint32_t>(
+      std::min<uint64_t>(opt.device_cache_experts, uint64_t{catalog->n_layers} * catalog->n_experts));
+  const uint32_t dev_scratch = opt.device_scratch ? opt.device_scratch : 2 * std::max<uint32_t>(1, opt.upload_streams);
+  if (opt.device) dev = std::make_unique<DeviceTier>(geo, *opt.device, dev_cache + dev_scratch, opt.upload_streams);
+  const uint32_t cache = cache_slots(opt, *catalog);
+  const uint32_t scratch = opt.stream_slots ? opt.stream_slots : std::max<uint32_t>(8, 2 * uint32_t(cfg.moe.top_k));
+  arena = std::make_shared<io::PinnedArena>(size_t{cache} + scratch, catalog->file_bytes);
+  // Uploads from page-locked memory run at the bus's full rate (~55 GB/s vs ~9 GB/s pageable).
+  if (opt.device) opt.device->register_host(arena->base(), arena->bytes());
+  if (!opt.trace_path.empty())
+    tracer = rt->start_tracer(opt.trace_path, catalog->dirs, {opt.device ? dev_cache : 0, cache, catalog->file_bytes});
+  call_trace = TraceEmitter(tracer, 0, 0);
+  heat = heat_config(opt, cfg, usage);
+  host_cache = cache;
+  caf::actor_system& sys = rt->system();
+
+  ReadServiceConfig rc;
+  rc.dirs = catalog->dirs;
+  rc.arena = arena;
+  rc.engine = opt.engine;
+  rc.engine_cfg = opt.engine_cfg;
+  rc.read_timeout = opt.read_timeout;
+  rc.tracer = tracer;
+  reads = spawn_read_service(sys, rc);
+  rt->watch(reads, "read service");
+
+  pool = spawn_host_pool(sys, {cache, scratch, catalog->file_bytes, opt.policy, opt.min_rows, heat, tracer});
+  rt->watch(pool, "host pool");
+  if (dev) {
+    uploads = std::make_unique<UploadWatcher>(*dev);
+    dcache = spawn_device_cache(sys, {dev_cache, dev_scratch, catalog->file_bytes, opt.policy, opt.min_rows, heat, tracer});
+    rt->watch(dcache, "device-cache manager");
+    spdlog::info("device cache: {} cached + {} scratch slots, {} upload streams", dev_cache, dev_scratch,
+                 opt.upload_streams);
+  }
+  spdlog::info("streaming experts: {} directories, host pool {} cached + {} scratch slots of {} bytes ({}), prefetch {}",
+               catalog->dirs.size(), cache, scratch, catalog->file_bytes,
+               opt.policy == CachePolicy::lru         ? std::string("LRU")
+               : opt.policy == CachePolicy::frequency ? std::string("frequency")
+                                                      : fmt::format("block-aware, min_rows {}", opt.min_rows),
+               opt.prefetch);
+}
+
+void StreamingExperts::Impl::spawn_schedulers() {
+  if (opt.verify_reads)
+    verifier = std::make_shared<ReadVerifier>(rt->system(), opt.hash_threads ? opt.hash_threads : ReadVerifier::default_threads());
+  // Warm start: the host pool's share of the hottest experts, per layer.
+  std::vector<std::vector<uint32_t>> warm(size_t(cfg.n_layers));
+  if (opt.warm_start && heat.prior && opt.policy == CachePolicy::frequency)
+    for (const auto& k : hottest(*heat.prior, host_cache))
+      if (k.layer < warm.size()) warm[k.layer].push_back(k.expert);
+  scheds.resize(size_t(cfg.n_layers));
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    if (cfg.ffn[size_t(l)] != Ffn::moe) continue;
+    LayerSchedulerConfig lc;
+    lc.layer = uint32_t(l);
+    lc.catalog = catalog;
+    lc.arena = arena;
+    lc.reads = reads;
+    lc.pool = pool;
+    lc.tracer = tracer;
+    lc.verifier = verifier;
+    lc.split_reads = opt.split_reads;
+    lc.prefetch_max = opt.prefetch;
+    lc.warm = std::move(warm[size_t(l)]);
+    // A request to the read service may try every copy, each within read_timeout.
+    lc.timeout = opt.read_timeout * 8 + opt.layer_timeout;
+    scheds[size_t(l)] = spawn_layer_scheduler(rt->system(), lc);
+    rt->watch(scheds[size_t(l)], fmt::format("layer scheduler {}", l));
+  }
+}
+
+StreamingExperts::StreamingExperts(Runtime& rt, const ModelConfig& cfg, const Manifest& manifest, StreamingOptions opt)
     : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
+  s.rt = &rt;
   s.cfg = cfg;
   s.opt = std::move(opt);
   s.catalog = std::make_shared<const ExpertCatalog>(make_catalog(manifest, s.opt.expert_dirs));
@@ -117,334 +202,113 @@ StreamingExperts::StreamingExperts(const ModelConfig& cfg, const Manifest& manif
   if (geo.payload_bytes() != s.catalog->expert_bytes)
     throw FormatError(fmt::format("manifest.json: expert_bytes {} but the model config makes experts of {} bytes",
                                   s.catalog->expert_bytes, geo.payload_bytes()));
-  const uint32_t dev_cache = static_cast<uint32_t>(
-      std::min<uint64_t>(s.opt.device_cache_experts, uint64_t{s.catalog->n_layers} * s.catalog->n_experts));
-  const uint32_t dev_scratch = s.opt.device_scratch ? s.opt.device_scratch : 2 * std::max<uint32_t>(1, s.opt.upload_streams);
-  if (s.opt.device)
-    s.dev = std::make_unique<DeviceTier>(geo, *s.opt.device, dev_cache + dev_scratch, s.opt.upload_streams);
-  else
-    s.host_tier = std::make_unique<HostComputeTier>(geo);
-  const uint32_t top_k = static_cast<uint32_t>(cfg.moe.top_k);
-  const uint32_t cache = cache_slots(s.opt, *s.catalog);
-  const uint32_t scratch = s.opt.stream_slots ? s.opt.stream_slots : std::max<uint32_t>(8, 2 * top_k);
-  s.arena = std::make_shared<io::PinnedArena>(size_t{cache} + scratch, s.catalog->file_bytes);
-  // Uploads from page-locked memory run at the bus's full rate (~55 GB/s vs ~9 GB/s pageable).
-  if (s.opt.device) s.opt.device->register_host(s.arena->base(), s.arena->bytes());
-  register_ferry_types(s.sys_cfg);
-  s.sys = std::make_unique<caf::actor_system>(s.sys_cfg);
-  if (!s.opt.trace_path.empty())
-    s.tracer = spawn_tracer(*s.sys, s.opt.trace_path, s.catalog->dirs,
-                            {s.opt.device ? dev_cache : 0, cache, s.catalog->file_bytes});
-  const HeatConfig heat = heat_config(s.opt, cfg, s.usage);
-
-  ReadServiceConfig rc;
-  rc.dirs = s.catalog->dirs;
-  rc.arena = s.arena;
-  rc.engine = s.opt.engine;
-  rc.engine_cfg = s.opt.engine_cfg;
-  rc.read_timeout = s.opt.read_timeout;
-  rc.tracer = s.tracer;
-  s.reads = spawn_read_service(*s.sys, rc);
-
-  HostPoolConfig pc;
-  pc.cache_slots = cache;
-  pc.scratch_slots = scratch;
-  pc.expert_bytes = s.catalog->file_bytes;
-  pc.policy = s.opt.policy;
-  pc.min_rows = s.opt.min_rows;
-  pc.heat = heat;
-  pc.tracer = s.tracer;
-  s.pool = spawn_host_pool(*s.sys, pc);
-  if (s.dev) {
-    DeviceCacheConfig dc;
-    dc.cache_slots = dev_cache;
-    dc.scratch_slots = dev_scratch;
-    dc.expert_bytes = s.catalog->file_bytes;
-    dc.policy = s.opt.policy;
-    dc.min_rows = s.opt.min_rows;
-    dc.heat = heat;
-    dc.tracer = s.tracer;
-    s.dcache = spawn_device_cache(*s.sys, dc);
-    spdlog::info("device cache: {} cached + {} scratch slots, {} upload streams", dev_cache, dev_scratch,
-                 s.opt.upload_streams);
-  }
-
-  if (s.opt.verify_reads)
-    s.verifier = std::make_shared<ReadVerifier>(*s.sys, s.opt.hash_threads ? s.opt.hash_threads : ReadVerifier::default_threads());
-  // Warm start: the host pool's share of the hottest experts, per layer.
-  std::vector<std::vector<uint32_t>> warm(size_t(cfg.n_layers));
-  if (s.opt.warm_start && heat.prior && s.opt.policy == CachePolicy::frequency)
-    for (const auto& k : hottest(*heat.prior, cache))
-      if (k.layer < warm.size()) warm[k.layer].push_back(k.expert);
-  s.scheds.resize(size_t(cfg.n_layers));
+  s.start_tiers(geo);
+  s.spawn_schedulers();
+  s.self = std::make_unique<caf::scoped_actor>(rt.system());
+  rt.listen(caf::actor_cast<caf::actor>(*s.self));  // a lost actor fails the waiting call at once
+  s.env = {s.self.get(), &rt, {}, s.pool, s.dcache, s.dev.get(), s.uploads.get(), geo, s.arena.get(),
+           TraceEmitter(s.tracer, trace::DEVICE, s.catalog->file_bytes), s.opt.layer_timeout,
+           s.opt.policy == CachePolicy::frequency};
   s.last_used.resize(size_t(cfg.n_layers));
   s.uses.assign(size_t(cfg.n_layers), std::vector<uint64_t>(size_t(cfg.moe.n_experts), 0));
-  for (int l = 0; l < cfg.n_layers; ++l) {
-    if (cfg.ffn[size_t(l)] != Ffn::moe) continue;
-    LayerSchedulerConfig lc;
-    lc.layer = uint32_t(l);
-    lc.catalog = s.catalog;
-    lc.arena = s.arena;
-    lc.reads = s.reads;
-    lc.pool = s.pool;
-    lc.tracer = s.tracer;
-    lc.verifier = s.verifier;
-    lc.split_reads = s.opt.split_reads;
-    lc.prefetch_max = s.opt.prefetch;
-    lc.warm = std::move(warm[size_t(l)]);
-    // A request to the read service may try every copy, each within read_timeout.
-    lc.timeout = s.opt.read_timeout * 8 + s.opt.layer_timeout;
-    s.scheds[size_t(l)] = spawn_layer_scheduler(*s.sys, lc);
-  }
-  s.self = std::make_unique<caf::scoped_actor>(*s.sys);
   s.m.file_bytes = s.catalog->file_bytes;
   s.m.dirs = s.catalog->dirs;
   s.m.wait_s_by_layer.assign(size_t(cfg.n_layers), 0.0);
   s.m.calls_by_layer.assign(size_t(cfg.n_layers), 0);
-  spdlog::info("streaming experts: {} directories, host pool {} cached + {} scratch slots of {} bytes ({}), prefetch {}",
-               s.catalog->dirs.size(), cache, scratch, s.catalog->file_bytes,
-               s.opt.policy == CachePolicy::lru         ? std::string("LRU")
-               : s.opt.policy == CachePolicy::frequency ? std::string("frequency")
-                                                        : fmt::format("block-aware, min_rows {}", s.opt.min_rows),
-               s.opt.prefetch);
 }
 
 StreamingExperts::~StreamingExperts() {
   Impl& s = *impl_;
   if (s.calls > 0 && s.failed.empty()) save_usage(s.opt, s.usage, s.uses);
-  if (s.tracer) flush_trace();
+  if (s.tracer) s.rt->flush_trace();
+  std::vector<caf::actor> mine;
   for (auto& h : s.scheds)
-    if (h) caf::anon_send_exit(h, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(s.pool, caf::exit_reason::user_shutdown);
-  if (s.dcache) caf::anon_send_exit(s.dcache, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(s.reads, caf::exit_reason::user_shutdown);
-  // The hashers quit; the handles go with the last owner (the schedulers drop theirs as they exit), so
-  // the actor system below can reclaim their threads.
+    if (h) mine.push_back(caf::actor_cast<caf::actor>(h));
+  mine.push_back(caf::actor_cast<caf::actor>(s.pool));
+  if (s.dcache) mine.push_back(caf::actor_cast<caf::actor>(s.dcache));
+  mine.push_back(caf::actor_cast<caf::actor>(s.reads));
+  for (auto& a : mine) (*s.self)->send_exit(a, caf::exit_reason::user_shutdown);
+  (*s.self)->wait_for(mine);  // the tracer is the runtime's: it outlives this source
+  // The hashers quit; the schedulers that held the verifier are gone, so this is the last handle.
   if (s.verifier) s.verifier->stop();
   s.verifier.reset();
-  if (s.tracer) caf::anon_send_exit(s.tracer, caf::exit_reason::user_shutdown);
+  s.uploads.reset();          // its last leases end (the pool is gone: their releases go nowhere)
   s.self.reset();
   s.dev.reset();  // waits for its uploads (they read the arena), frees the device slots
   if (s.opt.device) s.opt.device->unregister_host(s.arena->base());
-  s.scheds.clear();
-  s.dcache = nullptr;
-  s.reads = nullptr;
-  s.pool = nullptr;
-  s.tracer = nullptr;
-  s.sys.reset();  // waits for every actor (readers drain their rings first)
 }
 
-caf::actor_system& StreamingExperts::system() { return *impl_->sys; }
+caf::actor_system& StreamingExperts::system() { return impl_->rt->system(); }
+Runtime& StreamingExperts::runtime() { return *impl_->rt; }
 read_service_actor StreamingExperts::read_service() const { return impl_->reads; }
 
-// One MoE layer call. With a device tier: one plan from the device-cache manager classifies every
-// expert; the device hits compute at once as one batch; the rest go to the layer scheduler, and each
-// arrival is uploaded on the next upload queue and its compute queued behind that upload (the host does
-// not wait for the copy). A host slot goes back to the host pool once its upload has completed, polled
-// while waiting for arrivals; the call ends after every upload is done and the manager is told so.
+// Prefetch for the next MoE layer: its most-used experts so far, minus those its last call used.
+void StreamingExperts::Impl::prefetch_next(int layer) {
+  const int next = next_moe_layer(layer);
+  if (next < 0 || opt.prefetch == 0) return;
+  auto guess = prefetch_guess(uses[size_t(next)], last_used[size_t(next)], opt.prefetch);
+  if (!guess.empty()) (*self)->send(scheds[size_t(next)], prefetch_atom_v, uint32_t(next), std::move(guess));
+}
+
+void StreamingExperts::Impl::note_uses(int layer, std::span<const ExpertUse> used) {
+  last_used[size_t(layer)].clear();
+  for (const auto& u : used) {
+    last_used[size_t(layer)].push_back(uint32_t(u.expert));
+    uses[size_t(layer)][size_t(u.expert)] += u.rows.size();
+  }
+}
+
+void StreamingExperts::Impl::account(int layer, size_t requested, const LayerCallResult& r) {
+  std::lock_guard lock(m_mu);
+  m.layer_calls += 1;
+  m.requested += requested;
+  m.device_hits += r.device_hits;
+  m.host_hits += r.sum.host_hits;
+  m.disk_reads += r.sum.disk_reads;
+  m.prefetch_hits += r.sum.prefetch_hits;
+  m.prefetch_issued += r.sum.prefetch_issued;
+  m.demand_disk_bytes += r.sum.disk_bytes;
+  const double w = double(r.sum.wait_ns) * 1e-9;
+  m.layer_wait_s += w;
+  m.max_layer_wait_s = std::max(m.max_layer_wait_s, w);
+  m.wait_s_by_layer[size_t(layer)] += w;
+  m.calls_by_layer[size_t(layer)] += 1;
+}
+
+void StreamingExperts::Impl::fail(const std::string& why, const std::string& prefix) {
+  failed = why;
+  throw Error(prefix + why);
+}
+
+// One MoE layer call: a LayerCall (actors/streaming/layer_call.hpp) does the work; this adds the
+// next layer's prefetch and the bookkeeping.
 void StreamingExperts::fetch(int layer, std::span<const ExpertUse> uses, const ExpertCompute& compute) {
   Impl& s = *impl_;
   if (!s.failed.empty()) throw Error("streaming experts stopped after an earlier error: " + s.failed);
   if (layer < 0 || layer >= s.cfg.n_layers || !s.scheds[size_t(layer)])
     throw LimitError(fmt::format("streaming experts: layer {} is not a MoE layer", layer));
-  auto& self = *s.self;
-  layer_request req;
-  req.step = ++s.calls;
-  req.layer = uint32_t(layer);
-  uint32_t block_rows = 0;
-  for (const auto& u : uses)
-    for (int32_t r : u.rows) block_rows = std::max(block_rows, uint32_t(r) + 1);
-
-  // The device plan: hits compute now, in one batch; misses know their device slot.
-  trace_call(req.step, uint32_t(layer), std::max<uint32_t>(block_rows, 1), uses);
-  std::vector<uint32_t> dslot(uses.size(), 0);
-  std::vector<bool> dkeep(uses.size(), false);  // the device cache admitted it
-  std::vector<size_t> hit_idx;
-  std::vector<ExpertWeights> hit_w;
-  if (s.dev) {
-    device_request dr{req.step, req.layer, std::max<uint32_t>(block_rows, 1), {}, {}};
-    for (const auto& u : uses) {
-      dr.experts.push_back(uint32_t(u.expert));
-      dr.rows.push_back(uint32_t(u.rows.size()));
-    }
-    device_plan plan;
-    std::string error;
-    self->request(s.dcache, std::chrono::seconds(30), plan_atom_v, std::move(dr))
-        .receive([&](device_plan& p) { plan = std::move(p); }, [&](caf::error& e) { error = s.sys->render(e); });
-    if (!error.empty() || plan.places.size() != uses.size()) {
-      s.failed = "device cache: " + (error.empty() ? std::string("malformed plan") : error);
-      throw Error("streaming experts: " + s.failed);
-    }
-    for (size_t i = 0; i < uses.size(); ++i) {
-      dslot[i] = plan.places[i].slot;
-      dkeep[i] = plan.places[i].admitted;
-      if (plan.places[i].hit) {
-        hit_idx.push_back(i);
-        hit_w.push_back(s.dev->at(dslot[i]));
-      }
-    }
-  }
-  std::unordered_map<uint32_t, size_t> index;
-  size_t next_hit = 0;
-  for (size_t i = 0; i < uses.size(); ++i) {
-    if (next_hit < hit_idx.size() && hit_idx[next_hit] == i) {
-      ++next_hit;
-      continue;
-    }
-    expert_use u;
-    u.expert = uint32_t(uses[i].expert);
-    u.device_keeps = dkeep[i] && s.opt.policy == CachePolicy::frequency;  // exclusive tiers
-    for (int32_t r : uses[i].rows) {
-      u.rows.push_back(uint32_t(r));
-      req.block_rows = std::max(req.block_rows, uint32_t(r) + 1);
-    }
-    index[u.expert] = i;
-    req.experts.push_back(std::move(u));
-  }
-  if (!req.experts.empty())
-    self->send(s.scheds[size_t(layer)], schedule_atom_v, req, caf::actor_cast<expert_sink_actor>(self));
-  if (!hit_idx.empty()) {  // device hits: no read, no upload; computed while the reads run
-    compute(hit_idx, hit_w);
-    for (size_t i : hit_idx) s.dev->computed(dslot[i]);
-  }
-  size_t computed = hit_idx.size();
-  if (int next = s.next_moe_layer(layer); next >= 0 && s.opt.prefetch > 0 && !req.experts.empty()) {
-    auto guess = prefetch_guess(s.uses[size_t(next)], s.last_used[size_t(next)], s.opt.prefetch);
-    if (!guess.empty()) self->send(s.scheds[size_t(next)], prefetch_atom_v, uint32_t(next), std::move(guess));
-  }
-  s.last_used[size_t(layer)].clear();
-  for (const auto& u : uses) {
-    s.last_used[size_t(layer)].push_back(uint32_t(u.expert));
-    s.uses[size_t(layer)][size_t(u.expert)] += u.rows.size();
-  }
-  if (s.opt.after_schedule && !req.experts.empty()) s.opt.after_schedule(uint32_t(layer), req.step);
-
-  // Host slots whose bytes are being uploaded: released to the host pool once the upload is done.
-  struct Pending {
-    expert_key key;
-    uint32_t slot;
-  };
-  std::vector<Pending> pending;
-  auto release_uploaded = [&](bool wait) {
-    size_t kept = 0;
-    for (const Pending& p : pending) {
-      if (wait) s.dev->wait_uploaded(p.slot);
-      if (wait || s.dev->uploaded(p.slot))
-        self->send(s.pool, release_atom_v, p.key, true);
-      else
-        pending[kept++] = p;
-    }
-    pending.resize(kept);
-  };
-
-  bool done = req.experts.empty();
-  std::string error;
-  layer_summary sum;
-  const auto deadline = std::chrono::steady_clock::now() + s.opt.layer_timeout;
-  while (!done) {
-    // With uploads in flight, wake up often to hand their host slots back (the scheduler may be
-    // waiting for a free slot to read the next expert into).
-    const auto now = std::chrono::steady_clock::now();
-    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - now);
-    const auto wait = pending.empty() ? left : std::min(left, std::chrono::microseconds(200));
-    bool timed_out = false;
-    self->receive(
-        [&](ready_atom, const expert_ready& r) {
-          const expert_key k{r.layer, r.expert};
-          auto it = index.find(r.expert);
-          if (r.step != req.step || it == index.end()) {  // a call that failed earlier: give the slot back
-            self->send(s.pool, release_atom_v, k, true);
-            return;
-          }
-          const size_t i = it->second;
-          const std::byte* host = s.arena->slot(r.where.slot) + r.where.offset;
-          if (s.dev) {
-            const ExpertWeights w = s.dev->upload(dslot[i], host);
-            if (s.tracer) {  // dir = the upload stream it was queued on
-              trace_event e;
-              e.kind = trace::UPLOAD;
-              e.t_ns = trace_now_ns();
-              e.request_id = req.step;
-              e.key = k;
-              e.tier = trace::DEVICE;
-              e.dir = s.dev->last_queue();
-              e.bytes = s.dev->expert_bytes();
-              e.rows = uint32_t(uses[i].rows.size());
-              self->send(s.tracer, trace_atom_v, std::move(e));
-            }
-            compute(std::span<const size_t>(&i, 1), std::span<const ExpertWeights>(&w, 1));
-            s.dev->computed(dslot[i]);
-            pending.push_back({k, dslot[i]});
-          } else {
-            const ExpertWeights w = s.host_tier->weights(k, host);
-            compute(std::span<const size_t>(&i, 1), std::span<const ExpertWeights>(&w, 1));
-            self->send(s.pool, release_atom_v, k, true);
-          }
-          ++computed;
-        },
-        [&](layer_summary& x) {
-          sum = x;
-          done = true;
-        },
-        [&](caf::error& e) {
-          error = s.sys->render(e);
-          done = true;
-        },
-        caf::after(std::max(wait, std::chrono::microseconds(0))) >> [&] { timed_out = true; });
-    if (s.dev) release_uploaded(false);
-    if (timed_out && std::chrono::steady_clock::now() >= deadline) {
-      error = fmt::format("layer {} waited {} ms for its experts", layer, s.opt.layer_timeout.count());
-      done = true;
-    }
-  }
-  if (s.dev) {
-    release_uploaded(true);
-    self->send(s.dcache, done_atom_v, req.step);
-  }
-  if (error.empty() && computed != uses.size())
-    error = fmt::format("layer {}: {} of {} experts arrived", layer, computed, uses.size());
-  if (!error.empty()) {
-    s.failed = error;
-    throw Error("reading routed experts failed: " + error);
-  }
-  std::lock_guard lock(s.m_mu);
-  s.m.layer_calls += 1;
-  s.m.requested += uses.size();
-  s.m.device_hits += hit_idx.size();
-  s.m.host_hits += sum.host_hits;
-  s.m.disk_reads += sum.disk_reads;
-  s.m.prefetch_hits += sum.prefetch_hits;
-  s.m.prefetch_issued += sum.prefetch_issued;
-  s.m.demand_disk_bytes += sum.disk_bytes;
-  const double w = double(sum.wait_ns) * 1e-9;
-  s.m.layer_wait_s += w;
-  s.m.max_layer_wait_s = std::max(s.m.max_layer_wait_s, w);
-  s.m.wait_s_by_layer[size_t(layer)] += w;
-  s.m.calls_by_layer[size_t(layer)] += 1;
+  LayerCallEnv env = s.env;
+  env.sched = s.scheds[size_t(layer)];
+  LayerCall call(env, ++s.calls, uint32_t(layer), uses, compute);
+  trace_call(s.calls, uint32_t(layer), call.block_rows(), uses);
+  if (auto e = call.plan_device(); !e.empty()) s.fail(e, "streaming experts: ");
+  call.schedule_misses();
+  call.compute_device_hits();
+  if (call.has_misses()) s.prefetch_next(layer);
+  s.note_uses(layer, uses);
+  if (s.opt.after_schedule && call.has_misses()) s.opt.after_schedule(uint32_t(layer), s.calls);
+  const LayerCallResult r = call.finish();
+  if (!r.error.empty()) s.fail(r.error, "reading routed experts failed: ");
+  s.account(layer, uses.size(), r);
 }
 
 // The call's own requests for `ferry trace` (actors/tracing/cache_replay.hpp replays them offline).
 void StreamingExperts::trace_call(uint64_t step, uint32_t layer, uint32_t block_rows, std::span<const ExpertUse> uses) {
   Impl& s = *impl_;
-  if (!s.tracer) return;
-  auto& self = *s.self;
-  trace_event c;
-  c.kind = trace::LAYER_CALL;
-  c.t_ns = trace_now_ns();
-  c.request_id = step;
-  c.key = {layer, 0};
-  c.rows = block_rows;
-  c.bytes = uses.size();
-  self->send(s.tracer, trace_atom_v, c);
-  for (const auto& u : uses) {
-    trace_event e;
-    e.kind = trace::USE;
-    e.t_ns = c.t_ns;
-    e.request_id = step;
-    e.key = {layer, uint32_t(u.expert)};
-    e.rows = uint32_t(u.rows.size());
-    self->send(s.tracer, trace_atom_v, std::move(e));
-  }
+  if (!s.call_trace) return;
+  s.call_trace(trace::LAYER_CALL, step, {layer, 0}, {.rows = block_rows, .bytes = uses.size()});
+  for (const auto& u : uses)
+    s.call_trace(trace::USE, step, {layer, uint32_t(u.expert)}, {.rows = uint32_t(u.rows.size()), .bytes = 0});
 }
 
 StreamingMetrics StreamingExperts::metrics() {
@@ -456,14 +320,14 @@ StreamingMetrics StreamingExperts::metrics() {
   }
   // Its own scoped actor: metrics() may be called (the server's /metrics) while the model thread waits
   // in fetch() on s.self's mailbox, and the two must not take each other's answers.
-  caf::scoped_actor self{*s.sys};
+  caf::scoped_actor self{s.rt->system()};
   const auto t = std::chrono::seconds(10);
-  auto err = [&](caf::error& e) { spdlog::warn("streaming metrics: {}", s.sys->render(e)); };
+  auto err = [&](caf::error& e) { spdlog::warn("streaming metrics: {}", describe_error(self->system(), e)); };
   if (s.dev) {
     m.uploads = s.dev->uploads();
     m.upload_bytes = s.dev->upload_bytes();
     m.upload_streams = s.dev->upload_queues();
-    self->request(s.dcache, t, stats_atom_v).receive([&](device_stats& d) { m.device = d; }, err);
+    self->request(s.dcache, t, stats_atom_v).receive([&](tier_stats& d) { m.device = d; }, err);
   }
   if (s.verifier) {
     const VerifyCounters& v = s.verifier->counters();
@@ -475,7 +339,7 @@ StreamingMetrics StreamingExperts::metrics() {
     m.verify_mismatches = v.mismatches.load();
   }
   self->request(s.reads, t, stats_atom_v).receive([&](std::vector<dir_stats>& d) { m.drives = d; }, err);
-  self->request(s.pool, t, stats_atom_v).receive([&](pool_stats& p) { m.pool = p; }, err);
+  self->request(s.pool, t, stats_atom_v).receive([&](tier_stats& p) { m.pool = p; }, err);
   reader_actor r;
   self->request(s.reads, t, reader_atom_v, uint32_t{0}).receive([&](reader_actor& x) { r = x; }, err);
   if (r)
@@ -486,13 +350,6 @@ StreamingMetrics StreamingExperts::metrics() {
   return m;
 }
 
-uint64_t StreamingExperts::flush_trace() {
-  Impl& s = *impl_;
-  if (!s.tracer) return 0;
-  uint64_t n = 0;
-  (*s.self)->request(s.tracer, std::chrono::seconds(30), flush_atom_v)
-      .receive([&](uint64_t x) { n = x; }, [&](caf::error& e) { spdlog::warn("trace flush: {}", s.sys->render(e)); });
-  return n;
-}
+uint64_t StreamingExperts::flush_trace() { return impl_->rt->flush_trace(); }
 
 }  // namespace ferry

@@ -25,6 +25,7 @@
 namespace ferry {
 
 struct Manifest;
+class Runtime;
 
 struct StreamingOptions {
   std::vector<std::string> expert_dirs;  // replaces manifest.json's directories, in order (same count)
@@ -73,9 +74,11 @@ struct StreamingOptions {
 
 class StreamingExperts final : public ExpertSource {
  public:
-  // Starts the actor system, the readers (one per directory), the host pool, one scheduler per MoE
-  // layer and, with a trace path, the tracer. Throws ferry::Error subclasses on bad options.
-  StreamingExperts(const ModelConfig& cfg, const Manifest& manifest, StreamingOptions opt);
+  // Spawns, in the runtime's actor system and under its supervisor, the read service with its readers
+  // (one per directory), the host pool, one scheduler per MoE layer, the device-cache manager with a
+  // device tier and, with a trace path, starts the runtime's tracer. `rt` outlives this source.
+  // Throws ferry::Error subclasses on bad options.
+  StreamingExperts(Runtime& rt, const ModelConfig& cfg, const Manifest& manifest, StreamingOptions opt);
   ~StreamingExperts() override;
   StreamingExperts(const StreamingExperts&) = delete;
   StreamingExperts& operator=(const StreamingExperts&) = delete;
@@ -87,7 +90,8 @@ class StreamingExperts final : public ExpertSource {
   // Flushes the trace file (if any); returns the events written so far.
   uint64_t flush_trace();
 
-  // For tests: the actor system and the read service (to kill readers, inject errors).
+  // For tests: the runtime, its actor system and the read service (to kill actors, inject errors).
+  Runtime& runtime();
   caf::actor_system& system();
   read_service_actor read_service() const;
 

@@ -27,8 +27,8 @@ struct StreamingMetrics {
   std::vector<uint64_t> calls_by_layer;    // [layer]
   std::vector<std::string> dirs;
   std::vector<dir_stats> drives;           // per directory: reads, bytes, failures, restarts, rate
-  pool_stats pool;
-  device_stats device;             // the device-cache manager's counters (CUDA)
+  tier_stats pool;                 // the host pool's counters
+  tier_stats device;               // the device-cache manager's counters (CUDA)
   uint32_t upload_streams = 0;     // 0 = no device tier
   // Verified reads (on by default): xxh64 of every landed read, summed over the hasher threads. The
   // hashing runs beside the reads and compute, so verify_s is CPU time spent, not time added to decode.

@@ -11,7 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "io/errors.hpp"
-#include "messages/trace.pb.h"
+#include "messages/trace_record.hpp"
 
 namespace ferry {
 
@@ -43,23 +43,6 @@ void write_record(tracer_state& st, const trace::Record& rec) {
   }
 }
 
-trace::Event to_proto(const trace_event& e, uint64_t start_ns) {
-  trace::Event p;
-  p.set_kind(static_cast<trace::Kind>(e.kind));
-  uint64_t t = e.t_ns ? e.t_ns : trace_now_ns();
-  p.set_t_ns(t > start_ns ? t - start_ns : 0);
-  p.set_request_id(e.request_id);
-  p.set_layer(e.key.layer);
-  p.set_expert(e.key.expert);
-  p.set_tier(static_cast<trace::Tier>(e.tier));
-  p.set_dir(e.dir);
-  p.set_bytes(e.bytes);
-  p.set_dur_ns(e.dur_ns);
-  p.set_rows(e.rows);
-  p.set_detail(e.detail);
-  return p;
-}
-
 tracer_actor::behavior_type tracer_fun(tracer_impl self, std::shared_ptr<std::ofstream> file, std::string path,
                                        std::vector<std::string> dirs, TraceCapacities caps) {
   auto& st = self->state;
@@ -77,9 +60,11 @@ tracer_actor::behavior_type tracer_fun(tracer_impl self, std::shared_ptr<std::of
   head.mutable_header()->set_expert_bytes(caps.expert_bytes);
   write_record(st, head);
   return {
-      [=](trace_atom, const trace_event& e) {
+      [=](trace_atom, const trace::Event& e) {
         trace::Record rec;
-        *rec.mutable_event() = to_proto(e, self->state.start_ns);
+        *rec.mutable_event() = e;
+        const uint64_t t = e.t_ns() ? e.t_ns() : trace_now_ns(), start = self->state.start_ns;
+        rec.mutable_event()->set_t_ns(t > start ? t - start : 0);  // since the tracer started
         write_record(self->state, rec);
         if (!self->state.failed) ++self->state.written;
       },

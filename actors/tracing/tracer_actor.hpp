@@ -11,7 +11,8 @@
 
 namespace ferry {
 
-// Steady-clock nanoseconds: what senders put in trace_event::t_ns (0 = stamp on arrival).
+// Steady-clock nanoseconds: what senders put in trace::Event's t_ns (0 = stamp on arrival); the tracer
+// writes it relative to its own start.
 uint64_t trace_now_ns();
 
 // The cache capacities the header records (so `ferry trace` can replay the run's requests at them).

@@ -98,14 +98,11 @@ class PortHold {
 void start_drafter(ServerContext& c) {
   const DraftOptions& d = c.opt.engine.draft;
   if (d.spec.empty()) return;
-  c.drafter_cfg = std::make_unique<caf::actor_system_config>();
-  register_ferry_types(*c.drafter_cfg);
-  c.drafter_system = std::make_unique<caf::actor_system>(*c.drafter_cfg);
   DrafterBridgeOptions bo;
   bo.sidecar = sidecar_for_spec(d.spec, d.threads, d.exe);
   bo.target = {c.model.tokenizer.get(), static_cast<int32_t>(c.model.cfg.vocab)};
   bo.deadline_ms = d.deadline_ms;
-  c.drafter = std::make_unique<DrafterClient>(*c.drafter_system, bo);
+  c.drafter = std::make_unique<DrafterClient>(*c.runtime, bo);  // the runtime restarts its bridge
   const bool up = c.drafter->wait_up(std::chrono::milliseconds(bo.sidecar.start_timeout_ms));
   std::fprintf(stderr, "ferry-server: drafter %s %s (up to %d drafts per block, gate %s)\n", d.spec.c_str(),
                up ? "up" : "not up yet (requests run plain steps until it is)", d.max, d.gate.c_str());
@@ -113,7 +110,8 @@ void start_drafter(ServerContext& c) {
 
 void load(ServerContext& c) {
   validate_engine_options(c.opt.engine);
-  Engine e = start_engine(c.opt.engine);
+  c.runtime = std::make_unique<Runtime>();  // the process's actor system, before anything spawns an actor
+  Engine e = start_engine(c.opt.engine, c.runtime.get());
   c.model = std::move(e.model);
   c.plan = e.plan;
   if (!c.model.tokenizer) throw UsageError("model directory " + c.opt.engine.model.dir + " has no tokenizer files");

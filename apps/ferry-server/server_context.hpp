@@ -8,12 +8,10 @@
 #include <string>
 #include <vector>
 
-#include <caf/actor_system.hpp>
-#include <caf/actor_system_config.hpp>
-
 #include "actors/drafter/drafter_bridge.hpp"
 #include "io/tokenizers/chat_template.hpp"
 #include "actors/runtime/engine.hpp"
+#include "actors/runtime/runtime.hpp"
 #include "actors/server/server_engine.hpp"
 #include "actors/server/server_metrics.hpp"
 #include "apps/ferry-server/api_request.hpp"
@@ -46,6 +44,7 @@ struct ServerOptions {
 
 struct ServerContext {
   ServerOptions opt;
+  std::unique_ptr<Runtime> runtime;  // the process's actor system; declared before (outlives) the model
   LoadedModel model;
   MemoryPlan plan;                 // how the engine divided GPU and host memory
   ChatTemplate tmpl;
@@ -54,10 +53,8 @@ struct ServerContext {
   int64_t started_unix = 0;
   RequestLimits limits;
   MetricsRegistry registry;
-  // --draft: one drafter sidecar behind its bridge for the server's life (declared before `engine`,
-  // whose jobs call it, so it is destroyed after the engine; the system keeps a reference to its config).
-  std::unique_ptr<caf::actor_system_config> drafter_cfg;
-  std::unique_ptr<caf::actor_system> drafter_system;
+  // --draft: one drafter sidecar behind its bridge for the server's life, on the runtime's actor system
+  // (declared before `engine`, whose jobs call it, so it is destroyed after the engine).
   std::unique_ptr<DrafterClient> drafter;
   std::unique_ptr<EngineMetrics> metrics;
   std::unique_ptr<ServerEngine> engine;

@@ -35,7 +35,7 @@ void demo_main(const DemoOptions& o) {
   ModelOptions mo;
   mo.dir = hf.string();
   mo.threads = o.threads;
-  LoadedModel m = load_model(mo);
+  LoadedModel m = load_model(mo, nullptr);  // a checkpoint: no actors
   const ModelConfig& c = m.cfg;
   std::fprintf(stderr,
                "ferry demo: %s, %lld layers (%lld KDA, %lld gated MLA), hidden %lld, %lld experts top-%lld "

@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <caf/all.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +20,7 @@
 #include "actors/drafter/drafter_bridge.hpp"
 #include "actors/runtime/engine.hpp"
 #include "apps/engine_cli/engine_cli.hpp"
+#include "actors/runtime/runtime.hpp"
 #include "apps/ferry/commands.hpp"
 #include "apps/ferry/faults_storage.hpp"
 #include "actors/runtime/prepared_model.hpp"
@@ -73,7 +73,7 @@ int64_t count_mismatches(const std::vector<GeneratedToken>& ref, const std::vect
   return bad;
 }
 
-Row run_scenario(caf::actor_system& sys, LoadedModel& m, const FaultOptions& o, const Scenario& sc,
+Row run_scenario(Runtime& rt, LoadedModel& m, const FaultOptions& o, const Scenario& sc,
                  const std::string& replay, std::span<const int32_t> prompt, const std::vector<GeneratedToken>& ref) {
   DrafterBridgeOptions bo;
   bo.sidecar = sidecar_for_spec("replay:" + replay + ",rate=0.8,seed=" + std::to_string(o.seed), 1, o.engine.draft.exe);
@@ -85,7 +85,7 @@ Row run_scenario(caf::actor_system& sys, LoadedModel& m, const FaultOptions& o, 
   Row row{sc.name};
   std::mt19937_64 rng(o.seed * 7919 + std::hash<std::string>{}(sc.name));
   std::uniform_real_distribution<double> u(0, 1);
-  DrafterClient client(sys, bo);
+  DrafterClient client(rt, bo);
   client.wait_up(std::chrono::milliseconds(2000));
   // Before some calls: a fault, now or a few milliseconds into the call (from another thread).
   ProposeFn propose = [&](std::span<const int32_t> h, int k, float gate) {
@@ -135,15 +135,16 @@ std::vector<int32_t> default_prompt(const LoadedModel& m) {
   return ids;
 }
 
-int64_t drafter_matrix(const FaultOptions& o, LoadedModel& m, const std::string& replay, std::span<const int32_t> prompt,
+int64_t drafter_matrix(Runtime& rt, const FaultOptions& o, LoadedModel& m, const std::string& replay, std::span<const int32_t> prompt,
                        const std::vector<GeneratedToken>& ref);
-int64_t storage_matrix(const FaultOptions& o, std::span<const int32_t> prompt, const std::vector<GeneratedToken>& ref);
+int64_t storage_matrix(Runtime& rt, const FaultOptions& o, std::span<const int32_t> prompt, const std::vector<GeneratedToken>& ref);
 
 int faults_main(FaultOptions& o) {
   if (!o.engine.draft.spec.empty())
     throw UsageError("ferry faults runs its own replay drafter (the plain run's tokens): drop --draft " + o.engine.draft.spec);
   if (o.n < 1) throw UsageError("-n/--n-predict must be at least 1");
-  Engine e = start_engine(o.engine);
+  Runtime rt;  // the one actor system of this process
+  Engine e = start_engine(o.engine, &rt);
   LoadedModel& m = e.model;
   const std::vector<int32_t> prompt = default_prompt(m);
   auto state = m.model->new_state(static_cast<int64_t>(prompt.size()) + o.n + 1);
@@ -162,23 +163,20 @@ int faults_main(FaultOptions& o) {
   std::printf("ferry faults: %s, %lld tokens per run, plain reference %.1f tok/s, drafter deadline %d ms\n\n",
               o.engine.model.dir.c_str(), static_cast<long long>(o.n), g.generation_tok_s(), o.engine.draft.deadline_ms);
   int64_t total = 0;
-  if (o.only != "storage") total += drafter_matrix(o, m, replay, prompt, ref);
-  if (o.only != "drafter" && is_prepared_model(o.engine.model.dir)) total += storage_matrix(o, prompt, ref);
+  if (o.only != "storage") total += drafter_matrix(rt, o, m, replay, prompt, ref);
+  if (o.only != "drafter" && is_prepared_model(o.engine.model.dir)) total += storage_matrix(rt, o, prompt, ref);
   std::filesystem::remove_all(dir);
   std::printf("\ntotal mismatches: %lld\n", static_cast<long long>(total));
   return total == 0 ? 0 : 1;
 }
 
-int64_t drafter_matrix(const FaultOptions& o, LoadedModel& m, const std::string& replay, std::span<const int32_t> prompt,
+int64_t drafter_matrix(Runtime& rt, const FaultOptions& o, LoadedModel& m, const std::string& replay, std::span<const int32_t> prompt,
                        const std::vector<GeneratedToken>& ref) {
-  caf::actor_system_config cfg;
-  register_ferry_types(cfg);
-  caf::actor_system sys{cfg};
   std::printf("%-24s %7s %9s %8s %7s %8s %10s\n", "drafter scenario", "faults", "fallbacks", "restarts", "blocks", "accepted",
               "mismatches");
   int64_t total = 0;
   for (const Scenario& sc : scenarios()) {
-    const Row r = run_scenario(sys, m, o, sc, replay, prompt, ref);
+    const Row r = run_scenario(rt, m, o, sc, replay, prompt, ref);
     std::printf("%-24s %7llu %9llu %8llu %7lld %8lld %10lld\n", r.name.c_str(),
                 static_cast<unsigned long long>(r.faults), static_cast<unsigned long long>(r.fallbacks),
                 static_cast<unsigned long long>(r.restarts), static_cast<long long>(r.blocks),
@@ -191,9 +189,9 @@ int64_t drafter_matrix(const FaultOptions& o, LoadedModel& m, const std::string&
 
 // Storage rows. A run that ended with a clear error (no good copy of an expert left) is shown as that
 // error, not counted as a mismatch: without a replica that is the expected outcome.
-int64_t storage_matrix(const FaultOptions& o, std::span<const int32_t> prompt, const std::vector<GeneratedToken>& ref) {
+int64_t storage_matrix(Runtime& rt, const FaultOptions& o, std::span<const int32_t> prompt, const std::vector<GeneratedToken>& ref) {
   std::printf("\n%-32s %7s %10s %10s  %s\n", "storage scenario", "faults", "recoveries", "mismatches", "outcome");
-  const auto rows = run_storage_faults(o.engine.model, o.n, o.seed, prompt,
+  const auto rows = run_storage_faults(rt, o.engine.model, o.n, o.seed, prompt,
                                        [&](const std::vector<GeneratedToken>& got) { return count_mismatches(ref, got); });
   int64_t total = 0;
   for (const auto& r : rows) {

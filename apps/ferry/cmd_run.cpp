@@ -15,6 +15,7 @@
 #include "apps/ferry/streaming_report.hpp"
 #include "apps/engine_cli/engine_cli.hpp"
 #include "actors/runtime/engine.hpp"
+#include "actors/runtime/runtime.hpp"
 #include "io/errors.hpp"
 #include "io/strict_parse.hpp"
 #include "kernels/decoding/generate.hpp"
@@ -144,7 +145,8 @@ void print_metrics(const RunOptions& o, const LoadedModel& m, const GenerateMetr
 void run_main(RunOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   validate_sampling(o.n_predict, o.temp, o.top_p);
-  Engine e = start_engine(o.engine);
+  Runtime rt;  // the one actor system of this process: streaming actors, drafter bridge, tracer
+  Engine e = start_engine(o.engine, &rt);
   LoadedModel& m = e.model;
   const std::vector<int32_t> prompt = prompt_tokens(o, m);
   if (static_cast<int64_t>(prompt.size()) + o.n_predict > o.engine.ctx)
@@ -186,7 +188,7 @@ void run_main(RunOptions& o) {
   };
   DraftRun draft;
   const bool drafting = !o.engine.draft.spec.empty();
-  auto toks = drafting ? generate_with_drafter(o.engine.draft, m, *state, prompt, gp, g, draft, on_token)
+  auto toks = drafting ? generate_with_drafter(rt, o.engine.draft, m, *state, prompt, gp, g, draft, on_token)
                        : generate(*m.model, *state, prompt, gp, g, on_token);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!o.json && m.tokenizer) {
@@ -245,7 +247,8 @@ void add_eval_command(CLI::App& app) {
   c->callback([o, out] {
     const auto ids = parse_ids(o->prompt_ids);
     o->engine.ctx = std::max<int64_t>(o->engine.ctx, static_cast<int64_t>(ids.size()));
-    Engine e = start_engine(o->engine);
+    Runtime rt;  // streaming flags spawn actors in it
+    Engine e = start_engine(o->engine, &rt);
     LoadedModel& m = e.model;
     auto state = m.model->new_state(static_cast<int64_t>(ids.size()));
     ForwardOptions fo;

@@ -1,30 +1,27 @@
 #include "apps/ferry/draft_run.hpp"
 
-#include <caf/all.hpp>
 #include <cstdio>
 
 #include "actors/drafter/drafter_bridge.hpp"
+#include "actors/runtime/runtime.hpp"
 #include "io/errors.hpp"
 
 namespace ferry::cli {
 
 SpecParams spec_params(const DraftOptions& f) { return draft_spec_params(f); }
 
-std::vector<GeneratedToken> generate_with_drafter(const DraftOptions& f, LoadedModel& m, SeqState& state,
+std::vector<GeneratedToken> generate_with_drafter(Runtime& rt, const DraftOptions& f, LoadedModel& m, SeqState& state,
                                                   std::span<const int32_t> prompt, const GenerateParams& gp,
                                                   GenerateMetrics& g, DraftRun& out,
                                                   const std::function<bool(const GeneratedToken&)>& on_token) {
   const SpecParams sp = spec_params(f);
-  caf::actor_system_config cfg;
-  register_ferry_types(cfg);
-  caf::actor_system sys{cfg};
   DrafterBridgeOptions bo;
   bo.sidecar = sidecar_for_spec(f.spec, f.threads, f.exe);
   bo.target = {m.tokenizer.get(), static_cast<int32_t>(m.cfg.vocab)};
   bo.deadline_ms = f.deadline_ms;
   std::vector<GeneratedToken> toks;
   {
-    DrafterClient client(sys, bo);
+    DrafterClient client(rt, bo);
     // Give the sidecar its start-up time before the clock of the run starts; it may still fail.
     client.wait_up(std::chrono::milliseconds(bo.sidecar.start_timeout_ms));
     toks = generate_speculative(*m.model, state, prompt, gp, sp, client.propose_fn(), g, out.spec, on_token);

@@ -13,6 +13,10 @@
 #include "kernels/decoding/verify.hpp"
 #include "messages/messages.hpp"
 
+namespace ferry {
+class Runtime;
+}
+
 namespace ferry::cli {
 
 SpecParams spec_params(const DraftOptions& f);  // values checked by validate_engine_options
@@ -22,8 +26,9 @@ struct DraftRun {
   drafter_status bridge;
 };
 
-// generate() with the drafter sidecar on (starts it, stops it at the end).
-std::vector<GeneratedToken> generate_with_drafter(const DraftOptions& f, LoadedModel& m, SeqState& state,
+// generate() with the drafter sidecar on (starts it, stops it at the end); the bridge runs in `rt`,
+// the process's runtime.
+std::vector<GeneratedToken> generate_with_drafter(Runtime& rt, const DraftOptions& f, LoadedModel& m, SeqState& state,
                                                   std::span<const int32_t> prompt, const GenerateParams& gp,
                                                   GenerateMetrics& g, DraftRun& out,
                                                   const std::function<bool(const GeneratedToken&)>& on_token);

@@ -70,7 +70,7 @@ reader_actor reader_of(StreamingExperts& s, uint32_t dir) {
 
 }  // namespace
 
-std::vector<StorageRow> run_storage_faults(const ModelOptions& base, int64_t n, uint64_t seed,
+std::vector<StorageRow> run_storage_faults(Runtime& rt, const ModelOptions& base, int64_t n, uint64_t seed,
                                            std::span<const int32_t> prompt,
                                            const std::function<int64_t(const std::vector<GeneratedToken>&)>& mismatches) {
   const fs::path mdir(base.dir);
@@ -99,7 +99,7 @@ std::vector<StorageRow> run_storage_faults(const ModelOptions& base, int64_t n, 
                  const std::function<uint64_t(const StreamingMetrics&)>& faults_of) {
     StorageRow row{name};
     try {
-      LoadedModel m = load_model(o);
+      LoadedModel m = load_model(o, &rt);
       if (before) before(m);
       auto state = m.model->new_state(int64_t(prompt.size()) + n + 1);
       GenerateParams gp;

@@ -13,6 +13,10 @@
 #include "actors/runtime/model_loader.hpp"
 #include "kernels/decoding/generate.hpp"
 
+namespace ferry {
+class Runtime;
+}
+
 namespace ferry::cli {
 
 struct StorageRow {
@@ -22,8 +26,9 @@ struct StorageRow {
   std::string error;  // the error that ended the run ("" = it completed)
 };
 
-// `mismatches` counts positions that differ from the fault-free reference.
-std::vector<StorageRow> run_storage_faults(const ModelOptions& base, int64_t n, uint64_t seed,
+// `mismatches` counts positions that differ from the fault-free reference. Each run's streaming actors
+// run in `rt`, the process's runtime.
+std::vector<StorageRow> run_storage_faults(Runtime& rt, const ModelOptions& base, int64_t n, uint64_t seed,
                                            std::span<const int32_t> prompt,
                                            const std::function<int64_t(const std::vector<GeneratedToken>&)>& mismatches);
 

@@ -109,50 +109,90 @@ uint64_t parse_hex64(const std::string& s) {
 
 namespace {
 
-void fsync_dir(const fs::path& dir) {
-  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
+[[noreturn]] void fail_io(const fs::path& p, const char* what, int err) {
+  throw FormatError(fmt::format("{}: {} failed: {}", p.string(), what, std::strerror(err)));
+}
+
+// Writes all of data to fd at offset 0; returns 0 or the errno of the failed write.
+int write_all(int fd, const char* data, size_t n) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t w = ::pwrite(fd, data + done, n - done, off_t(done));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return w < 0 ? errno : EIO;
+    done += size_t(w);
   }
+  return 0;
+}
+
+// Creates `tmp` and writes the bytes, through O_DIRECT when asked and possible; returns whether it was
+// used. tmpfs and some network filesystems refuse O_DIRECT at open (EINVAL), and a device whose logical
+// block is larger than 4096 refuses the write: both fall back to buffered writes.
+bool write_tmp(const fs::path& tmp, const char* data, size_t n, bool want_direct) {
+  constexpr size_t kAlign = 4096;
+  const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+  bool direct = want_direct && reinterpret_cast<uintptr_t>(data) % kAlign == 0 && n % kAlign == 0;
+  int fd = direct ? ::open(tmp.c_str(), flags | O_DIRECT, 0644) : -1;
+  if (fd < 0) {
+    direct = false;
+    fd = ::open(tmp.c_str(), flags, 0644);
+  }
+  if (fd < 0) fail_io(tmp, "create", errno);
+  int err = write_all(fd, data, n);
+  if (err == EINVAL && direct) {
+    direct = false;
+    ::close(fd);
+    fd = ::open(tmp.c_str(), flags, 0644);
+    if (fd < 0) fail_io(tmp, "create", errno);
+    err = write_all(fd, data, n);
+  }
+  if (err == 0 && ::fdatasync(fd) != 0) err = errno;
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err != 0) {
+    ::unlink(tmp.c_str());
+    fail_io(tmp, "write", err);
+  }
+  return direct;
 }
 
 }  // namespace
 
-namespace {
-void write_atomic(const fs::path& path, const void* data, size_t n, bool unique_tmp);
-}
-
-void write_file_atomic(const fs::path& path, const void* data, size_t n) { write_atomic(path, data, n, false); }
-
-namespace {
-void write_atomic(const fs::path& path, const void* data, size_t n, bool unique_tmp) {
+bool write_file_atomic(const fs::path& path, const void* data, size_t n, AtomicWrite how) {
   // unique_tmp: two processes saving the same file (usage.json) must not write one temporary; a
   // resumable writer (prepare) keeps the fixed name so a rerun after a kill replaces the leftover.
-  const fs::path tmp = unique_tmp ? fs::path(fmt::format("{}.{}.tmp", path.string(), ::getpid())) : fs::path(path.string() + ".tmp");
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw FormatError(fmt::format("{}: cannot create: {}", tmp.string(), std::strerror(errno)));
-  const char* p = static_cast<const char*>(data);
-  size_t left = n;
-  while (left > 0) {
-    const ssize_t w = ::write(fd, p, left);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw FormatError(fmt::format("{}: write failed: {}", tmp.string(), std::strerror(err)));
-    }
-    p += w;
-    left -= size_t(w);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0)
-    throw FormatError(fmt::format("{}: fsync/close failed: {}", tmp.string(), std::strerror(errno)));
-  if (::rename(tmp.c_str(), path.c_str()) != 0)
-    throw FormatError(fmt::format("{}: rename failed: {}", path.string(), std::strerror(errno)));
-  fsync_dir(path.parent_path());
+  const fs::path tmp = how.unique_tmp ? fs::path(fmt::format("{}.{}.tmp", path.string(), ::getpid()))
+                                      : fs::path(path.string() + ".tmp");
+  const bool direct = write_tmp(tmp, static_cast<const char*>(data), n, how.direct);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail_io(path, "rename", errno);
+  if (how.sync_dir) fsync_directory(path.has_parent_path() ? path.parent_path() : fs::path("."));
+  return direct;
 }
-}  // namespace
+
+void fsync_directory(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) fail_io(dir, "open", errno);
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) fail_io(dir, "fsync", err);
+}
+
+Manifest make_manifest(const ModelConfig& c, const std::string& config_text, std::vector<std::string> dirs,
+                       int64_t spine_bytes, uint64_t spine_xxh64) {
+  Manifest m;
+  m.config_hash = hex64(xxh64_bytes(config_text.data(), config_text.size()));
+  m.n_layers = c.n_layers;
+  m.n_experts = c.moe.n_experts;
+  const bool routed = c.moe.n_experts > 0 && std::find(c.ffn.begin(), c.ffn.end(), Ffn::moe) != c.ffn.end();
+  if (routed) {  // a dense model has no expert files
+    m.expert_bytes = expert_payload_bytes(c);
+    m.file_bytes = expert_file_bytes(c);
+  }
+  m.dirs = std::move(dirs);
+  m.spine_bytes = spine_bytes;
+  m.spine_xxh64 = spine_xxh64;
+  return m;
+}
 
 // ---- manifest ----
 
@@ -309,7 +349,7 @@ void write_usage(const fs::path& file, const UsageCounts& counts) {
     out += fmt::format("{}\n\"{}\": {}", i ? "," : "", expert_file_name(int(v[i].first >> 32), int(v[i].first & 0xffffffffu)),
                        v[i].second);
   out += "\n}\n";
-  write_atomic(file, out.data(), out.size(), true);
+  write_file_atomic(file, out.data(), out.size(), {.unique_tmp = true});
 }
 
 }  // namespace ferry

@@ -61,13 +61,33 @@ struct Manifest {
   std::vector<ExpertEntry> experts;
 };
 
+// The manifest of a prepared model of config `c` (config_text: its config.json bytes) whose spine file
+// is spine_bytes long with xxh64 spine_xxh64, over the expert directories `dirs`: everything but the
+// expert entries, which the writer adds as it writes (or finds) each file. The one place both `ferry
+// prepare` and synth assemble it.
+Manifest make_manifest(const ModelConfig& c, const std::string& config_text, std::vector<std::string> dirs,
+                       int64_t spine_bytes, uint64_t spine_xxh64);
+
 // Throws FormatError naming the file and field.
 Manifest read_manifest(const std::filesystem::path& file);
 // Atomic: writes file.tmp, fsyncs, renames.
 void write_manifest(const std::filesystem::path& file, const Manifest& m);
 
-// Writes bytes to path atomically (path.tmp, fsync, rename, fsync of the directory).
-void write_file_atomic(const std::filesystem::path& path, const void* data, size_t n);
+// How write_file_atomic writes. direct: through O_DIRECT when the data's address, its size and the
+// filesystem allow it (else buffered, silently). sync_dir: fsync the directory after the rename (a
+// caller renaming many files into one directory passes false and calls fsync_directory once).
+// unique_tmp: the temporary is path.<pid>.tmp instead of path.tmp, for files two processes may save at
+// once (usage.json); a resumable writer (prepare) keeps the fixed name so a rerun replaces a leftover.
+struct AtomicWrite {
+  bool direct = false;
+  bool sync_dir = true;
+  bool unique_tmp = false;
+};
+// THE atomic file writer: path.tmp (see unique_tmp) created, written, fdatasync'ed, renamed over path (then the
+// directory fsync'ed, per `how`). Returns whether O_DIRECT was used. Throws FormatError naming the file.
+bool write_file_atomic(const std::filesystem::path& path, const void* data, size_t n, AtomicWrite how = {});
+// fsync of a directory (makes renames in it durable). Throws FormatError naming it.
+void fsync_directory(const std::filesystem::path& dir);
 
 // Per-(layer, expert) usage counts, keyed by key_id. File format: a JSON object
 // {"L<layer>-E<expert>.bin": count, ...} (../shared/data/k3-expert-usage-*.json). Its layer numbers

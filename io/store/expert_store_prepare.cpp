@@ -224,15 +224,7 @@ PrepareResult prepare_model(const PrepareOptions& o) {
     r.spine_written = true;
   }
 
-  Manifest m;
-  m.config_hash = p.config_hash;
-  m.n_layers = p.cfg.n_layers;
-  m.n_experts = p.cfg.moe.n_experts;
-  m.expert_bytes = p.payload;
-  m.file_bytes = p.file_bytes;
-  m.dirs = dir_names;
-  m.spine_bytes = spine_size;
-  m.spine_xxh64 = spine_hash;
+  Manifest m = make_manifest(p.cfg, p.config_text, dir_names, spine_size, spine_hash);
   std::vector<uint8_t> buf(size_t(p.file_bytes));
   for (size_t i = 0; i < p.experts.size(); ++i) {
     const ExpertKey k = p.experts[i];

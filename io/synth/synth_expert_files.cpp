@@ -22,22 +22,6 @@ namespace {
 
 constexpr size_t kDirectAlign = 4096;
 
-[[noreturn]] void fail(const std::filesystem::path& p, const char* what, int err) {
-  throw FormatError(fmt::format("{}: {} failed: {}", p.string(), what, std::strerror(err)));
-}
-
-// Writes all of data to fd at offset 0; returns 0 or the errno of the failed write.
-int write_all(int fd, const uint8_t* data, size_t n) {
-  size_t done = 0;
-  while (done < n) {
-    const ssize_t w = ::pwrite(fd, data + done, n - done, off_t(done));
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return w < 0 ? errno : EIO;
-    done += size_t(w);
-  }
-  return 0;
-}
-
 }  // namespace
 
 void AlignedBuffer::Free::operator()(uint8_t* p) const { std::free(p); }
@@ -56,44 +40,6 @@ void build_synth_expert(const ModelConfig& c, uint64_t seed, int layer, int expe
     synth_expert_blocks(rows, cols, seed, expert_matrix_name(c, layer, expert, m), reinterpret_cast<BlockMxfp4*>(at));
     at += rows * (cols / kQK) * int64_t(sizeof(BlockMxfp4));
   }
-}
-
-bool write_file_direct(const std::filesystem::path& path, const uint8_t* data, size_t n) {
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
-  const bool aligned = reinterpret_cast<uintptr_t>(data) % kDirectAlign == 0 && n % kDirectAlign == 0;
-  bool direct = aligned;
-  int fd = direct ? ::open(tmp.c_str(), flags | O_DIRECT, 0644) : -1;
-  if (fd < 0) {  // tmpfs and some network filesystems refuse O_DIRECT with EINVAL
-    direct = false;
-    fd = ::open(tmp.c_str(), flags, 0644);
-  }
-  if (fd < 0) fail(tmp, "create", errno);
-  int err = write_all(fd, data, n);
-  if (err == EINVAL && direct) {  // the device's logical block is larger than our alignment
-    direct = false;
-    ::close(fd);
-    fd = ::open(tmp.c_str(), flags, 0644);
-    if (fd < 0) fail(tmp, "create", errno);
-    err = write_all(fd, data, n);
-  }
-  if (err == 0 && ::fdatasync(fd) != 0) err = errno;
-  if (::close(fd) != 0 && err == 0) err = errno;
-  if (err != 0) {
-    ::unlink(tmp.c_str());
-    fail(tmp, "write", err);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) fail(path, "rename", errno);
-  return direct;
-}
-
-void fsync_directory(const std::filesystem::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) fail(dir, "open", errno);
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) fail(dir, "fsync", err);
 }
 
 }  // namespace ferry

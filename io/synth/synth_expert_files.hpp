@@ -1,7 +1,7 @@
 // Expert files for `ferry synth --prepared`: one routed expert generated straight into an
-// O_DIRECT-aligned buffer in the expert file layout (docs/FORMATS.md), and an atomic file write that
-// bypasses the page cache where the filesystem allows it (47 GB of experts would otherwise sit in
-// dirty pages and be written back behind the generator's back).
+// O_DIRECT-aligned buffer in the expert file layout (docs/FORMATS.md). The files are written with
+// write_file_atomic (io/store/expert_store.hpp) through O_DIRECT where the filesystem allows it (47 GB
+// of experts would otherwise sit in dirty pages and be written back behind the generator's back).
 #pragma once
 
 #include <cstddef>
@@ -34,13 +34,5 @@ class AlignedBuffer {
 // compressed-tensors, which `ferry prepare` repacks exactly into these bytes.
 void build_synth_expert(const ModelConfig& c, uint64_t seed, int layer, int expert, uint8_t* buf);
 
-// Writes n bytes to path atomically: path.tmp opened with O_DIRECT when data, n and the filesystem
-// allow it (else buffered), written, fdatasync'ed, renamed over path. The directory is not fsync'ed:
-// the caller does that once per directory. Returns true when O_DIRECT was used. Throws FormatError
-// naming the file.
-bool write_file_direct(const std::filesystem::path& path, const uint8_t* data, size_t n);
-
-// fsync of a directory (makes renames in it durable). Throws FormatError naming it.
-void fsync_directory(const std::filesystem::path& dir);
 
 }  // namespace ferry

@@ -117,15 +117,7 @@ class Run {
   }
 
   Manifest manifest() const {
-    Manifest m;
-    m.config_hash = hex64(xxh64_bytes(p_.cfg_text.data(), p_.cfg_text.size()));
-    m.n_layers = p_.c.n_layers;
-    m.n_experts = p_.c.moe.n_experts;
-    m.expert_bytes = p_.payload;
-    m.file_bytes = p_.file_bytes;
-    m.dirs = dir_names_;
-    m.spine_bytes = spine_size_;
-    m.spine_xxh64 = spine_hash_;
+    Manifest m = make_manifest(p_.c, p_.cfg_text, dir_names_, spine_size_, spine_hash_);
     for (size_t i = 0; i < p_.experts.size(); ++i)
       m.experts.push_back({p_.experts[i].layer, p_.experts[i].expert, hashes_[i], p_.placement[i]});
     return m;
@@ -165,7 +157,9 @@ class Run {
     build_synth_expert(p_.c, o_.synth.seed, k.layer, k.expert, buf.data());
     hashes_[i] = xxh64_bytes(buf.data(), buf.size());
     for (auto d : p_.placement[i]) {
-      if (!write_file_direct(p_.dirs[d].path / expert_file_name(k.layer, k.expert), buf.data(), buf.size())) ++buffered_;
+      if (!write_file_atomic(p_.dirs[d].path / expert_file_name(k.layer, k.expert), buf.data(), buf.size(),
+                             {.direct = true, .sync_dir = false}))  // one directory fsync at the end
+        ++buffered_;
       progress_.add(1, p_.file_bytes);
     }
   }

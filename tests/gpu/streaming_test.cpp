@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "actors/runtime/model_loader.hpp"
+#include "actors/runtime/runtime.hpp"
 #include "io/store/expert_store_prepare.hpp"
 #include "kernels/decoding/generate.hpp"
 #include "tests/gpu/gpu_util.hpp"
@@ -25,7 +26,8 @@ struct GenRun {
 };
 
 GenRun generate_on(const ModelOptions& o) {
-  LoadedModel m = load_model(o);
+  Runtime rt;
+  LoadedModel m = load_model(o, &rt);
   auto st = m.model->new_state(128);
   GenerateParams gp;
   gp.n_predict = 12;

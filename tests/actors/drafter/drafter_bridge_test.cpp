@@ -9,8 +9,10 @@
 #include <caf/all.hpp>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "actors/drafter/drafter_bridge.hpp"
+#include "actors/runtime/runtime.hpp"
 #include "tests/actors/drafter/drafter_util.hpp"
 #include "tests/actors/drafter/sidecar_util.hpp"
 
@@ -52,10 +54,8 @@ class Bridge : public ::testing::Test {
   // Returns the bridge's counters; fails the test on any position differing from plain decoding.
   drafter_status run(const DrafterBridgeOptions& o, int64_t n, const std::function<void(DrafterClient&, int)>& before,
                      SpecStats& st) {
-    caf::actor_system_config cfg;
-    register_ferry_types(cfg);
-    caf::actor_system sys{cfg};
-    DrafterClient client(sys, o);
+    Runtime rt;
+    DrafterClient client(rt, o);
     client.wait_up(std::chrono::milliseconds(3000));
     int calls = 0;
     ProposeFn propose = [&](std::span<const int32_t> h, int k, float g) {
@@ -153,6 +153,25 @@ TEST_F(Bridge, KilledOrStoppedSidecarAndKilledActorAreSurvived) {
   EXPECT_GT(ds.fallbacks, 0u);
   EXPECT_GT(ds.restarts, 0u);
   EXPECT_GT(st.blocks, 0);
+}
+
+// The bridge actor itself killed (not its worker): the runtime's supervisor starts a new bridge, the
+// client talks to it from the next call on, and drafting resumes with exact output.
+TEST_F(Bridge, KilledBridgeActorIsRestartedByTheRuntime) {
+  std::vector<caf::actor> killed;
+  auto faults = [&](DrafterClient& c, int call) {
+    if (call == 10 || call == 30) {
+      killed.push_back(caf::actor_cast<caf::actor>(c.bridge()));
+      caf::anon_send_exit(c.bridge(), caf::exit_reason::kill);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the supervisor restarts it
+    }
+  };
+  SpecStats st;
+  run(options({}, 300), 160, faults, st);
+  ASSERT_EQ(killed.size(), 2u);
+  EXPECT_NE(killed[0], killed[1]) << "the second kill hit a new bridge";
+  EXPECT_GT(st.accepted, 40) << "drafting resumed after the restarts";
+  EXPECT_NE(log_.str().find("drafter bridge stopped"), std::string::npos) << log_.str();
 }
 
 }  // namespace

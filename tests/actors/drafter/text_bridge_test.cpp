@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "actors/drafter/drafter_bridge.hpp"
+#include "actors/runtime/runtime.hpp"
 #include "io/tokenizers/tokenizer.hpp"
 #include "io/tokenizers/tokenizer_text.hpp"
 #include "tests/actors/drafter/drafter_util.hpp"
@@ -48,14 +49,12 @@ TEST(TextBridge, DifferentTokenizersAreBridgedThroughTextAndOutputIsExact) {
   auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log);
   spdlog::default_logger()->sinks().push_back(sink);
   {
-    caf::actor_system_config cfg;
-    register_ferry_types(cfg);
-    caf::actor_system sys{cfg};
+    Runtime rt;
     DrafterBridgeOptions o;
     o.sidecar = sidecar_for_spec("qwen3:" + qdir.string(), 1, drafter_exe());
     o.target = {target_tok.get(), static_cast<int32_t>(k.cfg.vocab)};
     o.deadline_ms = 2000;
-    DrafterClient client(sys, o);
+    DrafterClient client(rt, o);
     ASSERT_TRUE(client.wait_up(std::chrono::seconds(10)));
     int proposals = 0;
     ProposeFn propose = [&](std::span<const int32_t> h, int n, float g) {

@@ -45,7 +45,7 @@ std::vector<std::tuple<fetch_atom, fetch_req>> fetches(uint32_t n, std::vector<u
   std::vector<std::tuple<fetch_atom, fetch_req>> out;
   for (uint32_t i = 0; i < n; ++i) {
     uint32_t e = first + i;
-    out.emplace_back(fetch_atom_v, fetch_req{1000 + e, {kLayer, e}, dirs, 0, kPayload, {i, 0}});
+    out.emplace_back(fetch_atom_v, fetch_req{1000 + e, dirs, {{kLayer, e}, 0, kPayload, {i, 0}}});
   }
   return out;
 }
@@ -54,8 +54,8 @@ void expect_exact(const io::PinnedArena& arena, const std::vector<caf::expected<
                   const std::vector<uint64_t>& hashes, uint32_t first = 0) {
   for (size_t i = 0; i < got.size(); ++i) {
     ASSERT_TRUE(got[i]) << "fetch " << i << ": " << caf::to_string(got[i].error());
-    EXPECT_EQ(got[i]->id, 1000 + first + i) << "the client's id comes back";
-    EXPECT_EQ(xxh64(arena.slot(got[i]->dst.slot), kPayload), hashes[first + i]) << "expert " << first + i;
+    EXPECT_EQ(got[i]->req.id, 1000 + first + i) << "the client's id comes back";
+    EXPECT_EQ(xxh64(arena.slot(got[i]->req.range.dst.slot), kPayload), hashes[first + i]) << "expert " << first + i;
   }
 }
 
@@ -69,11 +69,8 @@ TEST(ReadService, EioOnOneCopyIsServedFromTheOtherCopy) {
   self->send(s.reader(self, 0), knobs_atom_v, reader_knobs{0, 1000, false});  // every read on a fails
   auto got = request_all(self, s.svc, fetches(24, {0, 1}));
   expect_exact(*s.arena, got, hashes);
-  size_t retried = 0;
-  for (auto& g : got) retried += g && g->attempts > 1;
-  EXPECT_GT(retried, 0u) << "some reads should have tried the failing copy first";
   auto st = s.stats(self);
-  EXPECT_GT(st[0].failures, 0u);
+  EXPECT_GT(st[0].failures, 0u) << "some reads should have tried the failing copy first";
   EXPECT_EQ(st[0].reads, 0u);
   EXPECT_EQ(st[1].reads, 24u);
 }
@@ -109,10 +106,9 @@ TEST(ReadService, KilledReaderIsRestartedAndEveryReadCompletes) {
   for (auto& p : pending)
     p.receive([&](read_done& d) { got.emplace_back(d); }, [&](caf::error& e) { got.emplace_back(std::move(e)); });
   expect_exact(*s.arena, got, hashes);
-  size_t reissued = 0;
-  for (auto& g : got) reissued += g && g->attempts > 1;
-  EXPECT_GT(reissued, 0u) << "the kill should have caught reads in flight";
-  EXPECT_EQ(s.stats(self)[0].restarts, 1u);
+  const auto st = s.stats(self);
+  EXPECT_GT(st[0].failures, 0u) << "the kill should have caught reads in flight (then re-issued)";
+  EXPECT_EQ(st[0].restarts, 1u);
   EXPECT_NE(s.reader(self, 0), first);
 }
 
@@ -146,7 +142,7 @@ TEST(ReadService, SlowDirectoryGetsASmallerShareAndWinsItBackWhenFast) {
     auto got = request_all(self, s.svc, fetches(n, {0, 1}));
     expect_exact(*s.arena, got, hashes);
     size_t to_b = 0;
-    for (auto& g : got) to_b += g && g->dir == 1;
+    for (auto& g : got) to_b += g && g->req.dir == 1;
     return double(to_b) / n;
   };
   self->send(s.reader(self, 1), knobs_atom_v, reader_knobs{30000, 0, false});  // b: +30 ms per read

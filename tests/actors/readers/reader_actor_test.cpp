@@ -15,7 +15,7 @@ constexpr size_t kPayload = 300 * 1000;  // not a multiple of 4096: the files ca
 
 std::vector<std::tuple<read_atom, read_req>> whole_file_reads(uint32_t n, uint32_t dir = 0) {
   std::vector<std::tuple<read_atom, read_req>> out;
-  for (uint32_t e = 0; e < n; ++e) out.emplace_back(read_atom_v, read_req{e, {kLayer, e}, dir, 0, kPayload, {e, 0}});
+  for (uint32_t e = 0; e < n; ++e) out.emplace_back(read_atom_v, read_req{e, dir, {{kLayer, e}, 0, kPayload, {e, 0}}});
   return out;
 }
 
@@ -24,8 +24,8 @@ void expect_exact(const io::PinnedArena& arena, const std::vector<caf::expected<
   ASSERT_EQ(got.size(), hashes.size());
   for (size_t i = 0; i < got.size(); ++i) {
     ASSERT_TRUE(got[i]) << "read " << i << ": " << caf::to_string(got[i].error());
-    EXPECT_EQ(got[i]->key.expert, i);
-    EXPECT_EQ(xxh64(arena.slot(got[i]->dst.slot), kPayload), hashes[i]) << "expert " << i;
+    EXPECT_EQ(got[i]->req.range.key.expert, i);
+    EXPECT_EQ(xxh64(arena.slot(got[i]->req.range.dst.slot), kPayload), hashes[i]) << "expert " << i;
   }
 }
 
@@ -93,12 +93,12 @@ TEST(ReaderActor, SplitFillFromTwoHoldersLandsInOneSlot) {
   cb.dir = 1;
   auto rb = spawn_reader(*as.sys, cb);
   constexpr uint64_t half = 36 * 4096;  // the first chunk ends on a 4096 boundary, the second is the rest
-  auto h1 = self->request(ra, 10s, read_atom_v, read_req{1, {kLayer, 0}, 0, 0, half, {1, 0}});
-  auto h2 = self->request(rb, 10s, read_atom_v, read_req{2, {kLayer, 0}, 1, half, kPayload - half, {1, half}});
+  auto h1 = self->request(ra, 10s, read_atom_v, read_req{1, 0, {{kLayer, 0}, 0, half, {1, 0}}});
+  auto h2 = self->request(rb, 10s, read_atom_v, read_req{2, 1, {{kLayer, 0}, half, kPayload - half, {1, half}}});
   int ok = 0;
   auto fail = [&](caf::error& e) { ADD_FAILURE() << caf::to_string(e); };
-  h1.receive([&](read_done& d) { ok += d.dir == 0; }, fail);
-  h2.receive([&](read_done& d) { ok += d.dir == 1; }, fail);
+  h1.receive([&](read_done& d) { ok += d.req.dir == 0; }, fail);
+  h2.receive([&](read_done& d) { ok += d.req.dir == 1; }, fail);
   EXPECT_EQ(ok, 2);
   EXPECT_EQ(xxh64(arena->slot(1), kPayload), hashes[0]);
   caf::anon_send_exit(ra, caf::exit_reason::user_shutdown);
@@ -126,10 +126,10 @@ TEST(ReaderActor, MissingFileAndBadRequestErrorsNameTheFile) {
   caf::scoped_actor self{*as.sys};
   auto r = spawn_reader(*as.sys, reader_config(dir, arena, io::EngineKind::automatic));
   std::vector<std::tuple<read_atom, read_req>> reqs{
-      {read_atom_v, read_req{1, {9, 99}, 0, 0, 4096, {0, 0}}},            // no such file
-      {read_atom_v, read_req{2, {kLayer, 0}, 0, 100, 4096, {0, 0}}},      // unaligned offset
-      {read_atom_v, read_req{3, {kLayer, 0}, 0, 0, 1 << 20, {0, 0}}},     // larger than a slot
-      {read_atom_v, read_req{4, {kLayer, 0}, 0, 0, 1 << 19, {0, 0}}}};    // beyond the end of the file
+      {read_atom_v, read_req{1, 0, {{9, 99}, 0, 4096, {0, 0}}}},            // no such file
+      {read_atom_v, read_req{2, 0, {{kLayer, 0}, 100, 4096, {0, 0}}}},      // unaligned offset
+      {read_atom_v, read_req{3, 0, {{kLayer, 0}, 0, 1 << 20, {0, 0}}}},     // larger than a slot
+      {read_atom_v, read_req{4, 0, {{kLayer, 0}, 0, 1 << 19, {0, 0}}}}};    // beyond the end of the file
   auto got = request_all(self, r, reqs);
   ASSERT_EQ(got.size(), 4u);
   ASSERT_FALSE(got[0]);

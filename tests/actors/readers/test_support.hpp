@@ -57,7 +57,7 @@ inline std::vector<uint64_t> write_experts(const std::vector<std::string>& dirs,
     hashes.push_back(xxh64(data.data(), data.size()));
     data.resize(io::round_up(bytes, io::kDirectAlign));
     for (auto& d : dirs) {
-      FILE* f = std::fopen((d + "/" + expert_file_name({layer, e})).c_str(), "wb");
+      FILE* f = std::fopen((d + "/" + expert_file_name(int(layer), int(e))).c_str(), "wb");
       if (!f || std::fwrite(data.data(), 1, data.size(), f) != data.size()) throw std::runtime_error("write " + d);
       std::fclose(f);
     }

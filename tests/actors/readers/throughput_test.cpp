@@ -34,7 +34,7 @@ double run_service(const std::string& dir, io::EngineKind kind, unsigned cap) {
   cfg.engine_cfg.max_inflight = cap;
   auto svc = spawn_read_service(*as.sys, cfg);
   std::vector<std::tuple<fetch_atom, fetch_req>> reqs;
-  for (uint32_t e = 0; e < kFiles; ++e) reqs.emplace_back(fetch_atom_v, fetch_req{e, {0, e}, {0}, 0, kExpert, {e, 0}});
+  for (uint32_t e = 0; e < kFiles; ++e) reqs.emplace_back(fetch_atom_v, fetch_req{e, {0}, {{0, e}, 0, kExpert, {e, 0}}});
   auto t0 = io::Clock::now();
   auto got = request_all(self, svc, reqs, 120s);
   double s = seconds_since(t0);
@@ -61,7 +61,7 @@ TEST(ReaderThroughput, DISABLED_ReadServiceVersusSequentialODirect) {
   auto sequential = [&] {
     auto t0 = io::Clock::now();
     for (uint32_t e = 0; e < kFiles; ++e) {
-      io::ReadOp op{e, dir + "/" + expert_file_name({0, e}), 0, kExpert, buf.slot(0), true};
+      io::ReadOp op{e, dir + "/" + expert_file_name(0, int(e)), 0, kExpert, buf.slot(0), true};
       auto r = io::pread_fully(op);
       EXPECT_EQ(r.err, 0) << op.path;
       EXPECT_EQ(r.bytes_read, kExpert);

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "actors/runtime/model_loader.hpp"
+#include "actors/runtime/runtime.hpp"
 #include "kernels/decoding/generate.hpp"
 
 namespace ferry::test {
@@ -40,7 +41,8 @@ struct RunResult {
 
 // Loads `o`, calls `before` (e.g. to inject faults), generates kGenerate tokens greedily after kPrompt.
 inline RunResult generate_run(const ModelOptions& o, const std::function<void(LoadedModel&)>& before = {}) {
-  LoadedModel m = load_model(o);
+  Runtime rt;  // the process's runtime root; outlives the model
+  LoadedModel m = load_model(o, &rt);
   if (before) before(m);
   auto state = m.model->new_state(128);
   GenerateParams gp;

@@ -6,6 +6,7 @@
 #include "actors/readers/reader_supervisor.hpp"
 #include "actors/tracing/trace_file.hpp"
 #include "actors/tracing/tracer_actor.hpp"
+#include "messages/trace_record.hpp"
 #include "io/errors.hpp"
 #include "tests/actors/readers/test_support.hpp"
 
@@ -27,17 +28,18 @@ TEST(Tracer, EventsWrittenParseBackWithTheirFields) {
   caf::scoped_actor self{*as.sys};
   auto t = spawn_tracer(*as.sys, path, {"/nvme0/x", "/nvme1/x"});
   for (uint32_t i = 0; i < 100; ++i) {
-    trace_event e;
-    e.kind = 1 + i % 12;
-    e.t_ns = trace_now_ns();
-    e.request_id = i;
-    e.key = {i % 7, i};
-    e.tier = 1 + i % 3;
-    e.dir = i % 2;
-    e.bytes = 4096ull * i;
-    e.dur_ns = 10 * i;
-    e.rows = i % 16;
-    e.detail = i == 42 ? "L3-E42.bin: Input/output error" : "";
+    trace::Event e;
+    e.set_kind(static_cast<trace::Kind>(1 + i % 12));
+    e.set_t_ns(trace_now_ns());
+    e.set_request_id(i);
+    e.set_layer(i % 7);
+    e.set_expert(i);
+    e.set_tier(static_cast<trace::Tier>(1 + i % 3));
+    e.set_dir(i % 2);
+    e.set_bytes(4096ull * i);
+    e.set_dur_ns(10 * i);
+    e.set_rows(i % 16);
+    e.set_detail(i == 42 ? "L3-E42.bin: Input/output error" : "");
     self->send(t, trace_atom_v, e);
   }
   EXPECT_EQ(flush(self, t), 100u);
@@ -69,9 +71,9 @@ TEST(Tracer, TruncatedTraceFileIsAFormatErrorNamingTheFile) {
     ActorSystem as;
     caf::scoped_actor self{*as.sys};
     auto t = spawn_tracer(*as.sys, path, {});
-    trace_event e;
-    e.kind = 5;
-    e.detail = std::string(300, 'x');
+    trace::Event e;
+    e.set_kind(trace::READ_COMPLETED);
+    e.set_detail(std::string(300, 'x'));
     self->send(t, trace_atom_v, e);
     flush(self, t);
     caf::anon_send_exit(t, caf::exit_reason::user_shutdown);
@@ -99,7 +101,7 @@ TEST(Tracer, ReadServiceTracesIssuedAndCompletedReads) {
   cfg.tracer = t;
   auto svc = spawn_read_service(*as.sys, cfg);
   std::vector<std::tuple<fetch_atom, fetch_req>> reqs;
-  for (uint32_t e = 0; e < 8; ++e) reqs.emplace_back(fetch_atom_v, fetch_req{e, {2, e}, {0}, 0, 64 * 1024, {e, 0}});
+  for (uint32_t e = 0; e < 8; ++e) reqs.emplace_back(fetch_atom_v, fetch_req{e, {0}, {{2, e}, 0, 64 * 1024, {e, 0}}});
   for (auto& g : request_all(self, svc, reqs)) ASSERT_TRUE(g) << caf::to_string(g.error());
   caf::anon_send_exit(svc, caf::exit_reason::user_shutdown);
   flush(self, t);

@@ -28,10 +28,10 @@ TEST(TimingBackend, ProfilingChangesNoOutputAndReportsEveryOpKind) {
   ModelOptions o;
   o.dir = (std::filesystem::path(FERRY_FIXTURES) / "k3-tiny-a/hf").string();
   o.threads = 2;
-  LoadedModel plain = load_model(o);
+  LoadedModel plain = load_model(o, nullptr);
   const auto want = hashes_of(plain);
   o.profile_ops = true;
-  LoadedModel timed = load_model(o);
+  LoadedModel timed = load_model(o, nullptr);
   ASSERT_NE(timed.timing, nullptr);
   EXPECT_EQ(timed.timing->report().ops.size(), 0u) << "loading is not part of the profile";
   EXPECT_EQ(hashes_of(timed), want);
