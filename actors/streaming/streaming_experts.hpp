@@ -51,7 +51,7 @@ struct StreamingOptions {
   uint32_t prefetch = 0;
   io::EngineKind engine = io::EngineKind::automatic;
   io::EngineConfig engine_cfg;
-  // xxh64 of every read against the manifest (on hash_threads hasher threads, 0 = a quarter of the
+  // xxh64 of every read against the manifest (on hash_threads hasher threads, 0 = half of the
   // cores); a mismatch is a bad copy: another is read, or the fetch fails naming the file.
   // On by default; --no-verify-reads turns it off.
   bool verify_reads = true;

@@ -103,6 +103,9 @@ void add_io_flags(CLI::App* c, EngineOptions& o) {
   c->add_flag("--verify-reads,!--no-verify-reads", s.verify_reads,
               "Check every expert read against manifest.json's xxh64 (on by default; --no-verify-reads accepts "
               "silent corruption from a failing drive)");
+  c->add_option("--hash-threads", s.hash_threads,
+                "Threads hashing verified reads (0 = auto: half the cores, 1..8)")
+      ->capture_default_str();
   c->add_option("--trace", s.trace_path, "Record every scheduling event to FILE (read it with `ferry trace FILE`)");
 }
 

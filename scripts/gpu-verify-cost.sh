@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# What verified reads cost on fast storage, and which split of the cores between pread workers and
+# hashers pays (issue 16's "< 5 % of decode time", issue 13's read rate). One device call (~3 min):
+# the pipeline's model (full-width K3.1, 2 MoE layers, experts in 4 tmpfs directories, caches at the
+# reference machine's fractions), 257 greedy tokens per variant, logit hashes compared.
+# `bash scripts/gpu-bundle.sh` here, then carry [".bundle"] and run `bash scripts/gpu-verify-cost.sh`.
+set -uo pipefail
+[ -f .bundle/ferry-bundle.tar.xz ] && tar xJf .bundle/ferry-bundle.tar.xz -C .bundle && rm .bundle/ferry-bundle.tar.xz
+B=$(cd .bundle && pwd); export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+F="$B/bin/ferry"; OUT=${OUT:-$PWD/gpu-out}; D=$PWD/.benchdata; R=$D/results; S=/dev/shm/ferry-verify
+rm -rf "$D" "$S"; mkdir -p "$R" "$S" "$OUT"; trap 'rm -rf "$S"' EXIT
+M=$D/model
+timeout 200 "$F" synth --arch kimi_k31 --preset full --layers 3 --quiet \
+  --usage tests/fixtures/k3-expert-usage-2026-09-03.json --prepared "$M" \
+  --expert-dir "$S/e0" --expert-dir "$S/e1" --expert-dir "$S/e2" --expert-dir "$S/e3" --threads "$(nproc)" || exit 1
+cp "$M/usage.json" "$D/usage.orig.json"
+EXB=17547264; HP="$((66 * EXB))B"
+run() {  # name, flags...
+  local name=$1; shift
+  cp "$D/usage.orig.json" "$M/usage.json"
+  timeout 120 "$F" run -m "$M" --ssd-streaming --backend cuda --cache-experts 34 --host-pool "$HP" \
+    -p "The three main financial statements are" -n 257 --ignore-eos --json --trace-hash "$R/$name.hash" "$@" \
+    > "$R/$name.json" 2> "$R/$name.err"
+  local rc=$?
+  python3 - "$R/$name.json" "$name" "$rc" "$*" <<'PY'
+import json, sys
+p, name, rc, flags = sys.argv[1:5]
+try: j = json.load(open(p))
+except Exception as e: print(name, "rc", rc, "no json", e); sys.exit()
+s = j.get("streaming", {}); v = s.get("verify_reads", {})
+print(f"{name:14s} rc {rc} steady {j.get('steady', 0):6.2f} tok/s | hashes {v.get('hashes')} on {v.get('threads')} threads, "
+      f"{v.get('hash_s', 0):.2f} s | layer wait {s.get('layer_wait_s', 0):.2f} s | flags: {flags}")
+PY
+  cmp -s "$R/base.hash" "$R/$name.hash" || [ "$name" = base ] || echo "  $name: LOGIT HASHES DIFFER from base"
+}
+run base --no-verify-reads
+run verify-auto
+if [ -z "${QUICK:-}" ]; then  # QUICK=1: the defaults only
+  run verify-h4 --hash-threads 4
+  run verify-h8-io2 --hash-threads 8 --io-threads 2
+  run verify-h6-io3 --hash-threads 6 --io-threads 3
+  run verify-h12-io1 --hash-threads 12 --io-threads 1
+  run noverify-io3 --no-verify-reads --io-threads 3
+fi
+tar czf "$OUT/verify-cost.tgz" -C "$R" .
