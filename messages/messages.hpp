@@ -48,6 +48,11 @@ struct expert_range {
   uint64_t offset = 0;
   uint64_t bytes = 0;
   slot_ref dst;
+  // With verified reads and a manifest that has part hashes: the expected xxh64 of each part_bytes of
+  // the file (of file_bytes), for a reader that can check the parts it copies (empty otherwise).
+  uint64_t part_bytes = 0;
+  uint64_t file_bytes = 0;
+  std::vector<uint64_t> part_xxh64;
   friend bool operator==(const expert_range&, const expert_range&) = default;
 };
 
@@ -75,6 +80,8 @@ struct read_done {
   read_req req;
   uint64_t service_ns = 0;
   uint32_t inflight = 1;
+  uint32_t parts_ok = 0;  // parts of req.range.part_xxh64 the reader hashed and found right
+  int32_t bad_part = -1;  // the first part it found wrong (-1: none)
   friend bool operator==(const read_done&, const read_done&) = default;
 };
 
@@ -282,7 +289,8 @@ typename Inspector::result_type inspect(Inspector& f, slot_ref& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, expert_range& x) {
-  return f(caf::meta::type_name("expert_range"), x.key, x.offset, x.bytes, x.dst);
+  return f(caf::meta::type_name("expert_range"), x.key, x.offset, x.bytes, x.dst, x.part_bytes, x.file_bytes,
+           x.part_xxh64);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, fetch_req& x) {
@@ -294,7 +302,7 @@ typename Inspector::result_type inspect(Inspector& f, read_req& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, read_done& x) {
-  return f(caf::meta::type_name("read_done"), x.req, x.service_ns, x.inflight);
+  return f(caf::meta::type_name("read_done"), x.req, x.service_ns, x.inflight, x.parts_ok, x.bad_part);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, reader_knobs& x) {

@@ -140,6 +140,9 @@ class ReaderCore {
     op.bytes = p.direct ? io::round_up(p.req.range.bytes, io::kDirectAlign) : p.req.range.bytes;
     op.dst = cfg_.arena->slot(p.req.range.dst.slot) + p.req.range.dst.offset;
     op.direct = p.direct;
+    const expert_range& rg = p.req.range;
+    if (rg.part_bytes > 0 && !rg.part_xxh64.empty())
+      op.check = std::make_shared<io::PartCheck>(io::PartCheck{rg.part_bytes, rg.file_bytes, rg.part_xxh64});
     engine_->submit(std::move(op));
   }
 
@@ -192,6 +195,8 @@ class ReaderCore {
       d.req.dir = cfg_.dir;
       d.service_ns = ns_between(r.submitted, std::max(r.completed, Clock::now()));
       d.inflight = r.inflight_at_submit;
+      d.parts_ok = r.parts_ok;
+      d.bad_part = r.bad_part;
       p.promise.deliver(d);
     }
     pending_.erase(it);

@@ -24,6 +24,10 @@ const std::vector<uint32_t>& ExpertCatalog::copies_of(const expert_key& k) const
 
 uint64_t ExpertCatalog::hash_of(const expert_key& k) const { return xxh64[index_of(*this, k)]; }
 
+const std::vector<uint64_t>& ExpertCatalog::part_hashes_of(const expert_key& k) const {
+  return part_xxh64[index_of(*this, k)];
+}
+
 std::string ExpertCatalog::path_of(const expert_key& k, uint32_t dir) const {
   return dirs.at(dir) + "/" + expert_file_name(k.layer, k.expert);
 }
@@ -50,6 +54,8 @@ ExpertCatalog make_catalog(const Manifest& m, const std::vector<std::string>& di
   const size_t n = size_t{c.n_layers} * c.n_experts;
   c.copies.assign(n, {});
   c.xxh64.assign(n, 0);
+  c.part_xxh64.assign(n, {});
+  c.part_bytes = m.part_bytes > 0 ? uint64_t(m.part_bytes) : 0;
   for (const auto& e : m.experts) {
     if (e.layer < 0 || e.expert < 0 || uint32_t(e.layer) >= c.n_layers || uint32_t(e.expert) >= c.n_experts)
       throw FormatError(fmt::format("manifest: expert L{}-E{} outside {} layers x {} experts", e.layer, e.expert,
@@ -62,6 +68,7 @@ ExpertCatalog make_catalog(const Manifest& m, const std::vector<std::string>& di
       dst.push_back(d);
     }
     c.xxh64[size_t(e.layer) * c.n_experts + size_t(e.expert)] = e.xxh64;
+    if (c.part_bytes > 0) c.part_xxh64[size_t(e.layer) * c.n_experts + size_t(e.expert)] = e.part_xxh64;
   }
   return c;
 }

@@ -20,10 +20,13 @@ struct ExpertCatalog {
   std::vector<std::string> dirs;
   std::vector<std::vector<uint32_t>> copies;  // [layer * n_experts + expert], primary first
   std::vector<uint64_t> xxh64;                // same index
+  uint64_t part_bytes = 0;                    // manifest part hashes: span of each (0: none)
+  std::vector<std::vector<uint64_t>> part_xxh64;  // same index; empty where the manifest has none
 
   bool has(const expert_key& k) const;
   const std::vector<uint32_t>& copies_of(const expert_key& k) const;  // throws LimitError when unknown
   uint64_t hash_of(const expert_key& k) const;
+  const std::vector<uint64_t>& part_hashes_of(const expert_key& k) const;  // empty when unknown
   std::string path_of(const expert_key& k, uint32_t dir) const;
   // The primary copy's path (for messages).
   std::string path_of(const expert_key& k) const;

@@ -50,6 +50,9 @@ struct Fill {
   std::vector<uint32_t> used;   // directories that served this round's parts
   bool whole = false;           // read unsplit: set after a checksum mismatch of a split read
   bool verified = false;        // this round's bytes matched the manifest's xxh64
+  uint32_t parts_ok = 0;        // this round's parts the readers checked against the manifest
+  int64_t bad_dir = -1;         // a reader found a part of this copy wrong (its directory)
+  int32_t bad_part = -1;
   caf::error error;
 };
 
@@ -133,16 +136,31 @@ void issue_reads(sched self, const expert_key& k) {
   auto& st = self->state;
   Fill& f = st.fills.at(k);
   const uint64_t fb = st.cfg.catalog->file_bytes;
-  const bool split =
+  const auto& part_hashes = st.cfg.verifier ? st.cfg.catalog->part_hashes_of(k) : std::vector<uint64_t>{};
+  const uint64_t pb = st.cfg.catalog->part_bytes;
+  bool split =
       st.cfg.split_reads && !f.whole && f.block_rows <= 1 && !f.prefetch && f.dirs.size() >= 2 && fb >= 2 * 4096;
-  const uint64_t half = split ? io::round_up(fb / 2, io::kDirectAlign) : fb;
+  uint64_t half = split ? io::round_up(fb / 2, io::kDirectAlign) : fb;
+  if (split && !part_hashes.empty() && pb % io::kDirectAlign == 0) {
+    half = std::max<uint64_t>(pb, (fb / 2 + pb / 2) / pb * pb);  // halves on a part boundary: both checkable
+    split = half < fb;
+    if (!split) half = fb;
+  }
   std::vector<std::pair<uint64_t, uint64_t>> parts{{0, half}};
   if (split) parts.push_back({half, fb - half});
   f.outstanding = static_cast<uint32_t>(parts.size());
   f.used.clear();
   f.verified = false;
+  f.parts_ok = 0;
+  f.bad_dir = -1;
+  f.bad_part = -1;
   for (auto [off, len] : parts) {
     fetch_req r{st.next_fetch++, f.dirs, {k, off, len, {f.where.slot, f.where.offset + off}}};
+    if (!part_hashes.empty()) {  // readers that copy with a CPU check each part as it lands
+      r.range.part_bytes = st.cfg.catalog->part_bytes;
+      r.range.file_bytes = fb;
+      r.range.part_xxh64 = part_hashes;
+    }
     self->request(st.cfg.reads, st.cfg.timeout, fetch_atom_v, std::move(r))
         .then([=](read_done& d) { on_part(self, k, d); }, [=](caf::error& e) { on_part(self, k, e); });
   }
@@ -207,6 +225,11 @@ void on_part(sched self, const expert_key& k, const caf::expected<read_done>& r)
   --f.outstanding;
   if (r) {
     f.used.push_back(r->req.dir);
+    f.parts_ok += r->parts_ok;
+    if (r->bad_part >= 0 && f.bad_dir < 0) {
+      f.bad_dir = r->req.dir;
+      f.bad_part = r->bad_part;
+    }
     if (!f.calls.empty())
       if (auto c = st.calls.find(f.calls[0]); c != st.calls.end()) c->second.sum.disk_bytes += r->req.range.bytes;
   } else if (!f.error) {
@@ -217,6 +240,7 @@ void on_part(sched self, const expert_key& k, const caf::expected<read_done>& r)
 }
 
 void check_hash(sched self, const expert_key& k, uint64_t got);
+void bad_copy(sched self, const expert_key& k, uint32_t dir, const std::string& detail);
 
 // Every part has answered. With a verifier the landed bytes are hashed first (on a hasher thread; this
 // actor serves other fills meanwhile). A failed fill gives its slot back (ok = false drops the cache
@@ -225,6 +249,18 @@ void finish_fill(sched self, const expert_key& k) {
   auto& st = self->state;
   auto it = st.fills.find(k);
   Fill& f = it->second;
+  if (!f.error && st.cfg.verifier && !f.verified && f.bad_dir >= 0) {
+    st.cfg.verifier->counters().mismatches.fetch_add(1, std::memory_order_relaxed);
+    const uint64_t pb = st.cfg.catalog->part_bytes;
+    return bad_copy(self, k, uint32_t(f.bad_dir),
+                    fmt::format("part {} (bytes {}..{}) differs from the manifest's part xxh64", f.bad_part,
+                                uint64_t(f.bad_part) * pb, (uint64_t(f.bad_part) + 1) * pb));
+  }
+  const size_t n_parts = st.cfg.verifier ? st.cfg.catalog->part_hashes_of(k).size() : 0;
+  if (!f.error && st.cfg.verifier && !f.verified && n_parts > 0 && f.parts_ok == n_parts) {
+    f.verified = true;  // every part checked by the reader that copied it: no second pass over the slot
+    st.cfg.verifier->counters().in_reader.fetch_add(1, std::memory_order_relaxed);
+  }
   if (!f.error && st.cfg.verifier && !f.verified) {
     const auto* p = st.cfg.arena->slot(f.where.slot) + f.where.offset;
     self->request(st.cfg.verifier->next(), st.cfg.timeout, caf::get_atom_v, uint64_t(reinterpret_cast<uintptr_t>(p)),
@@ -269,8 +305,15 @@ void check_hash(sched self, const expert_key& k, uint64_t got) {
     f.whole = true;
     return issue_reads(self, k);
   }
-  const std::string bad = st.cfg.catalog->path_of(k, f.used.at(0));
-  std::erase(f.dirs, f.used[0]);
+  bad_copy(self, k, f.used.at(0), detail);
+}
+
+// The copy in `dir` is bad: read another, or fail the fill naming the file when none is left.
+void bad_copy(sched self, const expert_key& k, uint32_t dir, const std::string& detail) {
+  auto& st = self->state;
+  Fill& f = st.fills.at(k);
+  const std::string bad = st.cfg.catalog->path_of(k, dir);
+  std::erase(f.dirs, dir);
   spdlog::warn("layer scheduler: {}: {}{}", bad, detail, f.dirs.empty() ? "" : "; reading another copy");
   st.trace(trace::READ_FAILED, 0, k, {.detail = bad + ": " + detail});
   if (!f.dirs.empty()) return issue_reads(self, k);

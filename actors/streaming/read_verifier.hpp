@@ -18,6 +18,7 @@ namespace ferry {
 
 struct VerifyCounters {
   std::atomic<uint64_t> hashes{0}, bytes{0}, ns{0}, mismatches{0};
+  std::atomic<uint64_t> in_reader{0};  // reads whose every part the reader checked (no hasher needed)
 };
 
 class ReadVerifier {

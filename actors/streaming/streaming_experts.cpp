@@ -337,6 +337,7 @@ StreamingMetrics StreamingExperts::metrics() {
     m.verify_bytes = v.bytes.load();
     m.verify_s = double(v.ns.load()) * 1e-9;
     m.verify_mismatches = v.mismatches.load();
+    m.verify_in_reader = v.in_reader.load();
   }
   self->request(s.reads, t, stats_atom_v).receive([&](std::vector<dir_stats>& d) { m.drives = d; }, err);
   self->request(s.pool, t, stats_atom_v).receive([&](tier_stats& p) { m.pool = p; }, err);

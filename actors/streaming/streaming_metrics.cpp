@@ -27,7 +27,8 @@ nlohmann::json to_json(const StreamingMetrics& m) {
   j["prefetch"] = {{"issued", m.prefetch_issued}, {"hits", m.prefetch_hits},
                    {"hit_rate", m.prefetch_issued ? double(m.prefetch_hits) / double(m.prefetch_issued) : 0.0}};
   j["verify_reads"] = {{"on", m.verify}, {"threads", m.verify_threads}, {"hashes", m.verify_hashes},
-                       {"bytes", m.verify_bytes}, {"hash_s", m.verify_s}, {"mismatches", m.verify_mismatches}};
+                       {"bytes", m.verify_bytes}, {"hash_s", m.verify_s}, {"mismatches", m.verify_mismatches},
+                       {"in_reader", m.verify_in_reader}};
   j["layer_wait_s"] = m.layer_wait_s;
   j["max_layer_wait_s"] = m.max_layer_wait_s;
   nlohmann::json layers = nlohmann::json::array();
@@ -66,8 +67,9 @@ std::string format_metrics(const StreamingMetrics& m) {
                    double(m.host_bytes()) / MB, double(m.disk_bytes()) / MB, m.engine, m.direct ? ", O_DIRECT" : "",
                    m.layer_wait_s, m.max_layer_wait_s * 1e3);
   if (m.verify)
-    s += fmt::format("ferry: verified reads: {} hashed ({:.1f} MB) on {} threads in {:.3f} s ({:.0f} MB/s), {} mismatches\n",
-                     m.verify_hashes, double(m.verify_bytes) / MB, m.verify_threads, m.verify_s,
+    s += fmt::format("ferry: verified reads: {} checked part by part by the readers, {} hashed ({:.1f} MB) on {} "
+                     "threads in {:.3f} s ({:.0f} MB/s), {} mismatches\n",
+                     m.verify_in_reader, m.verify_hashes, double(m.verify_bytes) / MB, m.verify_threads, m.verify_s,
                      m.verify_s > 0 ? double(m.verify_bytes) / MB / m.verify_s : 0.0, m.verify_mismatches);
   else
     s += "ferry: reads NOT verified (--no-verify-reads)\n";

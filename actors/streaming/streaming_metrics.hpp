@@ -35,6 +35,7 @@ struct StreamingMetrics {
   bool verify = false;
   uint32_t verify_threads = 0;
   uint64_t verify_hashes = 0, verify_bytes = 0, verify_mismatches = 0;
+  uint64_t verify_in_reader = 0;  // reads verified part by part by the pread workers that copied them
   double verify_s = 0;
 
   uint64_t disk_bytes() const;  // sum over drives (demand + prefetch)

@@ -7,7 +7,24 @@
 #include <algorithm>
 #include <cerrno>
 
+#include <xxhash.h>
+
 namespace ferry::io {
+
+void check_parts(const ReadOp& op, ReadResult& r) {
+  if (!op.check || r.err != 0 || op.check->part_bytes == 0) return;
+  const PartCheck& c = *op.check;
+  const uint64_t end = std::min(op.offset + r.bytes_read, c.file_bytes);
+  for (uint64_t i = (op.offset + c.part_bytes - 1) / c.part_bytes; i < c.xxh64.size(); ++i) {
+    const uint64_t a = i * c.part_bytes, b = std::min(a + c.part_bytes, c.file_bytes);
+    if (b > end) break;
+    if (XXH64(op.dst + (a - op.offset), b - a, 0) != c.xxh64[i]) {
+      r.bad_part = int32_t(i);
+      return;
+    }
+    ++r.parts_ok;
+  }
+}
 
 ReadResult pread_fully(const ReadOp& op) {
   ReadResult r;
@@ -31,6 +48,7 @@ ReadResult pread_fully(const ReadOp& op) {
     }
     ::close(fd);
   }
+  check_parts(op, r);  // in this worker, while the copied bytes are in its cache
   r.completed = Clock::now();
   return r;
 }

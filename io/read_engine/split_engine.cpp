@@ -103,6 +103,8 @@ class SplitEngine final : public ReadEngine {
     } else {
       p.result.submitted = std::min(p.result.submitted, r.submitted);
       p.result.completed = std::max(p.result.completed, r.completed);
+      p.result.parts_ok += r.parts_ok;
+      if (p.result.bad_part < 0) p.result.bad_part = r.bad_part;
       if (p.result.err == 0 && r.err != 0) {
         p.result.err = r.err;
         p.result.open_failed = r.open_failed;

@@ -16,6 +16,15 @@ namespace ferry::io {
 
 using Clock = std::chrono::steady_clock;
 
+// Expected xxh64 (seed 0) of each consecutive part_bytes of the whole file (the last part ends at
+// file_bytes). An engine that copies with a CPU (the pread pool) hashes every part that lies wholly
+// inside an op right after its copy, while the bytes are in cache; io_uring checks nothing.
+struct PartCheck {
+  uint64_t part_bytes = 0;
+  uint64_t file_bytes = 0;
+  std::vector<uint64_t> xxh64;
+};
+
 struct ReadOp {
   uint64_t tag = 0;  // the caller's id, returned in the result
   std::string path;
@@ -23,6 +32,7 @@ struct ReadOp {
   uint64_t bytes = 0;   // bytes to read; must be a multiple of 4096 when direct
   std::byte* dst = nullptr;
   bool direct = true;   // open with O_DIRECT
+  std::shared_ptr<const PartCheck> check;  // optional
 };
 
 struct ReadResult {
@@ -33,7 +43,13 @@ struct ReadResult {
   Clock::time_point submitted{};  // handed to the kernel / a worker (after the concurrency cap)
   Clock::time_point completed{};
   uint32_t inflight_at_submit = 1;  // in flight when this one was submitted, itself included
+  uint32_t parts_ok = 0;   // parts of op.check hashed and found right
+  int32_t bad_part = -1;   // the first part whose hash differed, or -1
 };
+
+// Hashes the parts of op.check that lie wholly inside [op.offset, op.offset + r.bytes_read) and
+// records them in r (parts_ok, bad_part). Nothing without op.check or after a failed read.
+void check_parts(const ReadOp& op, ReadResult& r);
 
 struct EngineConfig {
   unsigned queue_depth = 64;   // io_uring submission queue entries

@@ -54,6 +54,13 @@ int64_t expert_file_bytes(const ModelConfig& c) {
 
 uint64_t xxh64_bytes(const void* data, size_t n) { return XXH64(data, n, 0); }
 
+std::vector<uint64_t> xxh64_parts(const void* data, size_t n, uint64_t part_bytes) {
+  std::vector<uint64_t> out;
+  const auto* p = static_cast<const std::byte*>(data);
+  for (size_t at = 0; at < n; at += part_bytes) out.push_back(XXH64(p + at, std::min<size_t>(part_bytes, n - at), 0));
+  return out;
+}
+
 namespace {
 // Opens p for hashing: with `direct`, O_DIRECT as the engine reads (so a drive that returns other bytes
 // than the page cache holds is caught); EINVAL (a filesystem without O_DIRECT) falls back to buffered.
@@ -187,6 +194,7 @@ Manifest make_manifest(const ModelConfig& c, const std::string& config_text, std
   if (routed) {  // a dense model has no expert files
     m.expert_bytes = expert_payload_bytes(c);
     m.file_bytes = expert_file_bytes(c);
+    m.part_bytes = int64_t(kPartHashBytes);
   }
   m.dirs = std::move(dirs);
   m.spine_bytes = spine_bytes;
@@ -206,9 +214,17 @@ void write_manifest(const fs::path& file, const Manifest& m) {
   j["file_bytes"] = m.file_bytes;
   j["dirs"] = m.dirs;
   j["spine"] = {{"file", m.spine_file}, {"bytes", m.spine_bytes}, {"xxh64", hex64(m.spine_xxh64)}};
+  if (m.part_bytes > 0) j["part_bytes"] = m.part_bytes;
   auto& ex = j["experts"] = nlohmann::ordered_json::array();
-  for (const auto& e : m.experts)
-    ex.push_back({{"layer", e.layer}, {"expert", e.expert}, {"xxh64", hex64(e.xxh64)}, {"dirs", e.dirs}});
+  for (const auto& e : m.experts) {
+    nlohmann::ordered_json x = {{"layer", e.layer}, {"expert", e.expert}, {"xxh64", hex64(e.xxh64)}, {"dirs", e.dirs}};
+    if (!e.part_xxh64.empty()) {
+      std::string parts;  // one string of 16-digit hex hashes: a third of the size of a JSON array of them
+      for (uint64_t h : e.part_xxh64) parts += hex64(h);
+      x["parts"] = parts;
+    }
+    ex.push_back(std::move(x));
+  }
   // One expert per line: readable, and diff-friendly for 82k entries.
   std::string text = "{\n";
   bool first = true;
@@ -251,7 +267,7 @@ int64_t bounded(const nlohmann::json& j, const char* key, const fs::path& file, 
   return x;
 }
 
-ExpertEntry parse_entry(const nlohmann::json& x, const fs::path& file, size_t n_dirs, size_t i) {
+ExpertEntry parse_entry(const nlohmann::json& x, const fs::path& file, size_t n_dirs, size_t i, size_t n_parts) {
   ExpertEntry e;
   if (!x.is_object()) throw FormatError(fmt::format("{}: experts[{}] is not an object", file.string(), i));
   e.layer = int32_t(bounded(x, "layer", file, 0, limits::kMaxLayers - 1));
@@ -269,6 +285,17 @@ ExpertEntry parse_entry(const nlohmann::json& x, const fs::path& file, size_t n_
     if (!d.is_number_unsigned() || d.get<uint64_t>() >= n_dirs)
       throw FormatError(fmt::format("{}: experts[{}] names directory {} of {}", file.string(), i, d.dump(), n_dirs));
     e.dirs.push_back(uint16_t(d.get<uint64_t>()));
+  }
+  if (x.contains("parts") && n_parts > 0) {  // optional: stores written before part hashes have none
+    const auto& v = x.at("parts");
+    if (!v.is_string() || v.get_ref<const std::string&>().size() != 16 * n_parts)
+      throw FormatError(fmt::format("{}: experts[{}].parts is not a string of {} 16-digit hex hashes", file.string(), i, n_parts));
+    const std::string& s = v.get_ref<const std::string&>();
+    try {
+      for (size_t p = 0; p < n_parts; ++p) e.part_xxh64.push_back(parse_hex64(s.substr(16 * p, 16)));
+    } catch (const FormatError& err) {
+      throw FormatError(fmt::format("{}: experts[{}].parts: {}", file.string(), i, err.what()));
+    }
   }
   if (e.dirs.empty()) throw FormatError(fmt::format("{}: experts[{}] ({}) lists no directory", file.string(), i, expert_file_name(e.layer, e.expert)));
   for (auto d : e.dirs)
@@ -308,12 +335,17 @@ Manifest read_manifest(const fs::path& file) {
     m.spine_bytes = bounded(s, "bytes", file, 0, INT64_MAX);
     m.spine_xxh64 = parse_hex64(field<std::string>(s, "xxh64", file));
   }
+  size_t n_parts = 0;
+  if (j.contains("part_bytes")) {
+    m.part_bytes = bounded(j, "part_bytes", file, 4096, limits::kMaxExpertFileBytes);
+    n_parts = size_t((m.file_bytes + m.part_bytes - 1) / m.part_bytes);
+  }
   const auto& ex = j.contains("experts") ? j["experts"] : throw FormatError(file.string() + ": missing field 'experts'");
   if (!ex.is_array() || int64_t(ex.size()) > m.n_layers * m.n_experts)  // both bounded: no overflow
     throw FormatError(fmt::format("{}: 'experts' is not a list of at most n_layers x n_experts = {} entries",
                                   file.string(), m.n_layers * m.n_experts));
   m.experts.reserve(ex.size());
-  for (size_t i = 0; i < ex.size(); ++i) m.experts.push_back(parse_entry(ex[i], file, m.dirs.size(), i));
+  for (size_t i = 0; i < ex.size(); ++i) m.experts.push_back(parse_entry(ex[i], file, m.dirs.size(), i, n_parts));
   return m;
 }
 

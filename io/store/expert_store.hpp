@@ -34,6 +34,12 @@ int64_t expert_file_bytes(const ModelConfig& c);
 uint64_t xxh64_file(const std::filesystem::path& p, int64_t* size = nullptr, bool direct = false,
                     bool* used_direct = nullptr);
 uint64_t xxh64_bytes(const void* data, size_t n);
+
+// Part hashes: the xxh64 (seed 0) of each consecutive kPartHashBytes of an expert file (the last part
+// takes the rest). A reader that copies a part can check it while the bytes are still in its cache, in
+// parallel over parts, instead of a second pass over the whole file after the last part landed.
+inline constexpr uint64_t kPartHashBytes = 2u << 20;
+std::vector<uint64_t> xxh64_parts(const void* data, size_t n, uint64_t part_bytes = kPartHashBytes);
 std::string hex64(uint64_t v);             // 16 lower-case hex digits
 uint64_t parse_hex64(const std::string& s);  // throws FormatError
 
@@ -47,6 +53,7 @@ struct ExpertEntry {
   int32_t layer = 0, expert = 0;
   uint64_t xxh64 = 0;
   std::vector<uint16_t> dirs;  // indexes into Manifest::dirs; dirs[0] is the primary copy
+  std::vector<uint64_t> part_xxh64;  // "parts": per Manifest::part_bytes of the file; empty when unknown
 };
 
 struct Manifest {
@@ -58,6 +65,7 @@ struct Manifest {
   std::string spine_file = "spine.gguf";
   int64_t spine_bytes = 0;
   uint64_t spine_xxh64 = 0;
+  int64_t part_bytes = 0;  // the span of each entry's part hashes (kPartHashBytes); 0: no part hashes
   std::vector<ExpertEntry> experts;
 };
 

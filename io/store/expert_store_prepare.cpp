@@ -230,6 +230,7 @@ PrepareResult prepare_model(const PrepareOptions& o) {
     const ExpertKey k = p.experts[i];
     const auto name = expert_file_name(k.layer, k.expert);
     std::optional<uint64_t> hash;
+    std::vector<uint64_t> parts;  // known when this run builds the expert (a resumed, skipped one has none)
     std::vector<fs::path> todo;
     for (auto d : p.placement[i]) {
       const fs::path f = p.dirs[d].path / name;
@@ -246,6 +247,7 @@ PrepareResult prepare_model(const PrepareOptions& o) {
       const uint64_t h = xxh64_bytes(buf.data(), buf.size());
       if (hash && *hash != h) throw FormatError(fmt::format("{}: a finished copy's xxh64 {} differs from the checkpoint's {}", name, hex64(*hash), hex64(h)));
       hash = h;
+      parts = xxh64_parts(buf.data(), buf.size(), uint64_t(m.part_bytes));
       for (const auto& f : todo) {
         write_file_atomic(f, buf.data(), buf.size());
         j.record(f, h);
@@ -254,7 +256,7 @@ PrepareResult prepare_model(const PrepareOptions& o) {
         progress.add(1, p.file_bytes);
       }
     }
-    m.experts.push_back({k.layer, k.expert, *hash, p.placement[i]});
+    m.experts.push_back({k.layer, k.expert, *hash, p.placement[i], std::move(parts)});
   }
   copy_side_files(o, p.config_text);
   // The usage counts stay with the store: they seed the expert caches of every run (usage_file()).

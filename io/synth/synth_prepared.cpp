@@ -100,7 +100,8 @@ class Run {
  public:
   Run(const SynthPreparedOptions& o, const Plan& p, SynthSpineSource& spine, Progress& progress, int threads)
       : o_(o), p_(p), spine_(spine), progress_(progress), threads_(threads), gen_order_(spine.generation_order()),
-        hashes_(p.experts.size()) {
+        hashes_(p.experts.size()),
+        part_hashes_(p.experts.size()) {
     for (const auto& d : p.dirs) dir_names_.push_back(d.path.string());
   }
 
@@ -119,7 +120,7 @@ class Run {
   Manifest manifest() const {
     Manifest m = make_manifest(p_.c, p_.cfg_text, dir_names_, spine_size_, spine_hash_);
     for (size_t i = 0; i < p_.experts.size(); ++i)
-      m.experts.push_back({p_.experts[i].layer, p_.experts[i].expert, hashes_[i], p_.placement[i]});
+      m.experts.push_back({p_.experts[i].layer, p_.experts[i].expert, hashes_[i], p_.placement[i], part_hashes_[i]});
     return m;
   }
 
@@ -156,6 +157,7 @@ class Run {
     const ExpertKey k = p_.experts[i];
     build_synth_expert(p_.c, o_.synth.seed, k.layer, k.expert, buf.data());
     hashes_[i] = xxh64_bytes(buf.data(), buf.size());
+    part_hashes_[i] = xxh64_parts(buf.data(), buf.size());
     for (auto d : p_.placement[i]) {
       if (!write_file_atomic(p_.dirs[d].path / expert_file_name(k.layer, k.expert), buf.data(), buf.size(),
                              {.direct = true, .sync_dir = false}))  // one directory fsync at the end
@@ -186,6 +188,7 @@ class Run {
   const std::vector<size_t> gen_order_;
   std::vector<std::string> dir_names_;
   std::vector<uint64_t> hashes_;
+  std::vector<std::vector<uint64_t>> part_hashes_;
   std::atomic<size_t> next_{0};
   std::atomic<int64_t> buffered_{0};
   std::atomic<bool> abort_{false};

@@ -151,6 +151,33 @@ TEST(StreamingFaults, VerifyReadsTreatsAChecksumMismatchAsABadCopy) {
   }
 }
 
+// With a pread pool (tmpfs, cached storage) the worker that copied a part hashes it against the
+// manifest's part hashes while it is in cache: no hasher pass, the same bad-copy handling, the same output.
+TEST(StreamingFaults, PreadWorkersCheckEveryPartAndABadCopyIsReadFromAnother) {
+  auto o = streaming_options(corrupted_copy("replicated", 2, true, "nvme0", Damage::flip_byte, "-parts"), 0);
+  o.streaming.verify_reads = true;
+  o.streaming.engine = io::EngineKind::pread_pool;
+  for (bool split : {false, true}) {
+    SCOPED_TRACE(split ? "split reads" : "whole-file reads");
+    o.streaming.split_reads = split;
+    const RunResult r = generate_run(o);
+    expect_same_output(r, reference());
+    EXPECT_GT(r.metrics.verify_in_reader, 0u) << "the pread workers checked the parts";
+    EXPECT_GT(r.metrics.verify_mismatches, 0u) << "the flipped byte was found";
+  }
+  auto bad = streaming_options(corrupted_copy("one", 1, false, "nvme0", Damage::flip_byte, "-parts"), 0);
+  bad.streaming.engine = io::EngineKind::pread_pool;
+  try {
+    generate_run(bad);
+    FAIL() << "a damaged expert reached the output";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("/nvme0/L"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("part 0"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("xxh64"), std::string::npos) << msg;
+  }
+}
+
 TEST(StreamingFaults, VerifyReadsWithNoGoodCopyEndsWithAnErrorNamingTheFile) {
   auto o = streaming_options(corrupted_copy("one", 1, false, "nvme0"), 0);
   o.streaming.verify_reads = true;

@@ -11,6 +11,7 @@
 #include "io/read_engine/pinned_arena.hpp"
 #include "io/read_engine/pread_pool.hpp"
 #include "io/read_engine/split_engine.hpp"
+#include "io/store/expert_store.hpp"
 #include "tests/io/temp_dir.hpp"
 
 using namespace ferry;
@@ -78,6 +79,51 @@ TEST(SplitEngine, ReadPastTheEndReportsTheBytesUpToTheFirstShortPart) {
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].err, ENOENT);
   EXPECT_TRUE(got[0].open_failed);
+}
+
+// The pread worker hashes each part wholly inside its op against PartCheck; the split engine sums them
+// over its parts and reports the first bad one.
+TEST(SplitEngine, PoolWorkersCheckThePartsTheyCopyAndNameTheFirstBadOne) {
+  const auto dir = test::temp_dir("split-check");
+  const size_t n = 5 * 4096 + 1000;  // the last part is short
+  std::vector<std::byte> data(n);
+  for (size_t i = 0; i < n; ++i) data[i] = std::byte(i * 131 + 7);
+  const std::string path = (dir / "e.bin").string();
+  { std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(data.data()), std::streamsize(n)); }
+  auto check = std::make_shared<io::PartCheck>();
+  check->part_bytes = 4096;
+  check->file_bytes = n;
+  check->xxh64 = xxh64_parts(data.data(), n, 4096);
+  ASSERT_EQ(check->xxh64.size(), 6u);
+  auto run = [&](uint64_t split, std::shared_ptr<const io::PartCheck> c, uint64_t offset, uint64_t bytes) {
+    auto e = io::make_split_engine(std::make_unique<io::PreadPool>(io::EngineConfig{}), split);
+    std::vector<std::byte> dst(bytes);
+    io::ReadOp op;
+    op.tag = 1;
+    op.path = path;
+    op.offset = offset;
+    op.bytes = bytes;
+    op.dst = dst.data();
+    op.direct = false;
+    op.check = std::move(c);
+    e->submit(std::move(op));
+    std::vector<io::ReadResult> out;
+    while (out.empty()) e->reap(out, std::chrono::milliseconds(100));
+    return out[0];
+  };
+  for (uint64_t split : {uint64_t(4096), uint64_t(8192), uint64_t(1) << 20}) {
+    SCOPED_TRACE(split);
+    const auto whole = run(split, check, 0, n);
+    EXPECT_EQ(whole.parts_ok, 6u);
+    EXPECT_EQ(whole.bad_part, -1);
+  }
+  const auto tail = run(4096, check, 2 * 4096, n - 2 * 4096);  // a range: only its own parts
+  EXPECT_EQ(tail.parts_ok, 4u);
+  auto wrong = std::make_shared<io::PartCheck>(*check);
+  wrong->xxh64[3] ^= 1;
+  const auto bad = run(8192, wrong, 0, n);
+  EXPECT_EQ(bad.bad_part, 3);
+  EXPECT_EQ(bad.parts_ok, 5u);
 }
 
 TEST(EngineChoice, AutoPicksTheSplittingPoolOnTmpfsAndIoUringWithODirectElsewhere) {

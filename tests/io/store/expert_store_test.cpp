@@ -45,6 +45,39 @@ TEST(Manifest, WritesAndReadsBackEveryField) {
   EXPECT_EQ(r.experts[1].dirs, (std::vector<uint16_t>{1}));
 }
 
+// Part hashes (xxh64 per 2 MiB, for readers that check parts as they copy them) round-trip; an entry
+// may have none (written before them, or resumed by prepare); a wrong count is named.
+TEST(Manifest, PartHashesRoundTripAndAWrongCountIsNamed) {
+  const auto dir = test::fresh_dir("m-parts");
+  Manifest m;
+  m.config_hash = hex64(1);
+  m.n_layers = 2;
+  m.n_experts = 2;
+  m.expert_bytes = m.file_bytes = 17547264;
+  m.dirs = {"/nvme0/k31"};
+  m.part_bytes = int64_t(kPartHashBytes);
+  std::vector<uint64_t> parts;
+  for (uint64_t i = 0; i < 9; ++i) parts.push_back(0x1111111111111111ULL * (i + 1));  // 17.5 MB / 2 MiB: 9
+  m.experts = {{1, 0, 5, {0}, parts}, {1, 1, 7, {0}}};
+  write_manifest(dir / "manifest.json", m);
+  const Manifest r = read_manifest(dir / "manifest.json");
+  EXPECT_EQ(r.part_bytes, int64_t(kPartHashBytes));
+  EXPECT_EQ(r.experts[0].part_xxh64, parts);
+  EXPECT_TRUE(r.experts[1].part_xxh64.empty());
+  m.experts[0].part_xxh64.pop_back();
+  write_manifest(dir / "manifest.json", m);
+  try {
+    read_manifest(dir / "manifest.json");
+    FAIL() << "8 part hashes for a 9-part file were accepted";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("experts[0].parts"), std::string::npos) << e.what();
+  }
+  const std::vector<std::byte> bytes(5000, std::byte{3});
+  const auto h = xxh64_parts(bytes.data(), bytes.size(), 4096);
+  ASSERT_EQ(h.size(), 2u);
+  EXPECT_EQ(h[1], xxh64_bytes(bytes.data() + 4096, 904));
+}
+
 TEST(Manifest, ADirectoryIndexOutOfRangeIsNamed) {
   const auto dir = test::fresh_dir("m");
   std::ofstream(dir / "manifest.json") << R"({"format":"ferry-experts/1","config_hash":"x","n_layers":2,"n_experts":2,
