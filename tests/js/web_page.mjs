@@ -32,7 +32,7 @@ try {
       if (c) window.__lengths.add(c.textContent.length);
     }).observe(document.getElementById("messages"), { subtree: true, childList: true, characterData: true });
   });
-  await page.fill("#max_tokens", "48");
+  await page.fill("#max_tokens", process.argv[4] || "48");
   await page.fill("#temperature", "0");
   await page.fill("#input", "Tell me about ferries.");
   await page.press("#input", "Enter");

@@ -12,11 +12,23 @@ namespace {
 
 TEST(WebPage, ChatStreamsAReplyAndTheDashboardUpdatesInHeadlessChromium) {
   if (!fs::exists("/usr/bin/chromium")) GTEST_FAIL() << "/usr/bin/chromium is missing: run scripts/install-deps.sh";
-  ServerProcess server({"--events-interval-ms", "200"});
+  // A long reply (a template without stop strings, 160 tokens) from experts streamed through a 2-expert
+  // cache, so the reply's events arrive over seconds. With everything in memory and 48 tokens the tiny
+  // model finished before a starved browser's first read on a loaded 2-core CI machine, and the page
+  // saw the whole reply in one chunk.
+  const fs::path tmpl = fs::path(FERRY_BINARY_DIR) / "test-data/nostop-template-page.json";
+  fs::create_directories(tmpl.parent_path());
+  std::ofstream(tmpl) << R"({"name": "nostop", "roles": {"system": {"prefix": "", "suffix": "\n"},
+    "user": {"prefix": "Q: ", "suffix": "\n"}, "assistant": {"prefix": "A: ", "suffix": "\n"}}, "generation_prompt": "A:"})";
+  ServerProcess server({"--events-interval-ms", "200", "--ssd-streaming", "--cache-experts", "2", "--chat-template",
+                        tmpl.string()},
+                       prepared_tiny());
   const fs::path shot = fs::path(FERRY_BINARY_DIR) / "ferry-server-page.png";
   fs::remove(shot);
   std::string out;
-  const int rc = run_node("web_page.mjs http://127.0.0.1:" + std::to_string(server.port()) + "/ '" + shot.string() + "'", out);
+  const int rc = run_node("web_page.mjs http://127.0.0.1:" + std::to_string(server.port()) + "/ '" + shot.string() +
+                              "' 160",
+                          out);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_TRUE(fs::exists(shot)) << out;
   EXPECT_GT(fs::exists(shot) ? fs::file_size(shot) : 0, 10000u);
