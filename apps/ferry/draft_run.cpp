@@ -8,13 +8,11 @@
 
 namespace ferry::cli {
 
-SpecParams spec_params(const DraftOptions& f) { return draft_spec_params(f); }
-
 std::vector<GeneratedToken> generate_with_drafter(Runtime& rt, const DraftOptions& f, LoadedModel& m, SeqState& state,
                                                   std::span<const int32_t> prompt, const GenerateParams& gp,
                                                   GenerateMetrics& g, DraftRun& out,
                                                   const std::function<bool(const GeneratedToken&)>& on_token) {
-  const SpecParams sp = spec_params(f);
+  const SpecParams sp = draft_spec_params(f);
   DrafterBridgeOptions bo;
   bo.sidecar = sidecar_for_spec(f.spec, f.threads, f.exe);
   bo.target = {m.tokenizer.get(), static_cast<int32_t>(m.cfg.vocab)};

@@ -19,8 +19,6 @@ class Runtime;
 
 namespace ferry::cli {
 
-SpecParams spec_params(const DraftOptions& f);  // values checked by validate_engine_options
-
 struct DraftRun {
   SpecStats spec;
   drafter_status bridge;

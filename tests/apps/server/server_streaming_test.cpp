@@ -19,25 +19,37 @@ double labelled(const std::string& metrics, const std::string& series) {
   return p == std::string::npos ? -1.0 : std::stod(metrics.substr(p + series.size() + 2));
 }
 
+const std::string kSystem = "You are terse.", kUser = "Tell me about ferries.";
+constexpr int kReplyTokens = 12;
+
+// `ferry run --chat` with the streaming flags on `model`: the reference reply (its JSON).
+nlohmann::json ferry_run_chat(const fs::path& model) {
+  std::string flags;
+  for (const auto& a : kStreaming) flags += " " + a;
+  const Proc run = sh(kFerry + " run --json -t 1 -c 512 -m " + model.string() + flags + " --chat --system '" + kSystem +
+                          "' -p '" + kUser + "' -n " + std::to_string(kReplyTokens),
+                      "/dev/null");
+  EXPECT_EQ(run.rc, 0) << run.out;
+  return run.rc == 0 ? nlohmann::json::parse(run.out) : nlohmann::json::object();
+}
+
+// The same messages through the `openai` npm client, non-streamed and streamed; rc and its output.
+int openai_chat(int port, std::string& out) {
+  const nlohmann::json messages = {{{"role", "system"}, {"content", kSystem}}, {{"role", "user"}, {"content", kUser}}};
+  return run_node("chat_tokens.mjs http://127.0.0.1:" + std::to_string(port) + "/v1 '" + messages.dump() + "' " +
+                      std::to_string(kReplyTokens),
+                  out);
+}
+
 TEST(ServerStreaming, OpenAiClientGetsTheTokensOfFerryRunChatAndMetricsShowExpertReads) {
   const fs::path model = prepared_tiny();
   std::vector<std::string> args = kStreaming;
   args.insert(args.end(), {"--ctx", "512"});
   ServerProcess server(args, model);
-  const std::string system = "You are terse.", user = "Tell me about ferries.";
-  const int n = 12;
-  std::string flags;
-  for (const auto& a : kStreaming) flags += " " + a;
-  const Proc run = sh(kFerry + " run --json -t 1 -c 512 -m " + model.string() + flags + " --chat --system '" + system +
-                         "' -p '" + user + "' -n " + std::to_string(n),
-                     "/dev/null");
-  ASSERT_EQ(run.rc, 0) << run.out;
-  const nlohmann::json want = nlohmann::json::parse(run.out);
-  const nlohmann::json messages = {{{"role", "system"}, {"content", system}}, {{"role", "user"}, {"content", user}}};
+  const nlohmann::json want = ferry_run_chat(model);
+  ASSERT_FALSE(want.empty());
   std::string out;
-  const int rc = run_node("chat_tokens.mjs http://127.0.0.1:" + std::to_string(server.port()) + "/v1 '" +
-                              messages.dump() + "' " + std::to_string(n),
-                          out);
+  const int rc = openai_chat(server.port(), out);
   ASSERT_EQ(rc, 0) << out << server.log();
   const nlohmann::json got = nlohmann::json::parse(out.substr(out.find('{')));
   for (const char* mode : {"plain", "stream"}) {
@@ -60,25 +72,15 @@ TEST(ServerStreaming, OpenAiClientGetsTheTokensOfFerryRunChatAndMetricsShowExper
 // so blocks must run and accept drafts (a server that ignored --draft would count none).
 TEST(ServerStreaming, DrafterOnTheServerGivesThePlainTokensAndCountsItsBlocks) {
   const fs::path model = prepared_tiny();
-  const std::string system = "You are terse.", user = "Tell me about ferries.";
-  const int n = 12;
-  std::string flags;
-  for (const auto& a : kStreaming) flags += " " + a;
-  const Proc run = sh(kFerry + " run --json -t 1 -c 512 -m " + model.string() + flags + " --chat --system '" + system +
-                          "' -p '" + user + "' -n " + std::to_string(n),
-                      "/dev/null");
-  ASSERT_EQ(run.rc, 0) << run.out;
-  const nlohmann::json want = nlohmann::json::parse(run.out);
+  const nlohmann::json want = ferry_run_chat(model);
+  ASSERT_FALSE(want.empty());
   const fs::path replay = fs::temp_directory_path() / ("ferry-server-replay-" + std::to_string(::getpid()) + ".json");
   std::ofstream(replay) << nlohmann::json{{"prompt_ids", want["prompt_ids"]}, {"generated_ids", want["ids"]}}.dump();
   std::vector<std::string> args = kStreaming;
   args.insert(args.end(), {"--ctx", "512", "--draft", "replay:" + replay.string(), "--draft-gate", "0"});
   ServerProcess server(args, model);
-  const nlohmann::json messages = {{{"role", "system"}, {"content", system}}, {{"role", "user"}, {"content", user}}};
   std::string out;
-  const int rc = run_node("chat_tokens.mjs http://127.0.0.1:" + std::to_string(server.port()) + "/v1 '" +
-                              messages.dump() + "' " + std::to_string(n),
-                          out);
+  const int rc = openai_chat(server.port(), out);
   fs::remove(replay);
   ASSERT_EQ(rc, 0) << out << server.log();
   const nlohmann::json got = nlohmann::json::parse(out.substr(out.find('{')));
