@@ -12,12 +12,8 @@
 #    `ferry run --chat`'s, and /metrics shows the engine's expert reads.
 # Writes $OUT/acceptance.log and $OUT/acceptance.json.
 set -uo pipefail
-[ -f .bundle/ferry-bundle.tar.xz ] && tar xJf .bundle/ferry-bundle.tar.xz -C .bundle && rm .bundle/ferry-bundle.tar.xz
-B=$(cd .bundle && pwd)
-OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT"
+source "$(dirname "$0")/gpu-env.sh"
 exec > >(tee "$OUT/acceptance.log") 2>&1
-export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export FERRY_FIXTURES_DIR="$PWD/tests/fixtures"
 F="$B/bin/ferry"; S="$B/bin/ferry-server"
 D=${BENCH_DIR:-$PWD/.benchdata}; R="$D/results"; mkdir -p "$D" "$R"

@@ -9,12 +9,8 @@
 # in the same call: O_DIRECT reads of the expert files and pinned host->device copies.
 # Writes $OUT/bench.log (everything printed), $OUT/results.json (the numbers) and $OUT/results.tgz.
 set -uo pipefail
-[ -f .bundle/ferry-bundle.tar.xz ] && tar xJf .bundle/ferry-bundle.tar.xz -C .bundle && rm .bundle/ferry-bundle.tar.xz
-B=$(cd .bundle && pwd)
-OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT"
+source "$(dirname "$0")/gpu-env.sh"
 exec > >(tee "$OUT/bench.log") 2>&1
-export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export FERRY_FIXTURES_DIR="$PWD/tests/fixtures"
 F="$B/bin/ferry"
 D=${BENCH_DIR:-$PWD/.benchdata}

@@ -19,12 +19,8 @@
 #  5. Drafter: n-gram drafted vs plain on the same store, 65 tokens (recorded; the gate was not reworked).
 # Writes $OUT/pipeline.log, $OUT/results.json and $OUT/results.tgz (traces, trace summaries, run JSON).
 set -uo pipefail
-[ -f .bundle/ferry-bundle.tar.xz ] && tar xJf .bundle/ferry-bundle.tar.xz -C .bundle && rm .bundle/ferry-bundle.tar.xz
-B=$(cd .bundle && pwd)
-OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT"
+source "$(dirname "$0")/gpu-env.sh"
 exec > >(tee "$OUT/pipeline.log") 2>&1
-export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 F="$B/bin/ferry"
 D=${BENCH_DIR:-$PWD/.benchdata}
 R="$D/results"

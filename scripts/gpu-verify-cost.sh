@@ -5,10 +5,9 @@
 # reference machine's fractions), 257 greedy tokens per variant, logit hashes compared.
 # `bash scripts/gpu-bundle.sh` here, then carry [".bundle"] and run `bash scripts/gpu-verify-cost.sh`.
 set -uo pipefail
-[ -f .bundle/ferry-bundle.tar.xz ] && tar xJf .bundle/ferry-bundle.tar.xz -C .bundle && rm .bundle/ferry-bundle.tar.xz
-B=$(cd .bundle && pwd); export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-F="$B/bin/ferry"; OUT=${OUT:-$PWD/gpu-out}; D=$PWD/.benchdata; R=$D/results; S=/dev/shm/ferry-verify
-rm -rf "$D" "$S"; mkdir -p "$R" "$S" "$OUT"; trap 'rm -rf "$S"' EXIT
+source "$(dirname "$0")/gpu-env.sh"
+F="$B/bin/ferry"; D=$PWD/.benchdata; R=$D/results; S=/dev/shm/ferry-verify
+rm -rf "$D" "$S"; mkdir -p "$R" "$S"; trap 'rm -rf "$S"' EXIT
 M=$D/model
 timeout 200 "$F" synth --arch kimi_k31 --preset full --layers 3 --quiet \
   --usage tests/fixtures/k3-expert-usage-2026-09-03.json --prepared "$M" \
