@@ -27,7 +27,7 @@ p, name, rc, flags = sys.argv[1:5]
 try: j = json.load(open(p))
 except Exception as e: print(name, "rc", rc, "no json", e); sys.exit()
 s = j.get("streaming", {}); v = s.get("verify_reads", {})
-print(f"{name:14s} rc {rc} steady {j.get('steady', 0):6.2f} tok/s | hashes {v.get('hashes')} on {v.get('threads')} threads, "
+print(f"{name:14s} rc {rc} steady {j.get('steady', 0):6.2f} tok/s | hashes {v.get('hashes')} on {v.get('threads')} threads + {v.get('in_reader')} checked in the readers, "
       f"{v.get('hash_s', 0):.2f} s | layer wait {s.get('layer_wait_s', 0):.2f} s | flags: {flags}")
 PY
   cmp -s "$R/base.hash" "$R/$name.hash" || [ "$name" = base ] || echo "  $name: LOGIT HASHES DIFFER from base"

@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -80,6 +81,10 @@ class ServerEngine {
   // when none is remembered. Chat history sent back keeps the model's own tokens this way.
   std::vector<int32_t> reply_ids(const std::string& text) const;
   int64_t ctx() const { return ctx_; }
+  // Appends "position id logits-hash" for every token every job generates to `out` (the lines
+  // `ferry run --trace-hash` writes), so a reply can be checked logit for logit against `ferry run`.
+  // Call before the first submit; `out` must outlive the engine.
+  void trace_hashes_to(std::ostream* out) { trace_hash_ = out; }
 
  private:
   void run();
@@ -93,6 +98,7 @@ class ServerEngine {
   const size_t max_queue_;
   EngineMetrics& metrics_;
   const std::optional<ServerDrafter> drafter_;
+  std::ostream* trace_hash_ = nullptr;  // engine thread only
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

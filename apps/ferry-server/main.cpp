@@ -10,6 +10,7 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 
 #include "apps/engine_cli/engine_cli.hpp"
 #include "apps/ferry-server/events_hub.hpp"
@@ -47,6 +48,9 @@ void add_options(CLI::App& app, ServerOptions& o) {
   app.add_option("--idle-timeout", o.idle_timeout_s,
                  "Seconds a connection may sit idle or take to send one request (slow clients are closed)")
       ->capture_default_str()->check(CLI::Range(1, 3600));
+  app.add_option("--trace-hash", o.trace_hash,
+                 "Append 'position id logits-hash' for every token every request generates to FILE (the lines "
+                 "`ferry run --trace-hash` writes: replies can be compared with it logit for logit)");
   app.add_option("--request-timeout", o.request_timeout_s, "Longest a request may take, queue wait included (s)")
       ->capture_default_str()->check(CLI::Range(1, 86400 * 7));
 }
@@ -133,6 +137,10 @@ void load(ServerContext& c) {
 
 void start(ServerContext& c) {
   PortHold hold(c.opt.host, c.opt.port);
+  if (!c.opt.trace_hash.empty()) {
+    c.trace_hash = std::make_unique<std::ofstream>(c.opt.trace_hash, std::ios::app);
+    if (!*c.trace_hash) throw UsageError("--trace-hash " + c.opt.trace_hash + ": cannot open the file for writing");
+  }
   load(c);
   c.model_name = c.opt.model_name.empty() ? default_model_name(c.opt.engine.model.dir) : c.opt.model_name;
   c.limits.max_tokens_limit = c.opt.max_tokens_limit;
@@ -143,6 +151,7 @@ void start(ServerContext& c) {
   if (c.drafter) drafter = ServerDrafter{c.drafter->propose_fn(), draft_spec_params(c.opt.engine.draft)};
   c.engine = std::make_unique<ServerEngine>(*c.model.model, *c.model.tokenizer, c.opt.engine.ctx, c.opt.max_queue,
                                             *c.metrics, std::move(drafter));
+  if (c.trace_hash) c.engine->trace_hashes_to(c.trace_hash.get());
   c.events = std::make_unique<EventsHub>(c, std::chrono::milliseconds(c.opt.events_interval_ms));
   std::fprintf(stderr, "ferry-server: model %s (%s, backend %s%s) loaded in %.2f s; chat template '%s'; context %lld\n",
                c.model_name.c_str(), c.model.cfg.model_type.c_str(), c.model.backend->name().c_str(),

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,7 @@ struct ServerOptions {
   size_t max_connections = 1024;
   size_t max_connections_per_client = 64;
   int idle_timeout_s = 5;
+  std::string trace_hash;          // --trace-hash FILE: every generated token's "position id logits-hash"
 };
 
 struct ServerContext {
@@ -57,6 +59,7 @@ struct ServerContext {
   // (declared before `engine`, whose jobs call it, so it is destroyed after the engine).
   std::unique_ptr<DrafterClient> drafter;
   std::unique_ptr<EngineMetrics> metrics;
+  std::unique_ptr<std::ostream> trace_hash;  // --trace-hash; declared before (outlives) the engine writing it
   std::unique_ptr<ServerEngine> engine;
   std::unique_ptr<EventsHub> events;
   std::atomic<uint64_t> next_id{1};

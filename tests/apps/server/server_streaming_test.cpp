@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
+#include <iterator>
 
 #include "tests/apps/engine_cli/engine_cli_support.hpp"
 #include "tests/apps/server/server_process.hpp"
@@ -22,10 +24,12 @@ double labelled(const std::string& metrics, const std::string& series) {
 const std::string kSystem = "You are terse.", kUser = "Tell me about ferries.";
 constexpr int kReplyTokens = 12;
 
-// `ferry run --chat` with the streaming flags on `model`: the reference reply (its JSON).
-nlohmann::json ferry_run_chat(const fs::path& model) {
+// `ferry run --chat` with the streaming flags on `model`: the reference reply (its JSON); with
+// `trace_hash`, its tokens' logit hashes go there.
+nlohmann::json ferry_run_chat(const fs::path& model, const fs::path& trace_hash = {}) {
   std::string flags;
   for (const auto& a : kStreaming) flags += " " + a;
+  if (!trace_hash.empty()) flags += " --trace-hash " + trace_hash.string();
   const Proc run = sh(kFerry + " run --json -t 1 -c 512 -m " + model.string() + flags + " --chat --system '" + kSystem +
                           "' -p '" + kUser + "' -n " + std::to_string(kReplyTokens),
                       "/dev/null");
@@ -41,12 +45,23 @@ int openai_chat(int port, std::string& out) {
                   out);
 }
 
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// ...and logit for logit: the server's --trace-hash holds, for each of the two requests, the lines
+// `ferry run --trace-hash` wrote (position, id, hash of the whole logit vector).
 TEST(ServerStreaming, OpenAiClientGetsTheTokensOfFerryRunChatAndMetricsShowExpertReads) {
   const fs::path model = prepared_tiny();
+  const std::string tag = std::to_string(::getpid());
+  const fs::path run_hash = fs::temp_directory_path() / ("ferry-run-chat-" + tag + ".hash");
+  const fs::path server_hash = fs::temp_directory_path() / ("ferry-server-chat-" + tag + ".hash");
+  fs::remove(server_hash);
   std::vector<std::string> args = kStreaming;
-  args.insert(args.end(), {"--ctx", "512"});
+  args.insert(args.end(), {"--ctx", "512", "--trace-hash", server_hash.string()});
   ServerProcess server(args, model);
-  const nlohmann::json want = ferry_run_chat(model);
+  const nlohmann::json want = ferry_run_chat(model, run_hash);
   ASSERT_FALSE(want.empty());
   std::string out;
   const int rc = openai_chat(server.port(), out);
@@ -58,6 +73,11 @@ TEST(ServerStreaming, OpenAiClientGetsTheTokensOfFerryRunChatAndMetricsShowExper
     EXPECT_EQ(g["usage"]["completion_tokens"], want["generated"]) << mode << "\n" << out;
     EXPECT_EQ(g["content"], want["text"]) << mode << ": the same tokens, as text";
   }
+  const std::string one = slurp(run_hash);
+  EXPECT_EQ(std::count(one.begin(), one.end(), '\n'), want["generated"].get<int>()) << one;
+  EXPECT_EQ(slurp(server_hash), one + one) << "plain and streamed requests: the logits of ferry run --chat";
+  fs::remove(run_hash);
+  fs::remove(server_hash);
   const HttpResponse m = http(server.port(), "GET", "/metrics");
   EXPECT_EQ(labelled(m.body, "ferry_streaming"), 1.0) << m.body;
   EXPECT_GT(labelled(m.body, "ferry_expert_reads_total"), 0.0) << m.body;
