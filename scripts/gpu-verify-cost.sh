@@ -13,6 +13,9 @@ timeout 200 "$F" synth --arch kimi_k31 --preset full --layers 3 --quiet \
   --usage tests/fixtures/k3-expert-usage-2026-09-03.json --prepared "$M" \
   --expert-dir "$S/e0" --expert-dir "$S/e1" --expert-dir "$S/e2" --expert-dir "$S/e3" --threads "$(nproc)" || exit 1
 cp "$M/usage.json" "$D/usage.orig.json"
+# The CPU's own ceiling on these files: N threads pread 2 MiB parts, with and without xxh64 (what the
+# pread workers do): the part of the verification cost no scheduling can remove.
+[ -x "$B/bin/hash-ceiling" ] && "$B/bin/hash-ceiling" "$S/e0" "$S/e1" "$S/e2" "$S/e3" | tee "$R/hash-ceiling.txt"
 EXB=17547264; HP="$((66 * EXB))B"
 run() {  # name, flags...
   local name=$1; shift

@@ -142,6 +142,7 @@ SpecParams draft_spec_params(const DraftOptions& d) {
   SpecParams sp;
   if (d.max < 1 || d.max > 15) refuse("--draft-max " + std::to_string(d.max) + " is outside 1..15");
   sp.draft_max = d.max;
+  sp.cost_gate = d.cost_gate;
   sp.gate.adaptive = d.gate == "adaptive";
   if (!sp.gate.adaptive) {
     float g = -1;

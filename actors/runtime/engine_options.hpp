@@ -18,6 +18,7 @@ struct DraftOptions {
   std::string spec;                // "" = off; ngram[:N] | replay:FILE[,opts] | qwen3:DIR
   std::string gate = "adaptive";   // or a fixed threshold in [0, 1]
   int max = 15;                    // drafts per block (1..15)
+  bool cost_gate = true;           // draft only when the measured cost model says a block pays
   int deadline_ms = 500;           // per drafter call
   int threads = 1;                 // of a checkpoint drafter
   std::string exe;                 // ferry-drafter binary (default: next to ferry)

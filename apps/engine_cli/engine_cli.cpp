@@ -113,6 +113,10 @@ void add_draft_flags(CLI::App* c, DraftOptions& f) {
   c->add_option("--draft", f.spec, "Speculative decoding with a drafter: ngram[:N], replay:FILE[,opts], qwen3:DIR");
   c->add_option("--draft-gate", f.gate, "Confidence gate: a threshold in [0,1] or 'adaptive' (starts at 0.9)")
       ->capture_default_str();
+  c->add_option("--draft-cost-gate", f.cost_gate,
+                "Draft only when blocks are measured to emit tokens faster than plain steps (on|off; off: "
+                "verify every proposal)")
+      ->capture_default_str();
   c->add_option("--draft-max", f.max, "Drafts per block (1-15; a block is the current token + drafts)")
       ->capture_default_str();
   c->add_option("--draft-deadline-ms", f.deadline_ms, "Per-call drafter deadline; late = a plain step")

@@ -108,8 +108,9 @@ void start_drafter(ServerContext& c) {
   bo.deadline_ms = d.deadline_ms;
   c.drafter = std::make_unique<DrafterClient>(*c.runtime, bo);  // the runtime restarts its bridge
   const bool up = c.drafter->wait_up(std::chrono::milliseconds(bo.sidecar.start_timeout_ms));
-  std::fprintf(stderr, "ferry-server: drafter %s %s (up to %d drafts per block, gate %s)\n", d.spec.c_str(),
-               up ? "up" : "not up yet (requests run plain steps until it is)", d.max, d.gate.c_str());
+  std::fprintf(stderr, "ferry-server: drafter %s %s (up to %d drafts per block, gate %s, cost gate %s)\n",
+               d.spec.c_str(), up ? "up" : "not up yet (requests run plain steps until it is)", d.max, d.gate.c_str(),
+               d.cost_gate ? "on" : "off");
 }
 
 void load(ServerContext& c) {

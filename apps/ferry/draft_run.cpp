@@ -42,6 +42,7 @@ nlohmann::json draft_json(const DraftRun& r) {
   j["blk_tokens"] = s.blk_tokens;
   j["plain_steps"] = s.plain_steps;
   j["replayed_rows"] = s.replays;
+  j["cost_gated"] = s.cost_gated;
   j["acceptance"] = s.acceptance();
   j["fallbacks"] = r.bridge.fallbacks;
   j["restarts"] = r.bridge.restarts;
@@ -52,14 +53,16 @@ void print_draft_stats(const DraftRun& r) {
   const SpecStats& s = r.spec;
   std::fprintf(stderr,
                "ferry: draft | blocks %lld | accepted %lld of %lld drafts (%.1f%%) | full %lld partial %lld zero %lld | "
-               "calls %lld, mean %.2f ms | blk_tokens %lld (%.2f per block) | plain steps %lld | fallbacks %llu "
+               "calls %lld, mean %.2f ms | blk_tokens %lld (%.2f per block) | plain steps %lld (%lld by the cost gate) | "
+               "fallbacks %llu "
                "restarts %llu\n",
                static_cast<long long>(s.blocks), static_cast<long long>(s.accepted), static_cast<long long>(s.drafts),
                100.0 * s.acceptance(), static_cast<long long>(s.full), static_cast<long long>(s.partial),
                static_cast<long long>(s.zero), static_cast<long long>(s.calls), s.mean_call_ms(),
                static_cast<long long>(s.blk_tokens),
                s.blocks ? static_cast<double>(s.blk_tokens) / static_cast<double>(s.blocks) : 0.0,
-               static_cast<long long>(s.plain_steps), static_cast<unsigned long long>(r.bridge.fallbacks),
+               static_cast<long long>(s.plain_steps), static_cast<long long>(s.cost_gated),
+               static_cast<unsigned long long>(r.bridge.fallbacks),
                static_cast<unsigned long long>(r.bridge.restarts));
 }
 

@@ -17,6 +17,20 @@ DraftCostModel::DraftCostModel(size_t max_drafts)
 
 void DraftCostModel::plain_step(double seconds) { plain_ = ewma(plain_, seconds); }
 
+void DraftCostModel::asked(double seconds, bool offered) {
+  call_ = ewma(call_, seconds);
+  asked_ += 1;
+  if (offered) {
+    offered_ += 1;
+    return;
+  }
+  if (!probing_) return;
+  probing_ = false;  // the probe found nothing to verify: ask again later, less often
+  probe_every_ = std::min<size_t>(probe_every_ * 2, 1024);
+}
+
+double DraftCostModel::offer_rate() const { return (offered_ + 1) / (asked_ + 1); }
+
 void DraftCostModel::block(size_t drafts, size_t accepted, double seconds, bool cut) {
   const size_t k = std::min(drafts, max_);
   if (k == 0) return;
@@ -39,7 +53,9 @@ void DraftCostModel::block(size_t drafts, size_t accepted, double seconds, bool 
 // would keep drafting on a lucky streak (measured on the simulated decodes: 0.79-0.87x plain at 50-90 %).
 double DraftCostModel::rate(size_t k) const {
   const double t = block_seconds(k);
-  return t > 0 ? expected_tokens(k) / t : 0.0;
+  if (t <= 0) return 0.0;
+  const double q = offer_rate();
+  return (q * expected_tokens(k) + (1 - q)) / (call_ + q * t + (1 - q) * plain_);
 }
 
 // A weak prior (half a draft each way): a long run of accepted probes must be able to convince the
@@ -83,8 +99,8 @@ size_t DraftCostModel::choose(size_t offered) {
     since_probe_ = 0;
     return best;
   }
-  if (++since_probe_ < probe_every_ && std::any_of(block_.begin(), block_.end(), [](double t) { return t > 0; }))
-    return 0;
+  const bool measured = asked_ > 0 || std::any_of(block_.begin(), block_.end(), [](double t) { return t > 0; });
+  if (++since_probe_ < probe_every_ && measured) return 0;
   since_probe_ = 0;
   probing_ = true;
   return std::min(probe_k_, offered);

@@ -11,6 +11,12 @@
 // not pay, a rare probe block keeps the numbers fresh: 1 draft at first, twice as many after a probe whose
 // drafts were all accepted, back to 1 and twice the spacing after one that was not, so a drafter that
 // never helps costs almost nothing and one that always does is found.
+//
+// Asking costs too: a drafter call (c seconds, on the critical path) may offer nothing usable (an
+// n-gram drafter with no match). With q the share of calls that offered drafts, asking for k drafts
+// emits q E(k) + (1 - q) tokens in c + q T(k) + (1 - q) T0 seconds; a drafter that is cheap to ask
+// (c << T0, the streaming tier) is asked every step even when it rarely offers, one that costs a
+// third of a CPU step and never offers is asked only at the probes.
 #pragma once
 
 #include <cstddef>
@@ -23,6 +29,9 @@ class DraftCostModel {
   explicit DraftCostModel(size_t max_drafts = 15);
 
   void plain_step(double seconds);
+  // One drafter call took `seconds`; `offered`: it proposed drafts the block could use (else the step
+  // runs plain; a probe that got nothing backs off like a rejected one).
+  void asked(double seconds, bool offered);
   // A block of 1 + drafts rows (verify + rollback) that accepted `accepted` drafts; `cut` = it ended
   // early for another reason (the generation limit or a stop token), so a shortfall is no rejection.
   void block(size_t drafts, size_t accepted, double seconds, bool cut = false);
@@ -35,6 +44,7 @@ class DraftCostModel {
   double expected_tokens(size_t k) const;  // E(k) at the current acceptance
   double block_seconds(size_t k) const;    // measured or estimated T(k); 0 when nothing is measured
   double plain_seconds() const { return plain_; }
+  double offer_rate() const;               // q: share of calls that offered drafts (1 before any call)
 
  private:
   double rate(size_t k) const;  // expected tokens per second of a block of k drafts
@@ -43,6 +53,8 @@ class DraftCostModel {
   double plain_ = 0;             // EWMA of plain step seconds (0 = none yet)
   std::vector<double> block_;    // [k]: EWMA of the seconds of blocks with k drafts (0 = none)
   double accepted_ = 0, rejected_ = 0;
+  double call_ = 0;              // EWMA of a drafter call's seconds
+  double asked_ = 0, offered_ = 0;
   size_t since_probe_ = 0, probe_every_ = 32, probe_k_ = 1;
   bool probing_ = false;
 };

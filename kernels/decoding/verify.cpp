@@ -4,6 +4,8 @@
 #include <chrono>
 #include <optional>
 
+#include "kernels/decoding/draft_cost.hpp"
+
 namespace ferry {
 
 size_t DraftGate::cut(const DraftProposal& p) const {
@@ -34,7 +36,7 @@ bool is_stop(std::span<const int32_t> stop_ids, int32_t id) {
 // them back; KDA state and conv history are sums over every row, so they are restored from the
 // snapshot and the kept rows re-run. Decode-mode rows are row-invariant, so the re-run state is the
 // bits plain steps would have left.
-void roll_back(Model& model, SeqState& s, const std::optional<SeqSnapshot>& snap, int64_t pos0,
+void roll_back(Model& model, SeqState& s, const SeqSnapshot* snap, int64_t pos0,
                std::span<const int32_t> rows, size_t keep, SpecStats& st) {
   if (keep == rows.size()) return;
   if (!snap) {
@@ -57,8 +59,11 @@ BlockOutcome verify_block(Model& model, SeqState& s, int32_t cur, std::span<cons
   const size_t k = drafts.size();
   std::vector<int32_t> rows{cur};
   rows.insert(rows.end(), drafts.begin(), drafts.end());
-  std::optional<SeqSnapshot> snap;
-  if (model.config().count(Mixer::kda) > 0) snap = model.snapshot(s);
+  const SeqSnapshot* snap = nullptr;
+  if (model.config().count(Mixer::kda) > 0) {
+    model.snapshot(s, s.block_snapshot);
+    snap = &s.block_snapshot;
+  }
   ForwardOptions fo;
   fo.all_logits = true;
   const std::vector<float> logits = model.forward(s, rows, fo);
@@ -146,25 +151,44 @@ std::vector<GeneratedToken> generate_speculative(Model& model, SeqState& state, 
     return emit(t);
   };
   if (!done) done = !plain(logits);
+  // The cost gate: how many drafts pay now, from this run's measured plain steps, blocks and drafter
+  // calls (a call is on the critical path whether or not it offers drafts).
+  std::optional<DraftCostModel> cost;
+  if (sp.cost_gate) cost.emplace(static_cast<size_t>(std::clamp(sp.draft_max, 1, 15)));
+  auto seconds_since = [](clock::time_point a) { return std::chrono::duration<double>(clock::now() - a).count(); };
   while (!done) {
     const int64_t remaining = p.n_predict - static_cast<int64_t>(out.size());
     const int64_t room = state.max_ctx - state.len - 1;
-    const int64_t max_k = std::max<int64_t>(0, std::min<int64_t>({sp.draft_max, 15, remaining - 1, room}));
+    int64_t max_k = std::max<int64_t>(0, std::min<int64_t>({sp.draft_max, 15, remaining - 1, room}));
+    if (cost && propose && max_k > 0) {
+      max_k = static_cast<int64_t>(cost->choose(static_cast<size_t>(max_k)));
+      if (max_k == 0) ++st.cost_gated;
+    }
     std::optional<DraftProposal> prop;
+    double call_s = -1;
     if (propose && max_k > 0) {
       const auto c0 = clock::now();
       prop = propose(history, static_cast<int>(max_k), gate.threshold());
-      st.call_ms += std::chrono::duration<double, std::milli>(clock::now() - c0).count();
+      call_s = seconds_since(c0);
+      st.call_ms += 1e3 * call_s;
       ++st.calls;
     }
     const std::vector<int32_t> drafts = usable_drafts(prop, gate, static_cast<size_t>(max_k), vocab);
+    if (cost && call_s >= 0) cost->asked(call_s, !drafts.empty());
     if (drafts.empty()) {
       ++st.plain_steps;
+      const auto p0 = clock::now();
       logits = model.forward(state, std::vector<int32_t>{history.back()});
+      if (cost) cost->plain_step(seconds_since(p0));
       done = !plain(logits);
       continue;
     }
+    const auto b0 = clock::now();
     BlockOutcome b = verify_block(model, state, history.back(), drafts, sampler, p.stop_ids, remaining, st);
+    // A block cut short by a stop id or the token limit is no rejection.
+    if (cost)
+      cost->block(drafts.size(), b.accepted, seconds_since(b0),
+                  b.stopped || static_cast<int64_t>(b.emitted.size()) >= remaining);
     gate.update(drafts.size(), b.accepted);
     for (const GeneratedToken& t : b.emitted)
       if (!emit(t)) {

@@ -61,6 +61,7 @@ struct SpecStats {
   int64_t blk_tokens = 0;  // tokens emitted by blocks (accepted drafts + one per block)
   int64_t plain_steps = 0; // single-row steps (no proposal, or everything under the gate)
   int64_t replays = 0;     // rows re-run to roll KDA state back after a partial/zero block
+  int64_t cost_gated = 0;  // plain steps the cost gate chose without asking the drafter (SpecParams::cost_gate)
   double mean_call_ms() const { return calls > 0 ? call_ms / static_cast<double>(calls) : 0.0; }
   double acceptance() const { return drafts > 0 ? static_cast<double>(accepted) / static_cast<double>(drafts) : 0.0; }
 };
@@ -68,6 +69,10 @@ struct SpecStats {
 struct SpecParams {
   int draft_max = 15;  // drafts per block (block rows = 1 + drafts <= 16)
   GateOptions gate;
+  // Draft only when a block is expected to emit tokens faster than plain steps, by the cost model of
+  // this run's own measured step and block times and acceptance (draft_cost.hpp); off = draft whenever
+  // the drafter proposes. The engine's option (`--draft-cost-gate`) defaults to on.
+  bool cost_gate = false;
 };
 
 // The tokens one verification block emitted and how many drafts it accepted.

@@ -119,19 +119,24 @@ std::unique_ptr<SeqState> Model::new_state(int64_t max_ctx) const {
   return s;
 }
 
-SeqSnapshot Model::snapshot(const SeqState& s) const {
-  SeqSnapshot snap;
-  snap.len = s.len;
+void Model::snapshot(const SeqState& s, SeqSnapshot& into) const {
+  into.len = s.len;
+  size_t k = 0;
   for (const LayerState& L : s.layers) {
     if (!L.kda_state.get()) continue;
-    std::vector<float> v(L.kda_state.size() + 3 * L.conv_q.size());
-    size_t o = 0;
+    const size_t n = L.kda_state.size() + 3 * L.conv_q.size();
+    if (into.kda.size() <= k) into.kda.emplace_back(be_, n, Buf::Uninit{});
+    float* dst = into.kda[k++].get();
     for (const Buf* b : {&L.kda_state, &L.conv_q, &L.conv_k, &L.conv_v}) {
-      be_.download(v.data() + o, b->get(), b->size() * sizeof(float));
-      o += b->size();
+      be_.copy(dst, b->get(), b->size() * sizeof(float));
+      dst += b->size();
     }
-    snap.kda.push_back(std::move(v));
   }
+}
+
+SeqSnapshot Model::snapshot(const SeqState& s) const {
+  SeqSnapshot snap;
+  snapshot(s, snap);
   return snap;
 }
 
@@ -140,13 +145,21 @@ void Model::restore(SeqState& s, const SeqSnapshot& snap) const {
   size_t k = 0;
   for (LayerState& L : s.layers) {
     if (!L.kda_state.get()) continue;
-    const auto& v = snap.kda.at(k++);
-    size_t o = 0;
+    const float* src = snap.kda.at(k++).get();
     for (Buf* b : {&L.kda_state, &L.conv_q, &L.conv_k, &L.conv_v}) {
-      be_.upload(b->get(), v.data() + o, b->size() * sizeof(float));
-      o += b->size();
+      be_.copy(b->get(), src, b->size() * sizeof(float));
+      src += b->size();
     }
   }
+}
+
+std::vector<std::vector<float>> Model::download(const SeqSnapshot& snap) const {
+  std::vector<std::vector<float>> out;
+  for (const Buf& b : snap.kda) {
+    out.emplace_back(b.size());
+    be_.download(out.back().data(), b.get(), b.size() * sizeof(float));
+  }
+  return out;
 }
 
 void Model::attn_res(const std::vector<Buf>& blocks, const float* p, const Buf& w, int64_t n, float* out) {

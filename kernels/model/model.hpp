@@ -31,17 +31,20 @@ struct LayerState {
   Buf k, v;                    // GQA: [max_ctx, Hk * hd]
 };
 
+// A copy of the parts of a SeqState that cannot be rolled back by truncating `len` (KDA state and
+// convolution history). Attention caches roll back by resetting `len`: rows past it are rewritten.
+// Held in back-end memory: on the GPU a snapshot and a restore are device-to-device copies on the
+// compute stream (no host round trip, no synchronisation).
+struct SeqSnapshot {
+  int64_t len = 0;
+  std::vector<Buf> kda;  // per KDA layer: state, conv_q, conv_k, conv_v concatenated
+};
+
 struct SeqState {
   int64_t len = 0;      // tokens already in the caches
   int64_t max_ctx = 0;
   std::vector<LayerState> layers;
-};
-
-// A copy of the parts of a SeqState that cannot be rolled back by truncating `len` (KDA state and
-// convolution history). Attention caches roll back by resetting `len`: rows past it are rewritten.
-struct SeqSnapshot {
-  int64_t len = 0;
-  std::vector<std::vector<float>> kda;  // per KDA layer: state, conv_q, conv_k, conv_v concatenated
+  SeqSnapshot block_snapshot;  // the verification block's rollback point: allocated once, reused
 };
 
 struct ForwardOptions {
@@ -63,8 +66,12 @@ class Model {
   Backend& backend() const { return be_; }
 
   std::unique_ptr<SeqState> new_state(int64_t max_ctx) const;
+  // Copies the KDA state of `s` into `into` (allocated on first use, then reused).
+  void snapshot(const SeqState& s, SeqSnapshot& into) const;
   SeqSnapshot snapshot(const SeqState& s) const;
   void restore(SeqState& s, const SeqSnapshot& snap) const;
+  // The snapshot's KDA buffers in host memory (tests compare states with it).
+  std::vector<std::vector<float>> download(const SeqSnapshot& snap) const;
 
   // Runs ids at positions s.len … s.len+n-1 and advances s.len. Returns host logits
   // [rows, vocab] where rows = n (all_logits) or 1 (the last row) or 0 (no_logits).

@@ -97,7 +97,8 @@ TEST(ServerStreaming, DrafterOnTheServerGivesThePlainTokensAndCountsItsBlocks) {
   const fs::path replay = fs::temp_directory_path() / ("ferry-server-replay-" + std::to_string(::getpid()) + ".json");
   std::ofstream(replay) << nlohmann::json{{"prompt_ids", want["prompt_ids"]}, {"generated_ids", want["ids"]}}.dump();
   std::vector<std::string> args = kStreaming;
-  args.insert(args.end(), {"--ctx", "512", "--draft", "replay:" + replay.string(), "--draft-gate", "0"});
+  args.insert(args.end(), {"--ctx", "512", "--draft", "replay:" + replay.string(), "--draft-gate", "0",
+                              "--draft-cost-gate", "off"});
   ServerProcess server(args, model);
   std::string out;
   const int rc = openai_chat(server.port(), out);

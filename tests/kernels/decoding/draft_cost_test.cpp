@@ -17,6 +17,8 @@ struct Costs {
   double plain = 1.0;  // one plain step
   double row = 0.9;    // each further row of a block
   double replay = 0.5; // per kept row re-run after a rejection (KDA state rollback)
+  double call = 0.0;   // one drafter call
+  double offer = 1.0;  // probability that a call offers drafts (an n-gram drafter often has none)
 };
 
 // Emits `tokens` tokens with the gate deciding; drafts are accepted with probability `a` each (a chain).
@@ -24,11 +26,17 @@ struct Costs {
 double simulate(const Costs& c, double a, int tokens, uint64_t seed) {
   DraftCostModel gate(15);
   std::mt19937_64 rng(seed);
-  std::bernoulli_distribution accept(a);
+  std::bernoulli_distribution accept(a), offers(c.offer);
   double t = 0;
   int out = 0;
   while (out < tokens) {
-    const size_t k = gate.choose(std::min<size_t>(15, size_t(tokens - out - 1 > 0 ? tokens - out - 1 : 0)));
+    size_t k = gate.choose(std::min<size_t>(15, size_t(tokens - out - 1 > 0 ? tokens - out - 1 : 0)));
+    if (k > 0) {
+      const bool offered = offers(rng);
+      gate.asked(c.call, offered);
+      t += c.call;
+      if (!offered) k = 0;
+    }
     if (k == 0) {
       gate.plain_step(c.plain);
       t += c.plain;
@@ -67,6 +75,27 @@ TEST(DraftCostModel, StreamingCostsDraftAtModestAcceptance) {
     EXPECT_GE(r, 0.97) << "acceptance " << a;
     if (a >= 0.25) {
       EXPECT_GT(r, 1.1) << "acceptance " << a;
+    }
+  }
+}
+
+// A drafter that is slow to ask and rarely offers (the n-gram drafter on the CPU: a call ~0.3 of a step,
+// a match 10 % of the time) is asked only at the probes; one that is cheap to ask (the streaming tier:
+// a call ~1 % of a step) is asked every step and pays whenever it offers.
+TEST(DraftCostModel, TheCostOfAskingIsWeighedAgainstHowOftenTheDrafterOffers) {
+  Costs cpu_ngram;
+  cpu_ngram.call = 0.3;
+  cpu_ngram.offer = 0.1;
+  Costs streaming_ngram{1.0, 0.02, 0.05, 0.01, 0.1};
+  for (double a : {0.0, 0.5, 1.0}) {
+    const double r = simulate(cpu_ngram, a, 512, 13);
+    std::printf("cpu, slow drafter offering 10 %%, acceptance %.2f: %.3fx plain\n", a, r);
+    EXPECT_GE(r, 0.97) << "acceptance " << a;
+    const double s = simulate(streaming_ngram, a, 512, 17);
+    std::printf("streaming, cheap drafter offering 10 %%, acceptance %.2f: %.3fx plain\n", a, s);
+    EXPECT_GE(s, 0.97) << "acceptance " << a;
+    if (a >= 0.5) {
+      EXPECT_GT(s, 1.03) << "acceptance " << a << ": the 10 % of steps with drafts pay";
     }
   }
 }
