@@ -3,7 +3,8 @@
 # drafter and replay at 0-100 % acceptance, on (a) the full-width K3.1 slice with its experts streamed
 # from tmpfs through caches at the reference machine's fractions (CUDA) and (b) the demo model resident
 # on CUDA and on the CPU back-end. Arms interleaved, REPS repeats, medians; every drafted run's logit
-# hashes are compared with its plain run's. One device call (~4 min):
+# hashes are compared with its plain run's (replay50-ungated: every proposal verified, so many KDA
+# rollbacks through the device snapshots). One device call (~4 min):
 # `bash scripts/gpu-bundle.sh` here, then carry [".bundle"] and run `bash scripts/gpu-drafter.sh`.
 set -uo pipefail
 source "$(dirname "$0")/gpu-env.sh"
@@ -19,9 +20,9 @@ timeout 60 "$F" synth --arch kimi_k3 --out "$D/demo" --quiet || exit 1
 EXB=17547264
 declare -A SETUP=(
   [stream]="-m $D/slice --ssd-streaming --backend cuda --cache-experts 17 --host-pool $((33 * EXB))B -n 129"
-  [cuda]="-m $D/demo --backend cuda -n 257"
-  [cpu]="-m $D/demo --backend cpu -t 8 -n 257")
-ARMS=(plain replay0 replay25 replay50 replay75 replay100 ngram)
+  [cuda]="-m $D/demo --backend cuda -n ${NDEMO:-1025}"
+  [cpu]="-m $D/demo --backend cpu -t 8 -n ${NDEMO:-1025}")
+ARMS=(plain replay0 replay25 replay50 replay75 replay100 ngram replay50-ungated)
 for setup in $SETUPS; do
   reps=$REPS; [ "$setup" = stream ] && reps=$(( REPS > 2 ? 2 : REPS ))  # each streamed run loads the slice
   # shellcheck disable=SC2086
@@ -32,6 +33,7 @@ for setup in $SETUPS; do
       case $arm in
         plain) X=() ;;
         ngram) X=(--draft ngram) ;;
+        replay50-ungated) X=(--draft "replay:$R/$setup-replay.json,rate=0.5" --draft-gate 0.5 --draft-cost-gate off) ;;
         replay*) r=${arm#replay}; X=(--draft "replay:$R/$setup-replay.json,rate=$(python3 -c "print($r/100)")" --draft-gate 0.5) ;;
       esac
       # shellcheck disable=SC2086
@@ -46,7 +48,7 @@ R, reps = sys.argv[1], int(sys.argv[2])
 for setup in ("stream", "cuda", "cpu"):
     print(f"== {setup}")
     rates = {}
-    for arm in ("plain", "replay0", "replay25", "replay50", "replay75", "replay100", "ngram"):
+    for arm in ("plain", "replay0", "replay25", "replay50", "replay75", "replay100", "ngram", "replay50-ungated"):
         v, d, same = [], {}, True
         for r in range(1, reps + 1):
             try: j = json.load(open(f"{R}/{setup}-{arm}-{r}.json"))
