@@ -7,7 +7,7 @@ SHARED=${FERRY_SHARED:-../shared}
 rm -rf .bundle
 bash "$SHARED/tools/device-bundle.sh" .bundle build/apps/ferry build/apps/ferry-server/ferry-server build/apps/ferry-drafter build/tests/ferry_test_gpu
 # The CPU ceiling of verified reads on tmpfs (gpu-verify-cost.sh runs it): static, nothing to ship with it.
-g++ -O2 -static scripts/hash_ceiling.cpp -o .bundle/bin/hash-ceiling -lxxhash -pthread
+g++ -O2 -march=x86-64-v3 -static scripts/hash_ceiling.cpp -o .bundle/bin/hash-ceiling -lxxhash -pthread
 strip .bundle/bin/* 2>/dev/null || true
 # The device call carries at most 64 MiB with the tree: ship it compressed (ICU's data shrinks ~6x).
 tar cJf /tmp/ferry-bundle.tar.xz -C .bundle . && rm -rf .bundle && mkdir .bundle && mv /tmp/ferry-bundle.tar.xz .bundle/
