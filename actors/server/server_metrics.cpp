@@ -163,6 +163,7 @@ EngineMetrics::EngineMetrics(MetricsRegistry& r)
       {"ferry_drafter_calls_total", "Drafter calls"},
       {"ferry_drafter_call_seconds_total", "Time in drafter calls"},
       {"ferry_drafter_block_tokens_total", "Tokens emitted by verification blocks"},
+      {"ferry_drafter_cost_gated_total", "Plain steps the cost gate chose without asking the drafter"},
   };
   for (auto& d : drafter) r.counter(d[0], d[1]);
 }
@@ -177,6 +178,7 @@ void EngineMetrics::add_draft(const SpecStats& s) {
   registry.get("ferry_drafter_calls_total").add(double(s.calls));
   registry.get("ferry_drafter_call_seconds_total").add(s.call_ms / 1e3);
   registry.get("ferry_drafter_block_tokens_total").add(double(s.blk_tokens));
+  registry.get("ferry_drafter_cost_gated_total").add(double(s.cost_gated));
 }
 
 void EngineMetrics::set_streaming(const StreamingMetrics& m) {
