@@ -77,7 +77,7 @@ std::vector<LayerCall> layer_calls(const TraceFile& tf) {
   return calls;
 }
 
-CacheReport cache_report(const TraceFile& tf, const TraceSummary& s) {
+CacheReport cache_report(const TraceFile& tf, const TraceSummary& s, const std::shared_ptr<const ExpertPrior>& prior) {
   CacheReport r;
   const auto calls = layer_calls(tf);
   if (calls.empty()) return r;
@@ -89,6 +89,10 @@ CacheReport cache_report(const TraceFile& tf, const TraceSummary& s) {
   if (auto it = s.tiers.find(trace::DEVICE); it != s.tiers.end()) r.device_hits = it->second.hits;
   if (auto it = s.tiers.find(trace::HOST); it != s.tiers.end()) r.host_hits = it->second.hits;
   r.bounds = cache_bounds(calls, uint64_t(r.device_slots) + r.host_slots, nullptr);
+  CacheConfig cc{.policy = CachePolicy::frequency};
+  cc.heat.prior = prior;
+  r.replay_has_prior = prior != nullptr;
+  r.policy_replay = replay_tiers(calls, {r.device_slots, r.host_slots, cc, true, r.replay_has_prior});
   return r;
 }
 
@@ -100,7 +104,8 @@ uint64_t TraceSummary::disk_bytes() const {
   return n;
 }
 
-TraceSummary summarize_trace(const TraceFile& tf, const std::string& path, size_t top_n) {
+TraceSummary summarize_trace(const TraceFile& tf, const std::string& path, size_t top_n,
+                             std::shared_ptr<const ExpertPrior> prior) {
   TraceSummary s;
   s.path = path;
   s.dirs.assign(tf.header.dirs().begin(), tf.header.dirs().end());
@@ -168,7 +173,7 @@ TraceSummary summarize_trace(const TraceFile& tf, const std::string& path, size_
   summarize_layers(s, waits);
   s.read_active_s = union_length(std::move(reading));
   if (s.read_active_s > 0) s.read_active_mb_s = double(s.disk_bytes()) / s.read_active_s / 1e6;
-  s.cache = cache_report(tf, s);
+  s.cache = cache_report(tf, s, prior);
   for (auto& [k, x] : per_expert) s.top_experts.push_back(x);
   std::sort(s.top_experts.begin(), s.top_experts.end(), [](const ExpertReads& a, const ExpertReads& b) {
     return a.bytes != b.bytes ? a.bytes > b.bytes : std::tie(a.layer, a.expert) < std::tie(b.layer, b.expert);
@@ -191,6 +196,8 @@ std::string format_cache_report(const CacheReport& c) {
   o += line("best static set in hindsight", b.best_static.rate());
   o += line("offline optimum (Belady, with bypass)", b.belady.rate());
   o += line("LRU", b.lru.rate());
+  o += line(c.replay_has_prior ? "frequency policy replayed (usage prior, warm)" : "frequency policy replayed (cold; --usage)",
+            c.policy_replay.rate());
   return o;
 }
 

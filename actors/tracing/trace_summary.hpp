@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,10 @@ struct CacheReport {
   uint32_t device_slots = 0, host_slots = 0;
   uint64_t calls = 0, uses = 0, device_hits = 0, host_hits = 0;
   CacheBounds bounds;
+  // The engine's frequency policy replayed offline on the same requests and capacities (exclusive
+  // tiers): with a prior (ferry trace --usage), seeded and warm-started as the run was; else cold.
+  ReplayHits policy_replay;
+  bool replay_has_prior = false;
   double achieved() const { return uses ? double(device_hits + host_hits) / double(uses) : 0.0; }
 };
 
@@ -63,7 +68,9 @@ struct TraceSummary {
   uint64_t disk_bytes() const;
 };
 
-TraceSummary summarize_trace(const TraceFile& tf, const std::string& path, size_t top_n = 10);
+// prior: the usage counts the run's caches were seeded with (for the policy replay); null = replay cold.
+TraceSummary summarize_trace(const TraceFile& tf, const std::string& path, size_t top_n = 10,
+                             std::shared_ptr<const ExpertPrior> prior = nullptr);
 std::string format_trace_summary(const TraceSummary& s);
 std::string format_cache_report(const CacheReport& c);
 

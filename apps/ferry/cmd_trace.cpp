@@ -1,6 +1,7 @@
 // `ferry trace FILE [--svg OUT_DIR]`: summary (and plots) of a `ferry run --trace FILE` scheduling trace.
 // `ferry trace diff A B`: compares two `--trace-hash` files and names the first differing position;
 // exits 1 when they differ.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -8,7 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "actors/streaming/cache_policy.hpp"
+#include "actors/streaming/streaming_experts.hpp"
 #include "actors/tracing/trace_summary.hpp"
+#include "io/store/expert_store.hpp"
 #include "apps/ferry/commands.hpp"
 #include "io/errors.hpp"
 
@@ -61,12 +65,18 @@ void add_trace_command(CLI::App& app) {
   auto args = std::make_shared<std::vector<std::string>>();
   auto svg = std::make_shared<std::string>();
   auto top = std::make_shared<size_t>(10);
+  auto usage = std::make_shared<std::string>();
+  auto mass = std::make_shared<double>(StreamingOptions{}.prior_mass);
   CLI::App* c = app.add_subcommand(
       "trace", "Summarise a --trace file (plots with --svg DIR), or compare two --trace-hash files: trace diff A B");
   c->add_option("args", *args, "FILE, or: diff A B")->required()->expected(1, 3);
   c->add_option("--svg", *svg, "Write drive_throughput.svg, layer_wait.svg and hit_rate.svg into DIR");
   c->add_option("--top", *top, "Most-read experts to list")->capture_default_str();
-  c->callback([args, svg, top] {
+  c->add_option("--usage", *usage,
+                "The usage.json the run's caches were seeded with: the policy replay starts from it, as the run did");
+  c->add_option("--usage-prior", *mass, "Row-uses per MoE layer the usage counts weigh (the run's --usage-prior)")
+      ->capture_default_str();
+  c->callback([args, svg, top, usage, mass] {
     if ((*args)[0] == "diff") {
       if (args->size() != 3) throw Error("usage: ferry trace diff A B (two --trace-hash files)");
       if (!diff_hashes((*args)[1], (*args)[2])) throw CLI::RuntimeError(1);
@@ -74,7 +84,17 @@ void add_trace_command(CLI::App& app) {
     }
     if (args->size() != 1) throw Error("usage: ferry trace FILE [--svg DIR]");
     const TraceFile tf = read_trace_file((*args)[0]);
-    const TraceSummary s = summarize_trace(tf, (*args)[0], *top);
+    std::shared_ptr<const ExpertPrior> prior;
+    if (!usage->empty()) {
+      const UsageCounts counts = load_usage(*usage);
+      uint32_t layers = 0, experts = 0;
+      for (const auto& [id, n] : counts) {
+        layers = std::max(layers, uint32_t(id >> 32) + 1);
+        experts = std::max(experts, uint32_t(id & 0xffffffffu) + 1);
+      }
+      prior = std::make_shared<const ExpertPrior>(prior_from_usage(counts, layers, experts, *mass));
+    }
+    const TraceSummary s = summarize_trace(tf, (*args)[0], *top, prior);
     std::fputs(format_trace_summary(s).c_str(), stdout);
     if (!svg->empty())
       for (auto& p : write_trace_svgs(tf, s, *svg)) std::printf("wrote %s\n", p.c_str());

@@ -45,6 +45,12 @@ TEST(StreamingTrace, TraceAccountsForEveryExpertByteTheMetricsReport) {
   EXPECT_EQ(s.layers.size(), 5u) << "one wait row per MoE layer";
   ASSERT_FALSE(s.top_experts.empty());
   EXPECT_NE(format_trace_summary(s).find("per drive"), std::string::npos);
+  // The cache report replays the engine's policy offline on the trace's own requests: bounded by the
+  // offline optimum, and what the run achieved sits near it (same policy, same requests).
+  ASSERT_TRUE(s.cache.present);
+  EXPECT_EQ(s.cache.policy_replay.requests, s.cache.uses);
+  EXPECT_LE(s.cache.policy_replay.rate(), s.cache.bounds.belady.rate());
+  EXPECT_NE(format_cache_report(s.cache).find("frequency policy replayed (cold"), std::string::npos);
   const auto svgs = write_trace_svgs(tf, s, (kRoot / "svg").string());
   ASSERT_EQ(svgs.size(), 3u);
   for (auto& p : svgs) {
