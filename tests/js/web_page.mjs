@@ -40,8 +40,12 @@ try {
   const reply = await page.textContent(".msg.assistant .content");
   const meta = await page.textContent(".msg.assistant .meta");
   const lengths = await page.evaluate(() => window.__lengths.size);
+  // Deltas the page rendered one at a time (data-deltas): a starved browser may read every event of a
+  // fast reply in one network read and paint once (the MutationObserver then sees 2 lengths), but the
+  // page must still have applied the reply as a stream of deltas, not as one body.
+  const deltas = Number(await page.getAttribute(".msg.assistant", "data-deltas")) || 0;
   if (!reply || reply.length === 0) fail("no reply text appeared");
-  if (lengths < 3) fail(`the reply did not stream (only ${lengths} distinct lengths seen)`);
+  if (deltas < 3) fail(`the reply did not stream (${deltas} deltas rendered, ${lengths} distinct lengths seen)`);
   if (!/tokens/.test(meta)) fail("no usage line under the reply: " + meta);
 
   // The dashboard is fed every few hundred ms: its token count must move past the reply's tokens.
@@ -56,7 +60,7 @@ try {
   if (!/^[0-9.]+ tok\/s$/.test(rate) || parseFloat(rate) <= 0) fail("steady rate not shown: " + rate);
   if (errors.length) fail("page errors: " + errors.join("; "));
   await page.screenshot({ path: screenshot });
-  console.log(JSON.stringify({ reply, lengths, tokensBefore, tokensAfter, rate }));
+  console.log(JSON.stringify({ reply, lengths, deltas, tokensBefore, tokensAfter, rate }));
 } finally {
   await context.close();
   fs.rmSync(userDataDir, { recursive: true, force: true });
