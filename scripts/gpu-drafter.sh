@@ -19,12 +19,12 @@ fi
 timeout 60 "$F" synth --arch kimi_k3 --out "$D/demo" --quiet || exit 1
 EXB=17547264
 declare -A SETUP=(
-  [stream]="-m $D/slice --ssd-streaming --backend cuda --cache-experts 17 --host-pool $((33 * EXB))B -n 129"
+  [stream]="-m $D/slice --ssd-streaming --backend cuda --cache-experts 17 --host-pool $((33 * EXB))B -n ${NSTREAM:-129}"
   [cuda]="-m $D/demo --backend cuda -n ${NDEMO:-1025}"
   [cpu]="-m $D/demo --backend cpu -t 8 -n ${NDEMO:-1025}")
-ARMS=(plain replay0 replay25 replay50 replay75 replay100 ngram replay50-ungated)
+read -ra ARMS <<< "${ARMS:-plain replay0 replay25 replay50 replay75 replay100 ngram replay50-ungated}"
 for setup in $SETUPS; do
-  reps=$REPS; [ "$setup" = stream ] && reps=$(( REPS > 2 ? 2 : REPS ))  # each streamed run loads the slice
+  reps=$REPS; [ "$setup" = stream ] && reps=${REPS_STREAM:-$(( REPS > 2 ? 2 : REPS ))}  # each streamed run loads the slice
   # shellcheck disable=SC2086
   timeout 120 "$F" run ${SETUP[$setup]} -p "$P" --ignore-eos --json > "$R/$setup-ref.json" 2>/dev/null || { echo "$setup: reference failed"; continue; }
   python3 -c "import json; j=json.load(open('$R/$setup-ref.json')); json.dump({'prompt_ids': j['prompt_ids'], 'generated_ids': j['ids']}, open('$R/$setup-replay.json','w'))"
