@@ -85,7 +85,10 @@ void ServerEngine::run() {
 
 bool ServerEngine::on_token(GenerationJob& job, TextPipeline& pipe, const GeneratedToken& t, GenerateMetrics& gm) {
   if (job.cancelled) return false;
-  if (trace_hash_) *trace_hash_ << t.pos << ' ' << t.id << ' ' << std::hex << t.logits_hash << std::dec << '\n' << std::flush;
+  if (trace_hash_) {
+    write_trace_hash(*trace_hash_, t);
+    trace_hash_->flush();  // a reader may compare the file while the server runs
+  }
   metrics_.generated_tokens.add(1);
   if (gm.generated == 1) {
     metrics_.prompt_tokens.add(static_cast<double>(gm.prompt_tokens));

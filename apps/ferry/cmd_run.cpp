@@ -176,7 +176,7 @@ void run_main(RunOptions& o) {
   }
   GenerateMetrics g;
   auto on_token = [&](const GeneratedToken& t) {
-    if (hash_out) *hash_out << t.pos << ' ' << t.id << ' ' << std::hex << t.logits_hash << std::dec << '\n';
+    if (hash_out) write_trace_hash(*hash_out, t);
     if (!o.json) {
       if (m.tokenizer)
         std::fputs(m.tokenizer->display_bytes(t.id).c_str(), stdout);

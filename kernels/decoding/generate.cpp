@@ -2,8 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ostream>
 
 namespace ferry {
+
+void write_trace_hash(std::ostream& out, const GeneratedToken& t) {
+  out << t.pos << ' ' << t.id << ' ' << std::hex << t.logits_hash << std::dec << '\n';
+}
 
 std::vector<GeneratedToken> generate(Model& model, SeqState& state, std::span<const int32_t> prompt,
                                      const GenerateParams& p, GenerateMetrics& m,

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <iosfwd>
 #include <span>
 #include <vector>
 
@@ -23,6 +24,10 @@ struct GeneratedToken {
   int32_t id = 0;
   uint64_t logits_hash = 0;  // FNV-1a 64 of the float32 logits that chose it
 };
+
+// One line of a `--trace-hash` file ("position id logits-hash", the hash in hex): what `ferry run` and
+// `ferry-server` write and `ferry trace diff` / `ferry bench` read.
+void write_trace_hash(std::ostream& out, const GeneratedToken& t);
 
 struct GenerateMetrics {
   int64_t prompt_tokens = 0;
