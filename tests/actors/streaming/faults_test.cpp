@@ -21,6 +21,19 @@ reader_actor reader_of(StreamingExperts& s, uint32_t dir) {
   return r;
 }
 
+// The message of the Error that a run which must fail throws; a test failure ("" returned) if it ran
+// to the end instead.
+std::string error_of(const ModelOptions& o, const std::function<void(LoadedModel&)>& before = {},
+                     const char* if_not = "generation should have failed") {
+  try {
+    generate_run(o, before);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << if_not;
+  return "";
+}
+
 // Kills the reader of directory 0 right after the `at`-th layer call has sent its reads out.
 ModelOptions kill_reader_at(ModelOptions o, uint64_t at, std::shared_ptr<StreamingExperts*> holder,
                             std::shared_ptr<int> kills) {
@@ -74,32 +87,22 @@ TEST(StreamingFaults, EioOnOneCopyIsServedFromAnotherAndOutputIsUnchanged) {
 }
 
 TEST(StreamingFaults, EioWithNoOtherCopyEndsGenerationWithAnErrorNamingTheFile) {
-  try {
-    generate_run(streaming_options(prepared("one", 1, false), 0), [](LoadedModel& m) {
-      caf::anon_send(reader_of(*m.streaming, 0), knobs_atom_v, reader_knobs{0, 1000000, false});
-    });
-    FAIL() << "generation should have failed";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find("nvme0/L"), std::string::npos) << msg;
-    EXPECT_NE(msg.find(".bin"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("Input/output error"), std::string::npos) << msg;
-  }
+  const std::string msg = error_of(streaming_options(prepared("one", 1, false), 0), [](LoadedModel& m) {
+    caf::anon_send(reader_of(*m.streaming, 0), knobs_atom_v, reader_knobs{0, 1000000, false});
+  });
+  EXPECT_NE(msg.find("nvme0/L"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(".bin"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("Input/output error"), std::string::npos) << msg;
 }
 
 TEST(StreamingFaults, EioWithNoOtherCopyAndTheDeviceTierEndsWithAnErrorNamingTheFile) {
   auto o = streaming_options(prepared("one", 1, false), 4);
   o.streaming.device_tier = true;
-  try {
-    generate_run(o, [](LoadedModel& m) {
-      caf::anon_send(reader_of(*m.streaming, 0), knobs_atom_v, reader_knobs{0, 1000000, false});
-    });
-    FAIL() << "generation should have failed";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find("nvme0/L"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("Input/output error"), std::string::npos) << msg;
-  }
+  const std::string msg = error_of(o, [](LoadedModel& m) {
+    caf::anon_send(reader_of(*m.streaming, 0), knobs_atom_v, reader_knobs{0, 1000000, false});
+  });
+  EXPECT_NE(msg.find("nvme0/L"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("Input/output error"), std::string::npos) << msg;
 }
 
 namespace {
@@ -167,28 +170,18 @@ TEST(StreamingFaults, PreadWorkersCheckEveryPartAndABadCopyIsReadFromAnother) {
   }
   auto bad = streaming_options(corrupted_copy("one", 1, false, "nvme0", Damage::flip_byte, "-parts"), 0);
   bad.streaming.engine = io::EngineKind::pread_pool;
-  try {
-    generate_run(bad);
-    FAIL() << "a damaged expert reached the output";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find("/nvme0/L"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("part 0"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("xxh64"), std::string::npos) << msg;
-  }
+  const std::string msg = error_of(bad, {}, "a damaged expert reached the output");
+  EXPECT_NE(msg.find("/nvme0/L"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("part 0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("xxh64"), std::string::npos) << msg;
 }
 
 TEST(StreamingFaults, VerifyReadsWithNoGoodCopyEndsWithAnErrorNamingTheFile) {
   auto o = streaming_options(corrupted_copy("one", 1, false, "nvme0"), 0);
   o.streaming.verify_reads = true;
-  try {
-    generate_run(o);
-    FAIL() << "generation should have failed";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find("one-corrupt/nvme0/L"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("xxh64"), std::string::npos) << msg;
-  }
+  const std::string msg = error_of(o);
+  EXPECT_NE(msg.find("one-corrupt/nvme0/L"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("xxh64"), std::string::npos) << msg;
 }
 
 // Reads are verified by default (issue 16): a flipped byte or a zeroed expert never reaches the output.
@@ -197,15 +190,10 @@ TEST(StreamingFaults, DamagedExpertWithoutAReplicaFailsNamingTheFileByDefault) {
     SCOPED_TRACE(d == Damage::flip_byte ? "flipped byte" : "zeroed file");
     auto o = streaming_options(corrupted_copy("one", 1, false, "nvme0", d, "-default"), 0);
     ASSERT_TRUE(o.streaming.verify_reads) << "verified reads must be the default";
-    try {
-      generate_run(o);
-      FAIL() << "a damaged expert reached the output";
-    } catch (const Error& e) {
-      const std::string msg = e.what();
-      EXPECT_NE(msg.find("/nvme0/L"), std::string::npos) << msg;
-      EXPECT_NE(msg.find(".bin"), std::string::npos) << msg;
-      EXPECT_NE(msg.find("xxh64"), std::string::npos) << msg;
-    }
+    const std::string msg = error_of(o, {}, "a damaged expert reached the output");
+    EXPECT_NE(msg.find("/nvme0/L"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(".bin"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("xxh64"), std::string::npos) << msg;
   }
 }
 
