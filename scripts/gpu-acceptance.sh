@@ -33,8 +33,7 @@ fi
 
 M="$D/model"; E="$D/experts"; rm -rf "$M" "$E"
 stamp "synth: kimi_k31 full width, 2 layers (1 MoE)"
-timeout 200 "$F" synth --arch kimi_k31 --preset full --layers 2 --quiet \
-  --usage tests/fixtures/k3-expert-usage-2026-09-03.json --prepared "$M" --expert-dir "$E" --threads "$(nproc)"
+synth_slice 2 "$M" "$E"
 echo "synth exit $?"; du -sh "$M" "$E"
 
 P="The three main financial statements are"

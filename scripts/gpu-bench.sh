@@ -41,8 +41,7 @@ LAYERS=$((NMOE + 1))
 stamp "synth: kimi_k31 full width, $LAYERS layers ($NMOE MoE), free ${FREE_GB}G"
 M="$D/model"; E="$D/experts"
 rm -rf "$M" "$E"
-timeout 300 "$F" synth --arch kimi_k31 --preset full --layers "$LAYERS" --quiet \
-  --usage tests/fixtures/k3-expert-usage-2026-09-03.json --prepared "$M" --expert-dir "$E" --threads "$(nproc)"
+synth_slice "$LAYERS" "$M" "$E"
 echo "synth exit $?"
 du -sh "$M" "$E"
 NEXP=$((896 * NMOE))

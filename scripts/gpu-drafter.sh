@@ -12,9 +12,7 @@ F="$B/bin/ferry"; D=$PWD/.benchdata-drafter; R=$D/results; S=/dev/shm/ferry-draf
 rm -rf "$D" "$S"; mkdir -p "$R" "$S"; trap 'rm -rf "$S"' EXIT
 REPS=${REPS:-3}; P="The three main financial statements are"; SETUPS=${SETUPS:-stream cuda cpu}
 if [[ " $SETUPS " == *" stream "* ]]; then
-  timeout 120 "$F" synth --arch kimi_k31 --preset full --layers 2 --quiet \
-    --usage tests/fixtures/k3-expert-usage-2026-09-03.json --prepared "$D/slice" \
-    --expert-dir "$S/e0" --expert-dir "$S/e1" --expert-dir "$S/e2" --expert-dir "$S/e3" --threads "$(nproc)" || exit 1
+  synth_slice 2 "$D/slice" "$S"/e{0..3} || exit 1
 fi
 timeout 60 "$F" synth --arch kimi_k3 --out "$D/demo" --quiet || exit 1
 EXB=17547264

@@ -38,9 +38,7 @@ SHM_GB=$(df -BG --output=avail /dev/shm | tail -1 | tr -dc 0-9)
 NMOE=$(( (SHM_GB - 4) / 16 )); [ "$NMOE" -gt 2 ] && NMOE=2; [ "$NMOE" -lt 1 ] && NMOE=1
 stamp "synth: kimi_k31 full width, $((NMOE + 1)) layers ($NMOE MoE), experts in 4 tmpfs directories"
 M="$D/model"
-timeout 240 "$F" synth --arch kimi_k31 --preset full --layers $((NMOE + 1)) --quiet \
-  --usage tests/fixtures/k3-expert-usage-2026-09-03.json --prepared "$M" \
-  --expert-dir "$S/e0" --expert-dir "$S/e1" --expert-dir "$S/e2" --expert-dir "$S/e3" --threads "$(nproc)"
+synth_slice $((NMOE + 1)) "$M" "$S"/e{0..3}
 echo "synth exit $?"; du -sh "$M" "$S"; ls "$M"
 cp "$M/usage.json" "$D/usage.orig.json" 2>/dev/null || echo "no usage.json written by synth"
 NEXP=$((896 * NMOE)); EXB=17547264

@@ -20,8 +20,7 @@ T0=$(date +%s)
 stamp() { echo "== [$(($(date +%s) - T0)) s] $*"; }
 
 stamp "synth: kimi_k31 full width, 2 layers (1 MoE) on the disk"
-timeout 200 "$F" synth --arch kimi_k31 --preset full --layers 2 --quiet \
-  --usage tests/fixtures/k3-expert-usage-2026-09-03.json --prepared "$M" --expert-dir "$E" --threads "$(nproc)"
+synth_slice 2 "$M" "$E"
 echo "synth exit $?"; du -sh "$M" "$E"
 
 SYS="You are terse."; USR="Tell me about ferries."; N=${NTOK:-32}

@@ -10,9 +10,7 @@ source "$(dirname "$0")/gpu-env.sh"
 F="$B/bin/ferry"; D=$PWD/.benchdata-upload; R=$D/results; S=/dev/shm/ferry-upload
 rm -rf "$D" "$S"; mkdir -p "$R" "$S"; trap 'rm -rf "$S"' EXIT
 P="The three main financial statements are"; N=${NTOK:-257}
-timeout 120 "$F" synth --arch kimi_k31 --preset full --layers 2 --quiet \
-  --usage tests/fixtures/k3-expert-usage-2026-09-03.json --prepared "$D/m" \
-  --expert-dir "$S/e0" --expert-dir "$S/e1" --expert-dir "$S/e2" --expert-dir "$S/e3" --threads "$(nproc)" || exit 1
+synth_slice 2 "$D/m" "$S"/e{0..3} || exit 1
 python3 - > "$R/h2d.txt" <<'PY'
 import torch, time
 x = torch.empty(1 << 30, dtype=torch.uint8).pin_memory(); y = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")

@@ -9,9 +9,7 @@ source "$(dirname "$0")/gpu-env.sh"
 F="$B/bin/ferry"; D=$PWD/.benchdata; R=$D/results; S=/dev/shm/ferry-verify
 rm -rf "$D" "$S"; mkdir -p "$R" "$S"; trap 'rm -rf "$S"' EXIT
 M=$D/model
-timeout 200 "$F" synth --arch kimi_k31 --preset full --layers 3 --quiet \
-  --usage tests/fixtures/k3-expert-usage-2026-09-03.json --prepared "$M" \
-  --expert-dir "$S/e0" --expert-dir "$S/e1" --expert-dir "$S/e2" --expert-dir "$S/e3" --threads "$(nproc)" || exit 1
+synth_slice 3 "$M" "$S"/e{0..3} || exit 1
 cp "$M/usage.json" "$D/usage.orig.json"
 # The CPU's own ceiling on these files: N threads pread 2 MiB parts, with and without xxh64 (what the
 # pread workers do): the part of the verification cost no scheduling can remove.
