@@ -21,7 +21,7 @@ const std::set<std::string> kArmKeys = {"tag",  "group",   "reference", "model",
                                         "threads", "ignore_eos", "cache", "draft", "args", "repeats",
                                         "timeout_s", "series", "note"};
 const std::set<std::string> kCacheKeys = {"ssd_streaming", "experts", "host_pool", "expert_dirs"};
-const std::set<std::string> kDraftKeys = {"spec", "gate", "max"};
+const std::set<std::string> kDraftKeys = {"spec", "gate", "max", "cost_gate"};
 
 // A typo ("prompt_fle") must not silently fall back to a default.
 void check_keys(const JsonFields& f, const std::set<std::string>& allowed) {
@@ -69,6 +69,7 @@ void parse_draft(const JsonFields& f, Arm& a, const Paths& p) {
   if (const auto* g = f.find("gate")) a.draft_gate = g->is_number() ? fmt::format("{}", g->get<double>()) : f.req_str("gate");
   a.draft_max = f.opt_int("max", 0);
   if (a.draft_max < 0 || a.draft_max > 15) f.fail("max", fmt::format("{} is outside 1..15", a.draft_max));
+  if (f.find("cost_gate")) a.draft_cost_gate = f.opt_bool("cost_gate", true) ? "on" : "off";
 }
 
 void parse_prompt(const JsonFields& f, Arm& a, const Paths& p) {
@@ -243,6 +244,7 @@ std::vector<std::string> run_args(const Arm& a, const std::string& trace_hash, c
   if (a.drafted()) v.insert(v.end(), {"--draft", substitute(a.draft, "{reference}", reference_file)});
   if (!a.draft_gate.empty()) v.insert(v.end(), {"--draft-gate", a.draft_gate});
   if (a.draft_max > 0) v.insert(v.end(), {"--draft-max", std::to_string(a.draft_max)});
+  if (!a.draft_cost_gate.empty()) v.insert(v.end(), {"--draft-cost-gate", a.draft_cost_gate});
   v.insert(v.end(), a.args.begin(), a.args.end());
   if (!trace_hash.empty()) v.insert(v.end(), {"--trace-hash", trace_hash});
   v.push_back("--json");

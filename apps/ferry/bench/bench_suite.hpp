@@ -31,6 +31,7 @@ struct Arm {
   // Drafting (the --draft flags). "{reference}" in draft names the group reference's token file.
   std::string draft, draft_gate;
   int64_t draft_max = 0;
+  std::string draft_cost_gate;    // "" = the default (on); "on" / "off"
   std::vector<std::string> args;  // appended verbatim
   int64_t repeats = 0;            // 0 = the suite's
   double timeout_s = 0;           // 0 = none

@@ -98,3 +98,14 @@ TEST(BenchSuite, ArmBecomesARunCommandLine) {
             "--host-pool 2GB --draft replay:ref.json,rate=0.25 --draft-gate 0.9 --spine-type f32 --trace-hash h.txt "
             "--json ");
 }
+
+// The drafter's cost gate is an arm setting like the others (`ferry run --draft-cost-gate`): an arm can
+// measure ungated drafting beside gated.
+TEST(BenchSuite, DraftCostGateReachesTheRunCommandLine) {
+  json j = {{"arms", {arm("ref", {{"group", "g"}}),
+                      arm("a", {{"group", "g"}, {"draft", {{"spec", "ngram"}, {"cost_gate", false}}}})}}};
+  const auto v = run_args(parse_suite(j, "s.json").arms[1], "", "ref.json");
+  std::string line;
+  for (const auto& x : v) line += x + " ";
+  EXPECT_NE(line.find("--draft ngram --draft-cost-gate off"), std::string::npos) << line;
+}
