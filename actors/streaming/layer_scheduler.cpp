@@ -249,31 +249,32 @@ void finish_fill(sched self, const expert_key& k) {
   auto& st = self->state;
   auto it = st.fills.find(k);
   Fill& f = it->second;
-  if (!f.error && st.cfg.verifier && !f.verified && f.bad_dir >= 0) {
-    st.cfg.verifier->counters().mismatches.fetch_add(1, std::memory_order_relaxed);
-    const uint64_t pb = st.cfg.catalog->part_bytes;
-    return bad_copy(self, k, uint32_t(f.bad_dir),
-                    fmt::format("part {} (bytes {}..{}) differs from the manifest's part xxh64", f.bad_part,
-                                uint64_t(f.bad_part) * pb, (uint64_t(f.bad_part) + 1) * pb));
-  }
-  const size_t n_parts = st.cfg.verifier ? st.cfg.catalog->part_hashes_of(k).size() : 0;
-  if (!f.error && st.cfg.verifier && !f.verified && n_parts > 0 && f.parts_ok == n_parts) {
-    f.verified = true;  // every part checked by the reader that copied it: no second pass over the slot
-    st.cfg.verifier->counters().in_reader.fetch_add(1, std::memory_order_relaxed);
-  }
   if (!f.error && st.cfg.verifier && !f.verified) {
-    const auto* p = st.cfg.arena->slot(f.where.slot) + f.where.offset;
-    self->request(st.cfg.verifier->next(), st.cfg.timeout, caf::get_atom_v, uint64_t(reinterpret_cast<uintptr_t>(p)),
-                  uint64_t(st.cfg.catalog->file_bytes))
-        .then([=](uint64_t got) { check_hash(self, k, got); },
-              [=](caf::error& e) {
-                Fill& g = self->state.fills.at(k);
-                g.error = std::move(e);
-                for (uint64_t id : g.calls) fail_call(self, id, g.error);
-                g.verified = true;  // nothing left to check: finish as failed
-                finish_fill(self, k);
-              });
-    return;
+    if (f.bad_dir >= 0) {  // a reader found a part of this copy wrong
+      st.cfg.verifier->counters().mismatches.fetch_add(1, std::memory_order_relaxed);
+      const uint64_t pb = st.cfg.catalog->part_bytes;
+      return bad_copy(self, k, uint32_t(f.bad_dir),
+                      fmt::format("part {} (bytes {}..{}) differs from the manifest's part xxh64", f.bad_part,
+                                  uint64_t(f.bad_part) * pb, (uint64_t(f.bad_part) + 1) * pb));
+    }
+    const size_t n_parts = st.cfg.catalog->part_hashes_of(k).size();
+    if (n_parts > 0 && f.parts_ok == n_parts) {
+      f.verified = true;  // every part checked by the reader that copied it: no second pass over the slot
+      st.cfg.verifier->counters().in_reader.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      const auto* p = st.cfg.arena->slot(f.where.slot) + f.where.offset;
+      self->request(st.cfg.verifier->next(), st.cfg.timeout, caf::get_atom_v,
+                    uint64_t(reinterpret_cast<uintptr_t>(p)), uint64_t(st.cfg.catalog->file_bytes))
+          .then([=](uint64_t got) { check_hash(self, k, got); },
+                [=](caf::error& e) {
+                  Fill& g = self->state.fills.at(k);
+                  g.error = std::move(e);
+                  for (uint64_t id : g.calls) fail_call(self, id, g.error);
+                  g.verified = true;  // nothing left to check: finish as failed
+                  finish_fill(self, k);
+                });
+      return;
+    }
   }
   auto calls = std::move(f.calls);
   HostLease lease = std::move(f.lease);
