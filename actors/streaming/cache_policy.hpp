@@ -55,6 +55,9 @@ class ExpertHeat {
   std::unordered_map<expert_key, Count> counts_;
 };
 
+// Row-uses per MoE layer the store's usage counts weigh by default (`--usage-prior`).
+inline constexpr double kDefaultPriorMass = 4000;
+
 // The prior a store's usage counts give: each layer's counts as shares of `mass_per_layer` row-uses
 // (how much live evidence they are worth). Keys outside n_layers x n_experts are ignored.
 ExpertPrior prior_from_usage(const UsageCounts& counts, uint32_t n_layers, uint32_t n_experts, double mass_per_layer);

@@ -40,7 +40,7 @@ struct StreamingOptions {
   // the source closes (atomically; the old counts halve every usage_half_life row-uses of the run), so
   // the next start is warm.
   std::string usage_path;
-  double prior_mass = 4000;
+  double prior_mass = kDefaultPriorMass;
   double heat_half_life = 0;
   bool learn_usage = true;
   bool warm_start = true;  // with usage counts: read the hottest experts into the host pool at start

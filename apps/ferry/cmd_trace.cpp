@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "actors/streaming/cache_policy.hpp"
-#include "actors/streaming/streaming_experts.hpp"
 #include "actors/tracing/trace_summary.hpp"
 #include "io/store/expert_store.hpp"
 #include "apps/ferry/commands.hpp"
@@ -66,7 +65,7 @@ void add_trace_command(CLI::App& app) {
   auto svg = std::make_shared<std::string>();
   auto top = std::make_shared<size_t>(10);
   auto usage = std::make_shared<std::string>();
-  auto mass = std::make_shared<double>(StreamingOptions{}.prior_mass);
+  auto mass = std::make_shared<double>(kDefaultPriorMass);
   CLI::App* c = app.add_subcommand(
       "trace", "Summarise a --trace file (plots with --svg DIR), or compare two --trace-hash files: trace diff A B");
   c->add_option("args", *args, "FILE, or: diff A B")->required()->expected(1, 3);
