@@ -13,6 +13,8 @@
 #include <map>
 #include <sstream>
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "io/tokenizers/tokenizer.hpp"
@@ -117,7 +119,16 @@ void expect_matches(const Tokenizer& tok, const std::string& impl, bool allow_sp
 std::unique_ptr<Tokenizer> js_tiktoken(const std::string& enc, std::string pattern_override = "",
                                        bool with_specials = true) {
   fs::path dir = fs::path(FERRY_BINARY_DIR) / "tokenizer_crosscheck" / enc;
-  if (!fs::exists(dir / "meta.json")) run_node("dump-ranks " + enc + " '" + dir.string() + "'");
+  if (!fs::exists(dir / "meta.json")) {
+    // ctest runs the tests of one encoding in parallel: each dumps into its own directory and renames
+    // it into place whole, so no test reads a tiktoken.model another is still writing.
+    fs::path tmp = dir.string() + ".tmp." + std::to_string(::getpid());
+    fs::remove_all(tmp);
+    run_node("dump-ranks " + enc + " '" + tmp.string() + "'");
+    std::error_code ec;
+    fs::rename(tmp, dir, ec);  // fails when another test got there first: its copy is the same
+    fs::remove_all(tmp, ec);
+  }
   if (!fs::exists(dir / "meta.json")) return nullptr;
   auto meta = nlohmann::json::parse(read_file(dir / "meta.json"));
   TiktokenOptions opt;
