@@ -150,6 +150,7 @@ struct layer_summary {
   uint64_t wait_ns = 0;  // time from the request to the last expert's arrival
   uint64_t disk_bytes = 0;  // bytes read from drives for this call (prefetched bytes are not counted here)
   uint32_t prefetch_issued = 0;  // prefetch reads this layer's scheduler started since its last summary
+  uint32_t prefetch_wasted = 0;  // prefetched experts this call (its layer) did not use
   friend bool operator==(const layer_summary&, const layer_summary&) = default;
 };
 
@@ -190,11 +191,13 @@ struct device_plan {
 };
 
 // Host pool answers: a hit names the slot; a miss grants a slot to read into when admitted
-// (block-aware admission may refuse: then the expert streams through a scratch slot).
+// (block-aware admission may refuse: then the expert streams through a scratch slot). refused: a
+// prefetch or a router guess got no slot (nothing is pinned).
 struct host_grant {
   bool hit = false;
   bool admitted = false;
   slot_ref where;
+  bool refused = false;
   friend bool operator==(const host_grant&, const host_grant&) = default;
 };
 
@@ -274,6 +277,9 @@ CAF_BEGIN_TYPE_ID_BLOCK(ferry, caf::first_custom_type_id)
   CAF_ADD_ATOM(ferry, ferry::atoms, done_atom, "done")
   CAF_ADD_ATOM(ferry, ferry::atoms, watch_atom, "watch")
   CAF_ADD_ATOM(ferry, ferry::atoms, listen_atom, "listen")
+  CAF_ADD_ATOM(ferry, ferry::atoms, hint_atom, "hint")
+  CAF_ADD_ATOM(ferry, ferry::atoms, guess_atom, "guess")
+  CAF_ADD_ATOM(ferry, ferry::atoms, peek_atom, "peek")
 CAF_END_TYPE_ID_BLOCK(ferry)
 // clang-format on
 
@@ -333,7 +339,7 @@ typename Inspector::result_type inspect(Inspector& f, expert_ready& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, layer_summary& x) {
   return f(caf::meta::type_name("layer_summary"), x.step, x.layer, x.device_hits, x.host_hits, x.disk_reads,
-           x.prefetch_hits, x.wait_ns, x.disk_bytes, x.prefetch_issued);
+           x.prefetch_hits, x.wait_ns, x.disk_bytes, x.prefetch_issued, x.prefetch_wasted);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tier_stats& x) {
@@ -354,7 +360,7 @@ typename Inspector::result_type inspect(Inspector& f, device_plan& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, host_grant& x) {
-  return f(caf::meta::type_name("host_grant"), x.hit, x.admitted, x.where);
+  return f(caf::meta::type_name("host_grant"), x.hit, x.admitted, x.where, x.refused);
 }
 
 template <class Inspector>
@@ -393,19 +399,25 @@ using read_service_actor = caf::typed_actor<                       //
 // between acquire and release. acquire(key, rows, block_rows): a hit pins the cached slot; a miss gets
 // a cache slot (admitted) or a scratch slot to stream through, and waits while no slot is free;
 // rows == 0 is a prefetch (never waits, never takes scratch, not counted as a hit or miss).
+// guess(key): a router guess for the next layer: a scratch slot out of the few guesses may hold (never
+// a cache slot, never waits; refused when cached or none is free). Released unused, its bytes stay
+// parked in the slot: a demand acquire of the key is then a hit, until a demand needs the slot.
 // release(key, ok): done with the bytes; ok == false drops a cache entry whose fill failed.
 using host_pool_actor = caf::typed_actor<                                           //
     // key, rows, block rows, keep (false: the device cache holds it, so the pool streams it through scratch
     // and drops a cached copy once released: the tiers hold distinct experts)
     caf::replies_to<acquire_atom, expert_key, uint32_t, uint32_t, bool>::with<host_grant>,
+    caf::replies_to<guess_atom, expert_key>::with<host_grant>,
     caf::reacts_to<release_atom, expert_key, bool>,                                  //
     caf::replies_to<stats_atom>::with<tier_stats>>;
 
 // Device-cache manager: which GPU expert slot each expert of a layer call computes from. plan pins the
 // call's cached experts (hits and admitted misses) so nothing evicts them while they compute;
-// done(step) unpins them. The slots' memory and the uploads belong to the model thread (DeviceTier).
+// done(step) unpins them. peek(layer, experts): those of the experts it does not hold (no counting,
+// no pinning). The slots' memory and the uploads belong to the model thread (DeviceTier).
 using device_cache_actor = caf::typed_actor<                        //
     caf::replies_to<plan_atom, device_request>::with<device_plan>,  //
+    caf::replies_to<peek_atom, uint32_t, std::vector<uint32_t>>::with<std::vector<uint32_t>>,
     caf::reacts_to<done_atom, uint64_t>,                            //
     caf::replies_to<stats_atom>::with<tier_stats>>;
 
@@ -414,9 +426,12 @@ using expert_sink_actor = caf::typed_actor<caf::reacts_to<ready_atom, expert_rea
 
 // Layer scheduler: one MoE layer call in, one expert_ready per expert to the sink, and a summary once
 // the last expert has arrived. prefetch: the likely experts of a coming layer (bounded, shallow).
+// hint: the experts the layer's router picks for the previous layer's input (router prefetch): those
+// not on the device nor in the host cache are read into guess slots of the host pool.
 using layer_scheduler_actor = caf::typed_actor<                                         //
     caf::replies_to<schedule_atom, layer_request, expert_sink_actor>::with<layer_summary>,  //
-    caf::reacts_to<prefetch_atom, uint32_t, std::vector<uint32_t>>>;
+    caf::reacts_to<prefetch_atom, uint32_t, std::vector<uint32_t>>,                        //
+    caf::reacts_to<hint_atom, uint32_t, std::vector<uint32_t>>>;
 
 // Appends trace events to the trace file; flush answers with the number of events written so far.
 using tracer_actor = caf::typed_actor<            //

@@ -149,6 +149,7 @@ EngineMetrics::EngineMetrics(MetricsRegistry& r)
   r.counter("ferry_expert_reads_total", "Experts read from disk (a split read of a replicated expert counts once)");
   r.counter("ferry_prefetch_issued_total", "Next-layer prefetch reads issued");
   r.counter("ferry_prefetch_hits_total", "Prefetched experts a layer then used");
+  r.counter("ferry_prefetch_wasted_total", "Prefetched experts the layer's next call did not use");
   for (const char* t : kExpertTiers) {
     tier_hits(t);
     tier_bytes(t);
@@ -187,6 +188,7 @@ void EngineMetrics::set_streaming(const StreamingMetrics& m) {
   registry.get("ferry_expert_reads_total").set(double(m.disk_reads));
   registry.get("ferry_prefetch_issued_total").set(double(m.prefetch_issued));
   registry.get("ferry_prefetch_hits_total").set(double(m.prefetch_hits));
+  registry.get("ferry_prefetch_wasted_total").set(double(m.prefetch_wasted));
   tier_hits("device").set(double(m.device_hits));
   tier_hits("host").set(double(m.host_hits));
   tier_hits("disk").set(double(m.disk_reads));

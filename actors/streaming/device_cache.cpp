@@ -87,6 +87,12 @@ device_cache_actor::behavior_type dcache_fun(dcache self, TierConfig cfg) {
         auto& s = self->state;
         if (step == s.pinned_step) unpin_all(s);
       },
+      [=](peek_atom, uint32_t layer, const std::vector<uint32_t>& experts) {
+        std::vector<uint32_t> absent;
+        for (uint32_t e : experts)
+          if (!self->state.cache.slot_of({layer, e})) absent.push_back(e);
+        return absent;
+      },
       [=](stats_atom) { return stats_of(self->state); },
   };
 }

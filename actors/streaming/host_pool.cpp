@@ -1,5 +1,6 @@
 #include "actors/streaming/host_pool.hpp"
 
+#include <algorithm>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -28,7 +29,9 @@ struct pool_state {
   TraceEmitter trace;                                // tier HOST
   SlotCache cache;                                   // slots [0, cache_slots)
   std::vector<uint32_t> free_scratch;
-  std::unordered_map<expert_key, uint32_t> scratch;  // key -> scratch slot in use
+  std::unordered_map<expert_key, uint32_t> scratch;  // key -> scratch slot in use (or parked)
+  std::unordered_set<expert_key> guesses;            // scratch keys a router guess holds, unclaimed
+  std::deque<expert_key> parked;                     // guesses landed and released unclaimed, oldest first
   std::deque<Waiting> waiting;
   std::unordered_set<expert_key> drop_on_release;   // cached here, now held by the device cache
   static inline const char* name = "host_pool";
@@ -47,6 +50,31 @@ std::optional<uint32_t> admit(pool self, const expert_key& k, uint32_t rows, uin
   return slot;
 }
 
+// A free scratch slot, taking the oldest parked guess's when none is free (its bytes were a guess
+// nobody claimed). nullopt: every scratch slot is in use.
+std::optional<uint32_t> take_scratch(pool_state& st) {
+  if (st.free_scratch.empty() && !st.parked.empty()) {
+    const expert_key old = st.parked.front();
+    st.parked.pop_front();
+    st.guesses.erase(old);
+    st.free_scratch.push_back(st.scratch.at(old));
+    st.scratch.erase(old);
+  }
+  if (st.free_scratch.empty()) return std::nullopt;
+  const uint32_t slot = st.free_scratch.back();
+  st.free_scratch.pop_back();
+  return slot;
+}
+
+// A parked guess claimed by a demand: the slot is the demand's now (freed at its release).
+std::optional<host_grant> claim_parked(pool_state& st, const expert_key& k) {
+  auto it = std::find(st.parked.begin(), st.parked.end(), k);
+  if (it == st.parked.end()) return std::nullopt;
+  st.parked.erase(it);
+  st.guesses.erase(k);
+  return host_grant{true, false, {st.scratch.at(k), 0}};
+}
+
 // The answer to an acquire, or nothing when the caller must wait for a free scratch slot.
 // keep = false: the device cache admitted k, so a copy here would only duplicate it (the tiers then
 // hold distinct experts, device + host of them in all): a miss streams through scratch and a cached
@@ -60,14 +88,40 @@ std::optional<host_grant> try_acquire(pool self, const expert_key& k, uint32_t r
     if (!keep) st.drop_on_release.insert(k);
     return host_grant{true, true, {*slot, 0}};
   }
-  if (!prefetch) st.cache.access(k, rows);  // counts the miss
+  if (!prefetch) st.cache.access(k, rows);  // counts the miss (a parked guess is not cached)
+  if (!prefetch)
+    if (auto g = claim_parked(st, k)) return g;
   const auto cached = keep ? admit(self, k, prefetch ? 1 : rows, prefetch ? 1 : block_rows) : std::nullopt;
   if (cached) return host_grant{false, true, {*cached, 0}};
-  if (prefetch) return host_grant{};  // no room: a prefetch never takes scratch or waits
-  if (st.free_scratch.empty()) return std::nullopt;
-  const uint32_t slot = st.free_scratch.back();
-  st.free_scratch.pop_back();
+  if (prefetch) return host_grant{false, false, {}, true};  // no room: a prefetch never takes scratch or waits
+  const auto slot = take_scratch(st);
+  if (!slot) return std::nullopt;
+  st.scratch.emplace(k, *slot);
+  return host_grant{false, false, {*slot, 0}};
+}
+
+// A router guess: a scratch slot while guesses hold fewer than guess_slots and more than the demands'
+// share stays free. Never admitted (the cache's contents do not depend on guesses), never waits.
+host_grant try_guess(pool self, const expert_key& k) {
+  auto& st = self->state;
+  const host_grant refused{false, false, {}, true};
+  if (st.cache.slot_of(k) || st.scratch.count(k)) return refused;  // cached, streaming or parked already
+  const size_t reserve = st.cfg.scratch_slots - std::min(st.cfg.guess_slots, st.cfg.scratch_slots);
+  uint32_t slot = 0;
+  if (st.guesses.size() < st.cfg.guess_slots) {
+    if (st.free_scratch.size() <= reserve) return refused;  // the demands' share
+    slot = st.free_scratch.back();
+    st.free_scratch.pop_back();
+  } else {
+    if (st.parked.empty()) return refused;  // every guess slot is reading
+    const expert_key old = st.parked.front();  // the oldest parked guess gives its slot to the new one
+    st.parked.pop_front();
+    st.guesses.erase(old);
+    slot = st.scratch.at(old);
+    st.scratch.erase(old);
+  }
   st.scratch.emplace(k, slot);
+  st.guesses.insert(k);
   return host_grant{false, false, {slot, 0}};
 }
 
@@ -85,8 +139,13 @@ void serve_waiting(pool self) {
 void release(pool self, const expert_key& k, bool ok) {
   auto& st = self->state;
   if (auto it = st.scratch.find(k); it != st.scratch.end()) {
-    st.free_scratch.push_back(it->second);
-    st.scratch.erase(it);
+    if (ok && st.guesses.count(k)) {
+      st.parked.push_back(k);  // a landed guess nobody claimed: keep its bytes for a demand
+    } else {
+      st.guesses.erase(k);
+      st.free_scratch.push_back(it->second);
+      st.scratch.erase(it);
+    }
   } else if (st.cache.slot_of(k)) {
     st.cache.unpin(k);
     const bool moved = st.drop_on_release.erase(k) > 0;
@@ -120,6 +179,7 @@ host_pool_actor::behavior_type pool_fun(pool self, TierConfig cfg) {
           self->state.waiting.push_back({k, rows, block_rows, keep, rp});
         return rp;
       },
+      [=](guess_atom, const expert_key& k) { return try_guess(self, k); },
       [=](release_atom, const expert_key& k, bool ok) { release(self, k, ok); },
       [=](stats_atom) { return stats_of(self->state); },
   };

@@ -3,6 +3,9 @@
 // an expert in use); slots [cache_slots, cache_slots + scratch_slots) are scratch slots through which
 // experts that were not admitted stream (read, computed, released). An acquire that finds no free slot
 // waits (its response is delayed) until a release frees one, which bounds the bytes in flight.
+// Router guesses (guess_atom) read into scratch slots, at most guess_slots at once. A guess released
+// before any demand claimed it stays parked: its bytes are valid, a demand acquire of the key is a hit
+// on that scratch slot, and a demand that finds no free scratch slot takes the oldest parked one.
 // On the CPU back-end the host pool is the compute tier: compute reads expert bytes from these slots.
 #pragma once
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -30,6 +31,9 @@ struct Call {
   size_t remaining = 0;
   steady::time_point t0;
   layer_summary sum;
+  // Experts of this call a prefetch or guess had read (or was reading): a prefetch hit when its bytes
+  // are what the call gets, a wasted prefetch when they were gone (the slot reused) and it reads again.
+  std::unordered_set<uint32_t> prefetched;
 };
 
 // One expert whose bytes are on their way: from the acquire until they land (or fail). A layer runs
@@ -39,6 +43,7 @@ struct Call {
 struct Fill {
   bool prefetch = false;        // started by a prefetch and no demand call has claimed a read yet
   bool warm = false;            // a warm-start read (a prefetch not counted as one)
+  bool guess = false;           // a router guess (hint): reads into a guess slot of the host pool
   bool reading = false;         // the grant came: reads issued
   std::vector<uint64_t> calls;  // demand calls waiting
   uint32_t rows = 1, block_rows = 1;
@@ -63,7 +68,9 @@ struct sched_state {
   std::unordered_map<expert_key, Fill> fills;
   std::unique_ptr<PrefetchQueue> prefetched;
   uint32_t prefetch_inflight = 0;
+  uint32_t guess_inflight = 0;   // router guesses not landed yet
   uint32_t prefetch_issued = 0;  // since the last summary
+  uint64_t wasted_reported = 0;  // PrefetchQueue's wasted count at the last summary
   uint64_t next_call = 1, next_fetch = 1;
   static inline const char* name = "layer_scheduler";
 };
@@ -75,6 +82,8 @@ void finish_call(sched self, uint64_t id) {
   Call& c = it->second;
   c.sum.wait_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(steady::now() - c.t0).count());
   c.sum.prefetch_issued = std::exchange(self->state.prefetch_issued, 0);
+  const uint64_t wasted = self->state.prefetched->counters().wasted;
+  c.sum.prefetch_wasted += static_cast<uint32_t>(wasted - std::exchange(self->state.wasted_reported, wasted));
   self->state.trace(trace::LAYER_WAIT, id, {c.req.layer, 0}, {.rows = c.req.block_rows, .dur_ns = c.sum.wait_ns});
   c.promise.deliver(c.sum);
   self->state.calls.erase(it);
@@ -101,22 +110,32 @@ void deliver_ready(sched self, uint64_t id, const expert_key& k, slot_ref where,
 void on_grant(sched self, const expert_key& k, const host_grant& g);
 void on_part(sched self, const expert_key& k, const caf::expected<read_done>& r);
 
+// A prefetch or guess fill stops counting against its bound (landed, failed, refused or claimed).
+void end_prefetch(sched_state& st, Fill& f) {
+  if (!f.prefetch) return;
+  f.prefetch = false;
+  --(f.guess ? st.guess_inflight : st.prefetch_inflight);
+}
+
+// The pool failed an acquire or guess: the waiting calls fail with it.
+void on_acquire_error(sched self, const expert_key& k, const caf::error& e) {
+  auto it = self->state.fills.find(k);
+  if (it == self->state.fills.end()) return;
+  for (uint64_t id : it->second.calls) fail_call(self, id, e);
+  end_prefetch(self->state, it->second);
+  self->state.fills.erase(it);
+}
+
 void acquire(sched self, const expert_key& k, uint32_t rows, uint32_t block_rows, bool keep) {
   self->request(self->state.cfg.pool, self->state.cfg.timeout, acquire_atom_v, k, rows, block_rows, keep)
-      .then([=](host_grant& g) { on_grant(self, k, g); },
-            [=](caf::error& e) {
-              auto it = self->state.fills.find(k);
-              if (it == self->state.fills.end()) return;
-              for (uint64_t id : it->second.calls) fail_call(self, id, e);
-              if (it->second.prefetch) --self->state.prefetch_inflight;
-              self->state.fills.erase(it);
-            });
+      .then([=](host_grant& g) { on_grant(self, k, g); }, [=](caf::error& e) { on_acquire_error(self, k, e); });
 }
 
 void request_expert(sched self, uint64_t id, const expert_key& k, uint32_t rows, bool keep = true) {
   auto& st = self->state;
   const uint32_t block_rows = st.calls.at(id).req.block_rows;
   if (auto it = st.fills.find(k); it != st.fills.end()) {  // a prefetch is bringing it in: wait for that
+    if (it->second.reading && st.calls.at(id).prefetched.count(k.expert)) ++st.calls.at(id).sum.prefetch_hits;
     it->second.calls.push_back(id);
     it->second.rows = rows;
     it->second.block_rows = block_rows;
@@ -174,29 +193,27 @@ void on_grant(sched self, const expert_key& k, const host_grant& g) {
     HostLease lease(st.cfg.pool, k);
     auto calls = std::move(f.calls);
     const uint32_t rows = f.rows;
-    if (f.prefetch) --st.prefetch_inflight;
+    end_prefetch(st, f);
     st.fills.erase(it);
     if (calls.empty()) return;  // the lease gives the pin back
     if (auto c = st.calls.find(calls[0]); c != st.calls.end()) {
       ++c->second.sum.host_hits;
+      if (c->second.prefetched.count(k.expert)) ++c->second.sum.prefetch_hits;
       st.trace(trace::HIT, calls[0], k, {.rows = rows});
     }
     return deliver_ready(self, calls[0], k, g.where, std::move(lease));
   }
-  if (!g.admitted && f.prefetch) {  // no room for a prefetch (nothing pinned): waiting calls ask as demands
+  if (g.refused) {  // no slot for a prefetch or guess (nothing pinned): waiting calls ask as demands
     auto calls = std::move(f.calls);
     const uint32_t rows = f.rows;
     const bool keep = f.keep;
-    --st.prefetch_inflight;
+    end_prefetch(st, f);
     st.fills.erase(it);
     for (uint64_t id : calls)
       if (st.calls.count(id)) request_expert(self, id, k, rows, keep);
     return;
   }
-  if (f.prefetch && !f.calls.empty()) {  // a demand call came before the grant: it is a plain miss
-    f.prefetch = false;
-    --st.prefetch_inflight;
-  }
+  if (f.prefetch && !f.calls.empty()) end_prefetch(st, f);  // a demand call came before the grant: a plain miss
   if (f.prefetch && !f.warm) {
     st.prefetched->push(k);
     st.prefetched->pop();  // tracked as issued: a later request for k counts as a prefetch hit
@@ -206,6 +223,7 @@ void on_grant(sched self, const expert_key& k, const host_grant& g) {
   for (uint64_t id : f.calls)
     if (auto c = st.calls.find(id); c != st.calls.end()) {
       ++c->second.sum.disk_reads;
+      if (c->second.prefetched.count(k.expert)) ++c->second.sum.prefetch_wasted;  // read, then lost its slot
       st.trace(trace::MISS, id, k, {.rows = f.rows});
     }
   f.reading = true;
@@ -280,10 +298,10 @@ void finish_fill(sched self, const expert_key& k) {
   HostLease lease = std::move(f.lease);
   const slot_ref where = f.where;
   if (f.error) lease.fail();  // the slot holds garbage: the pool drops the entry
-  if (f.prefetch) --st.prefetch_inflight;
+  end_prefetch(st, f);
   const bool failed = static_cast<bool>(f.error);
   st.fills.erase(it);
-  if (failed || calls.empty()) return;  // the lease gives the pin back (a landed prefetch stays cached)
+  if (failed || calls.empty()) return;  // the lease gives the pin back (a landed prefetch stays cached, a guess parked)
   deliver_ready(self, calls[0], k, where, std::move(lease));
 }
 
@@ -340,6 +358,34 @@ void prefetch(sched self, uint32_t layer, const std::vector<uint32_t>& experts, 
   }
 }
 
+// Router guesses for this layer's next call: read into guess slots (the pool refuses what it cannot
+// hold); `seen` is the number of calls scheduled when the hint was made: a later call makes it stale.
+void guess(sched self, const std::vector<uint32_t>& experts, uint64_t seen) {
+  auto& st = self->state;
+  if (seen != st.next_call) return;  // the call it was for has been scheduled: too late
+  for (uint32_t e : experts) {
+    if (st.guess_inflight >= st.cfg.guess_max) break;
+    const expert_key k{st.cfg.layer, e};
+    if (!st.cfg.catalog->has(k) || st.fills.count(k)) continue;
+    Fill f;
+    f.prefetch = f.guess = true;
+    st.fills.emplace(k, std::move(f));
+    ++st.guess_inflight;
+    self->request(st.cfg.pool, st.cfg.timeout, guess_atom_v, k)
+        .then([=](host_grant& g) { on_grant(self, k, g); }, [=](caf::error& e) { on_acquire_error(self, k, e); });
+  }
+}
+
+void hint(sched self, uint32_t layer, std::vector<uint32_t> experts) {
+  auto& st = self->state;
+  if (layer != st.cfg.layer || st.cfg.guess_max == 0 || experts.empty()) return;
+  const uint64_t seen = st.next_call;
+  if (!st.cfg.dcache) return guess(self, experts, seen);
+  self->request(st.cfg.dcache, st.cfg.timeout, peek_atom_v, layer, std::move(experts))
+      .then([=](std::vector<uint32_t>& absent) { guess(self, absent, seen); },
+            [](caf::error&) {});  // a lost device-cache manager fails the next call, not a guess
+}
+
 caf::typed_response_promise<layer_summary> schedule(sched self, layer_request& req, expert_sink_actor& sink) {
   auto& st = self->state;
   auto rp = self->make_response_promise<layer_summary>();
@@ -356,7 +402,7 @@ caf::typed_response_promise<layer_summary> schedule(sched self, layer_request& r
     }
     const auto rows = static_cast<uint32_t>(u.rows.size());
     st.trace(trace::REQUEST, id, k, {.rows = rows});
-    if (st.prefetched->claim(k)) ++st.calls.at(id).sum.prefetch_hits;
+    if (st.prefetched->claim(k)) st.calls.at(id).prefetched.insert(k.expert);
     request_expert(self, id, k, rows, !u.device_keeps);
   }
   st.prefetched->expire_layer(req.layer);  // unclaimed prefetches of this layer were wasted
@@ -367,11 +413,13 @@ caf::typed_response_promise<layer_summary> schedule(sched self, layer_request& r
 layer_scheduler_actor::behavior_type sched_fun(sched self, LayerSchedulerConfig cfg) {
   self->state.cfg = std::move(cfg);
   self->state.trace = TraceEmitter(self->state.cfg.tracer, trace::HOST, self->state.cfg.catalog->file_bytes);
-  self->state.prefetched = std::make_unique<PrefetchQueue>(std::max<uint32_t>(self->state.cfg.prefetch_max, 1));
+  self->state.prefetched = std::make_unique<PrefetchQueue>(
+      std::max({self->state.cfg.prefetch_max, self->state.cfg.guess_max, uint32_t{1}}));
   prefetch(self, self->state.cfg.layer, self->state.cfg.warm, true);
   return {
       [=](schedule_atom, layer_request& req, expert_sink_actor& sink) { return schedule(self, req, sink); },
       [=](prefetch_atom, uint32_t layer, const std::vector<uint32_t>& experts) { prefetch(self, layer, experts); },
+      [=](hint_atom, uint32_t layer, std::vector<uint32_t>& experts) { hint(self, layer, std::move(experts)); },
   };
 }
 

@@ -6,6 +6,10 @@
 // `ready` for each expert as its bytes land (arrival order). The response, after the last expert,
 // is the call's layer_summary, or an error naming the file. prefetch(layer, experts) reads likely
 // experts of this layer into the host pool ahead of its next call (bounded; hits are counted).
+// hint(layer, experts): router prefetch, the experts this layer's router picks for the previous MoE
+// layer's input. Those the device cache and the host cache do not hold are read into guess slots of
+// the host pool (bounded by guess_max in flight), so the call that follows finds them in host memory;
+// a hint that arrives after the call it was made for is dropped.
 #pragma once
 
 #include <chrono>
@@ -37,6 +41,8 @@ struct LayerSchedulerConfig {
   // drive, so both drives work on it (DESIGN.md "One decode step" 3). Prompt-pass fills read whole files.
   bool split_reads = true;
   uint32_t prefetch_max = 4;                     // experts in flight from one prefetch (0 = off)
+  uint32_t guess_max = 0;                        // router guesses in flight (0 = hints are ignored)
+  device_cache_actor dcache;                     // optional: hints skip the experts it holds
   std::chrono::milliseconds timeout{120000};     // per request to the pool / read service
   // Warm start: experts read into the host pool's cache at spawn (the hottest by the usage counts),
   // so the first calls find the hot set instead of paying a miss for each of its experts.

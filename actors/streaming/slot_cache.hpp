@@ -24,6 +24,9 @@ struct TierConfig {
   uint32_t min_rows = 2;
   HeatConfig heat;             // frequency policy: decay and usage prior
   tracer_actor tracer;         // optional: HIT / MISS / ADMISSION / EVICTION events
+  // Host pool: scratch slots router guesses may hold at once, reading or parked (0 = none). A guess
+  // takes a slot only while more than scratch_slots - guess_slots stay free for demands.
+  uint32_t guess_slots = 0;
 };
 
 class SlotCache {

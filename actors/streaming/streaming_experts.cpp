@@ -52,6 +52,8 @@ struct StreamingExperts::Impl {
   StreamingMetrics m;
   std::mutex m_mu;  // m: written by the model thread after each call, read by metrics() from any thread
   uint64_t calls = 0;
+  int hint_layer = -1;              // router prefetch: the next MoE layer and its predictor, for the
+  ExpertPredictor predict;          // fetch that follows (hint_next)
   std::string failed;  // non-empty once an error ended generation
 
   int next_moe_layer(int layer) const {
@@ -62,6 +64,7 @@ struct StreamingExperts::Impl {
   void start_tiers(const ExpertGeometry& geo);
   void spawn_schedulers();
   void prefetch_next(int layer);
+  void send_hint();
   void note_uses(int layer, std::span<const ExpertUse> used);
   void account(int layer, size_t requested, const LayerCallResult& r);
   [[noreturn]] void fail(const std::string& why, const std::string& prefix);
@@ -124,7 +127,10 @@ void StreamingExperts::Impl::start_tiers(const ExpertGeometry& geo) {
   const uint32_t dev_scratch = opt.device_scratch ? opt.device_scratch : 2 * std::max<uint32_t>(1, opt.upload_streams);
   if (opt.device) dev = std::make_unique<DeviceTier>(geo, *opt.device, dev_cache + dev_scratch, opt.upload_streams);
   const uint32_t cache = cache_slots(opt, *catalog);
-  const uint32_t scratch = opt.stream_slots ? opt.stream_slots : std::max<uint32_t>(8, 2 * uint32_t(cfg.moe.top_k));
+  // Router prefetch adds top_k guess slots, so guesses never take the slots demands stream through.
+  const uint32_t guesses = opt.prefetch_router ? uint32_t(std::max<int64_t>(1, cfg.moe.top_k)) : 0;
+  const uint32_t scratch =
+      (opt.stream_slots ? opt.stream_slots : std::max<uint32_t>(8, 2 * uint32_t(cfg.moe.top_k))) + guesses;
   arena = std::make_shared<io::PinnedArena>(size_t{cache} + scratch, catalog->file_bytes);
   // Uploads from page-locked memory run at the bus's full rate (~55 GB/s vs ~9 GB/s pageable).
   if (opt.device) opt.device->register_host(arena->base(), arena->bytes());
@@ -145,7 +151,7 @@ void StreamingExperts::Impl::start_tiers(const ExpertGeometry& geo) {
   reads = spawn_read_service(sys, rc);
   rt->watch(reads, "read service");
 
-  pool = spawn_host_pool(sys, {cache, scratch, catalog->file_bytes, opt.policy, opt.min_rows, heat, tracer});
+  pool = spawn_host_pool(sys, {cache, scratch, catalog->file_bytes, opt.policy, opt.min_rows, heat, tracer, guesses});
   rt->watch(pool, "host pool");
   if (dev) {
     uploads = std::make_unique<UploadWatcher>(*dev);
@@ -154,12 +160,12 @@ void StreamingExperts::Impl::start_tiers(const ExpertGeometry& geo) {
     spdlog::info("device cache: {} cached + {} scratch slots, {} upload streams", dev_cache, dev_scratch,
                  opt.upload_streams);
   }
-  spdlog::info("streaming experts: {} directories, host pool {} cached + {} scratch slots of {} bytes ({}), prefetch {}",
+  spdlog::info("streaming experts: {} directories, host pool {} cached + {} scratch slots of {} bytes ({}), prefetch {}{}",
                catalog->dirs.size(), cache, scratch, catalog->file_bytes,
                opt.policy == CachePolicy::lru         ? std::string("LRU")
                : opt.policy == CachePolicy::frequency ? std::string("frequency")
                                                       : fmt::format("block-aware, min_rows {}", opt.min_rows),
-               opt.prefetch);
+               opt.prefetch, opt.prefetch_router ? fmt::format(", router prefetch into {} guess slots", guesses) : "");
 }
 
 void StreamingExperts::Impl::spawn_schedulers() {
@@ -183,6 +189,8 @@ void StreamingExperts::Impl::spawn_schedulers() {
     lc.verifier = verifier;
     lc.split_reads = opt.split_reads;
     lc.prefetch_max = opt.prefetch;
+    lc.guess_max = opt.prefetch_router ? uint32_t(std::max<int64_t>(1, cfg.moe.top_k)) : 0;
+    lc.dcache = dcache;  // hints skip what the device holds
     lc.warm = std::move(warm[size_t(l)]);
     // A request to the read service may try every copy, each within read_timeout.
     lc.timeout = opt.read_timeout * 8 + opt.layer_timeout;
@@ -250,6 +258,24 @@ void StreamingExperts::Impl::prefetch_next(int layer) {
   if (!guess.empty()) (*self)->send(scheds[size_t(next)], prefetch_atom_v, uint32_t(next), std::move(guess));
 }
 
+bool StreamingExperts::wants_hints() const { return impl_->opt.prefetch_router; }
+
+void StreamingExperts::hint_next(int next_layer, ExpertPredictor predict) {
+  impl_->hint_layer = next_layer;
+  impl_->predict = std::move(predict);
+}
+
+// The pending router hint goes to its layer's scheduler (called once this layer's reads are out).
+void StreamingExperts::Impl::send_hint() {
+  const int next = std::exchange(hint_layer, -1);
+  ExpertPredictor p = std::exchange(predict, nullptr);
+  if (next < 0 || next >= cfg.n_layers || !scheds[size_t(next)] || !p) return;
+  std::vector<uint32_t> experts;
+  for (int32_t e : p())
+    if (e >= 0) experts.push_back(uint32_t(e));
+  if (!experts.empty()) (*self)->send(scheds[size_t(next)], hint_atom_v, uint32_t(next), std::move(experts));
+}
+
 void StreamingExperts::Impl::note_uses(int layer, std::span<const ExpertUse> used) {
   last_used[size_t(layer)].clear();
   for (const auto& u : used) {
@@ -267,6 +293,7 @@ void StreamingExperts::Impl::account(int layer, size_t requested, const LayerCal
   m.disk_reads += r.sum.disk_reads;
   m.prefetch_hits += r.sum.prefetch_hits;
   m.prefetch_issued += r.sum.prefetch_issued;
+  m.prefetch_wasted += r.sum.prefetch_wasted;
   m.demand_disk_bytes += r.sum.disk_bytes;
   const double w = double(r.sum.wait_ns) * 1e-9;
   m.layer_wait_s += w;
@@ -293,6 +320,7 @@ void StreamingExperts::fetch(int layer, std::span<const ExpertUse> uses, const E
   trace_call(s.calls, uint32_t(layer), call.block_rows(), uses);
   if (auto e = call.plan_device(); !e.empty()) s.fail(e, "streaming experts: ");
   call.schedule_misses();
+  s.send_hint();
   call.compute_device_hits();
   if (call.has_misses()) s.prefetch_next(layer);
   s.note_uses(layer, uses);

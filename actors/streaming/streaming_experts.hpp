@@ -49,6 +49,10 @@ struct StreamingOptions {
   // Next-layer prefetch: up to this many of the next MoE layer's most-used experts that its last call did
   // not use (those are probably still cached), read into the host pool while this layer computes. 0 = off.
   uint32_t prefetch = 0;
+  // Router prefetch: while a decode step's MoE layer reads and computes, the next MoE layer's router
+  // applied to this layer's input predicts that layer's experts, and those on neither the device nor in
+  // the host cache are read into top_k extra scratch slots ("guess slots") of the host pool.
+  bool prefetch_router = false;
   io::EngineKind engine = io::EngineKind::automatic;
   io::EngineConfig engine_cfg;
   // xxh64 of every read against the manifest (on hash_threads hasher threads, 0 = half of the
@@ -84,6 +88,8 @@ class StreamingExperts final : public ExpertSource {
   StreamingExperts& operator=(const StreamingExperts&) = delete;
 
   void fetch(int layer, std::span<const ExpertUse> uses, const ExpertCompute& compute) override;
+  bool wants_hints() const override;
+  void hint_next(int next_layer, ExpertPredictor predict) override;
 
   // Counters so far, with per-drive bytes and the host pool's occupancy (asks the actors).
   StreamingMetrics metrics();

@@ -25,7 +25,8 @@ nlohmann::json to_json(const StreamingMetrics& m) {
                 {"disk_demand", m.demand_disk_bytes}, {"upload", m.upload_bytes}};
   j["uploads"] = m.uploads;
   j["prefetch"] = {{"issued", m.prefetch_issued}, {"hits", m.prefetch_hits},
-                   {"hit_rate", m.prefetch_issued ? double(m.prefetch_hits) / double(m.prefetch_issued) : 0.0}};
+                   {"hit_rate", m.prefetch_issued ? double(m.prefetch_hits) / double(m.prefetch_issued) : 0.0},
+                   {"wasted", m.prefetch_wasted}, {"wasted_bytes", m.prefetch_wasted * m.file_bytes}};
   j["verify_reads"] = {{"on", m.verify}, {"threads", m.verify_threads}, {"hashes", m.verify_hashes},
                        {"bytes", m.verify_bytes}, {"hash_s", m.verify_s}, {"mismatches", m.verify_mismatches},
                        {"in_reader", m.verify_in_reader}};
@@ -59,10 +60,10 @@ std::string format_metrics(const StreamingMetrics& m) {
   constexpr double MB = 1e6;
   std::string s = fmt::format(
       "ferry: experts {} requested in {} layer calls | device hits {} ({:.1f}%) | host hits {} ({:.1f}%) | expert "
-      "reads from disk {} | uploads {} ({:.1f} MB) | prefetch {} issued, {} hits\n",
+      "reads from disk {} | uploads {} ({:.1f} MB) | prefetch {} issued, {} hits, {} wasted ({:.1f} MB)\n",
       m.requested, m.layer_calls, m.device_hits, 100 * m.hit_rate(m.device_hits), m.host_hits,
       100 * m.hit_rate(m.host_hits), m.disk_reads, m.uploads, double(m.upload_bytes) / 1e6, m.prefetch_issued,
-      m.prefetch_hits);
+      m.prefetch_hits, m.prefetch_wasted, double(m.prefetch_wasted * m.file_bytes) / MB);
   s += fmt::format("ferry: expert bytes: host {:.1f} MB, disk {:.1f} MB ({} engine{}) | layer wait {:.3f} s (max {:.2f} ms)\n",
                    double(m.host_bytes()) / MB, double(m.disk_bytes()) / MB, m.engine, m.direct ? ", O_DIRECT" : "",
                    m.layer_wait_s, m.max_layer_wait_s * 1e3);

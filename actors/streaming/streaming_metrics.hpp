@@ -19,6 +19,7 @@ struct StreamingMetrics {
   uint64_t layer_calls = 0;
   uint64_t requested = 0;       // experts asked for, over all calls
   uint64_t device_hits = 0, host_hits = 0, disk_reads = 0, prefetch_hits = 0, prefetch_issued = 0;
+  uint64_t prefetch_wasted = 0;    // prefetched experts the layer's next call did not use
   uint64_t uploads = 0, upload_bytes = 0;  // CUDA: host slot -> device slot copies
   uint64_t demand_disk_bytes = 0;  // bytes read for requests (the rest of the drive bytes is prefetch)
   double layer_wait_s = 0;         // total time layers waited for their last expert

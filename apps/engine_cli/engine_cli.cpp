@@ -78,6 +78,9 @@ void add_cache_flags(CLI::App* c, EngineOptions& o) {
       ->capture_default_str();
   c->add_option("--prefetch", s.prefetch, "Next-layer prefetch: up to N likely experts per layer (0 = off)")
       ->capture_default_str();
+  c->add_flag("--prefetch-router,!--no-prefetch-router", s.prefetch_router,
+              "Router prefetch: predict the next MoE layer's experts with its router on this layer's input and "
+              "read those not cached while this layer computes (decode steps and blocks; off by default)");
   c->add_option("--upload-streams", s.upload_streams, "CUDA: streams copying expert bytes from the host pool to the GPU")
       ->capture_default_str();
 }

@@ -1,6 +1,7 @@
 // Feed-forward blocks: dense MLP (SwiGLU or SiTU), and the mixture of experts with sigmoid routing,
 // grouped top-k, shared experts and K3's latent MoE (MODEL_SPEC.md §2, §6).
 #include <algorithm>
+#include <map>
 #include <numeric>
 
 #include "kernels/model/model_ctx.hpp"
@@ -79,6 +80,26 @@ void Model::route(int il, const float* x, int64_t n, std::vector<int32_t>& ids, 
   }
 }
 
+// Router prefetch: the next MoE layer's router on this layer's input predicts the experts it will pick
+// (the residual stream changes little from one layer to the next). The source runs the prediction
+// once its reads for this layer are issued; the experts come most-picked over the rows first.
+void Model::hint_next_layer(int il, const float* x, int64_t n) {
+  int next = il + 1;
+  while (next < cfg_.n_layers && cfg_.ffn[static_cast<size_t>(next)] != Ffn::moe) ++next;
+  if (next >= cfg_.n_layers) return;
+  experts_->hint_next(next, [this, next, x, n] {
+    std::vector<int32_t> ids;
+    std::vector<float> wts;
+    route(next, x, n, ids, wts);
+    std::map<int32_t, int> picks;
+    std::vector<int32_t> order;  // first pick first (rank order of row 0, then new ones of row 1, ...)
+    for (int32_t id : ids)
+      if (picks[id]++ == 0) order.push_back(id);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return picks[a] > picks[b]; });
+    return order;
+  });
+}
+
 void Model::moe(int il, Ctx& c, const float* x, float* out) {
   const MoeWeights& w = w_.layers[static_cast<size_t>(il)].moe;
   const int64_t n = c.n, d = cfg_.hidden, k = cfg_.moe.top_k;
@@ -128,6 +149,7 @@ void Model::moe(int il, Ctx& c, const float* x, float* out) {
   fa.inter = cfg_.moe.moe_inter;
   fa.act = {cfg_.act == Activation::situ, static_cast<float>(cfg_.situ_beta),
             static_cast<float>(cfg_.situ_linear_beta)};
+  if (experts_->wants_hints() && n <= ExpertSource::kMaxHintRows) hint_next_layer(il, x, n);
   experts_->fetch(il, uses, [&](std::span<const size_t> idx, std::span<const ExpertWeights> ws) {
     std::vector<ExpertCall> calls;
     calls.reserve(idx.size());

@@ -85,10 +85,20 @@ using ExpertCompute = std::function<void(std::span<const size_t> idx, std::span<
 // once, in batches, in any order (e.g. as bytes arrive from disk), and return once all calls have
 // returned. The weights must stay valid until the work compute queued on the back-end has run
 // (a device source orders its slot reuse after that work; host memory is read synchronously).
+// A source that streams may also want hints: wants_hints() true makes the MoE layer call hint_next()
+// before each fetch of a decode step or block (at most kMaxHintRows rows) with the next MoE layer and
+// a predictor of its experts (that layer's router applied to this layer's input, most-picked first).
+// The source runs the predictor inside the fetch that follows, once its own reads are on their way,
+// or not at all. Hints never change which experts a layer uses, only where their bytes wait.
+using ExpertPredictor = std::function<std::vector<int32_t>()>;
+
 class ExpertSource {
  public:
+  static constexpr int64_t kMaxHintRows = 16;
   virtual ~ExpertSource() = default;
   virtual void fetch(int layer, std::span<const ExpertUse> uses, const ExpertCompute& compute) = 0;
+  virtual bool wants_hints() const { return false; }
+  virtual void hint_next(int next_layer, ExpertPredictor predict) { (void)next_layer, (void)predict; }
 };
 
 struct SpineWeights {

@@ -20,7 +20,7 @@ const std::set<std::string> kArmKeys = {"tag",  "group",   "reference", "model",
                                         "prompt_ids", "mode", "system", "n", "ctx", "temp", "top_p", "seed",
                                         "threads", "ignore_eos", "cache", "draft", "args", "repeats",
                                         "timeout_s", "series", "note"};
-const std::set<std::string> kCacheKeys = {"ssd_streaming", "experts", "host_pool", "expert_dirs"};
+const std::set<std::string> kCacheKeys = {"ssd_streaming", "experts", "host_pool", "expert_dirs", "prefetch_router"};
 const std::set<std::string> kDraftKeys = {"spec", "gate", "max", "cost_gate"};
 
 // A typo ("prompt_fle") must not silently fall back to a default.
@@ -57,6 +57,7 @@ std::string str_or_int(const JsonFields& f, const std::string& key) {
 void parse_cache(const JsonFields& f, Arm& a, const Paths& p) {
   check_keys(f, kCacheKeys);
   a.ssd_streaming = f.opt_bool("ssd_streaming", false);
+  a.prefetch_router = f.opt_bool("prefetch_router", false);
   a.cache_experts = str_or_int(f, "experts");
   a.host_pool = str_or_int(f, "host_pool");
   for (const auto& d : f.opt_str_list("expert_dirs")) a.expert_dirs.push_back(p(d));
@@ -238,6 +239,7 @@ std::vector<std::string> run_args(const Arm& a, const std::string& trace_hash, c
   if (a.mode == "chat" && !a.system.empty()) v.insert(v.end(), {"--system", a.system});
   if (a.ignore_eos) v.push_back("--ignore-eos");
   if (a.ssd_streaming) v.push_back("--ssd-streaming");
+  if (a.prefetch_router) v.push_back("--prefetch-router");
   if (!a.cache_experts.empty()) v.insert(v.end(), {"--cache-experts", a.cache_experts});
   if (!a.host_pool.empty()) v.insert(v.end(), {"--host-pool", a.host_pool});
   for (const auto& d : a.expert_dirs) v.insert(v.end(), {"--expert-dir", d});

@@ -26,6 +26,7 @@ struct Arm {
   bool ignore_eos = true;  // fixed-length runs: generated == n, so rates compare
   // Expert streaming (the --ssd-streaming flags).
   bool ssd_streaming = false;
+  bool prefetch_router = false;  // --prefetch-router
   std::string cache_experts, host_pool;
   std::vector<std::string> expert_dirs;
   // Drafting (the --draft flags). "{reference}" in draft names the group reference's token file.

@@ -65,6 +65,31 @@ TEST(StreamingCli, RunStreamsPrintsMetricsAndTracesAndMatchesTheInMemoryRun) {
   EXPECT_TRUE(fs::exists(root / "svg/drive_throughput.svg"));
 }
 
+// `--prefetch-router`: the JSON and the text summary say how many guesses were read, used and wasted
+// (with their bytes), and the logits equal the run without it.
+TEST(StreamingCli, RouterPrefetchReportsHitsAndWastedBytesAndKeepsTheLogits) {
+  if (!fs::exists(kFerry)) GTEST_SKIP() << "build the ferry target first";
+  const auto dir = prepared("replicated", 2, true).string();
+  const auto root = kRoot / "cli-router";
+  fs::create_directories(root);
+  const auto h1 = (root / "router.hash").string(), h2 = (root / "plain.hash").string();
+  auto run = sh("run -m " + dir + " " + kIds + " --ssd-streaming --cache-experts 2 --prefetch-router --json --trace-hash " + h1,
+                false);
+  ASSERT_EQ(run.rc, 0) << run.text;
+  const auto j = nlohmann::json::parse(run.text)["streaming"];
+  const auto p = j["prefetch"];
+  const uint64_t issued = p["issued"], hits = p["hits"], wasted = p["wasted"];
+  EXPECT_GT(issued, 0u) << p.dump();
+  EXPECT_EQ(hits + wasted, issued) << p.dump();
+  EXPECT_EQ(p["wasted_bytes"].get<uint64_t>(), wasted * j["expert_file_bytes"].get<uint64_t>()) << p.dump();
+  auto plain = sh("run -m " + dir + " " + kIds + " --ssd-streaming --cache-experts 2 --no-prefetch-router --trace-hash " + h2);
+  ASSERT_EQ(plain.rc, 0) << plain.text;
+  EXPECT_NE(plain.text.find("prefetch 0 issued, 0 hits, 0 wasted"), std::string::npos) << plain.text;
+  auto diff = sh("trace diff " + h1 + " " + h2);
+  EXPECT_EQ(diff.rc, 0) << diff.text;
+  EXPECT_NE(diff.text.find("identical: 8 positions"), std::string::npos) << diff.text;
+}
+
 // Reads, bytes and rates mean the same in the run summary, the trace summary and the plots: an expert
 // read counts once even when it is split over two replicas, the drives count the parts.
 TEST(StreamingCli, ExpertReadsAgreeBetweenRunSummaryAndTraceAndDrivesCountSplitParts) {

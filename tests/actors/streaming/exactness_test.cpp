@@ -100,6 +100,35 @@ TEST(StreamingExactness, PrefetchAndWholeFileReadsChangeNothingButTheCounters) {
   EXPECT_LE(r.metrics.prefetch_hits, r.metrics.prefetch_issued + r.metrics.requested);
 }
 
+// Router prefetch (the next MoE layer's router on this layer's input): guesses read into guess slots
+// of the host pool change only where bytes wait. Same output with no cache, a small host cache and a
+// device tier; guesses are issued, some are used, every slot goes back to the pool.
+TEST(StreamingExactness, RouterPrefetchChangesNothingButWhereBytesWait) {
+  const auto dir = prepared("replicated", 2, true);
+  for (uint64_t cache : {0u, 4u}) {
+    for (bool device : {false, true}) {
+      SCOPED_TRACE("cache " + std::to_string(cache) + (device ? ", device tier" : ""));
+      auto o = streaming_options(dir, cache);
+      o.streaming.prefetch_router = true;
+      o.streaming.device_tier = device;
+      if (device) o.streaming.host_pool_bytes = 0;
+      auto r = generate_run(o);
+      expect_same_output(r, reference());
+      const auto& m = r.metrics;
+      std::printf("router prefetch, cache %llu%s: %llu requested, %llu host hits, %llu disk reads, prefetch %llu issued, %llu hits, "
+                  "%llu wasted\n",
+                  (unsigned long long)cache, device ? " (device)" : "", (unsigned long long)m.requested,
+                  (unsigned long long)m.host_hits, (unsigned long long)m.disk_reads, (unsigned long long)m.prefetch_issued,
+                  (unsigned long long)m.prefetch_hits, (unsigned long long)m.prefetch_wasted);
+      EXPECT_GT(m.prefetch_issued, 0u);
+      EXPECT_GT(m.prefetch_hits, 0u);
+      EXPECT_LE(m.prefetch_hits + m.prefetch_wasted, m.prefetch_issued);
+      EXPECT_GE(m.pool.scratch_free + 4u, m.pool.scratch)
+          << "after the run only parked guesses (at most top_k = 4) hold scratch slots";
+    }
+  }
+}
+
 TEST(StreamingExactness, LruPolicyAndBlockAwarePolicyGiveTheSameOutput) {
   const auto dir = prepared("one", 1, false);
   auto o = streaming_options(dir, 8);

@@ -42,6 +42,13 @@ host_pool_actor::behavior_type fake_pool(host_pool_actor::pointer self, std::sha
         log->cached.insert(k.expert);  // admitted (a prefetch too)
         return host_grant{false, true, {k.expert, 0}};
       },
+      [=](guess_atom, const expert_key& k) {  // a guess slot unless cached; its bytes then stay ("parked")
+        std::lock_guard lk(log->mu);
+        ++log->grants;
+        if (log->cached.count(k.expert)) return host_grant{false, false, {}, true};
+        log->cached.insert(k.expert);
+        return host_grant{false, false, {k.expert, 0}};
+      },
       [=](release_atom, const expert_key& k, bool ok) {
         std::lock_guard lk(log->mu);
         ++(ok ? log->releases : log->failed)[k.expert];
@@ -80,8 +87,26 @@ std::shared_ptr<const ExpertCatalog> catalog() {
   return c;
 }
 
+// A device-cache manager that holds `held` (for hints: peek answers the others, after `delay`).
+device_cache_actor::behavior_type fake_dcache(device_cache_actor::pointer, std::set<uint32_t> held,
+                                              std::chrono::milliseconds delay) {
+  return {
+      [=](plan_atom, const device_request&) { return device_plan{}; },
+      [=](peek_atom, uint32_t, const std::vector<uint32_t>& experts) {
+        std::this_thread::sleep_for(delay);
+        std::vector<uint32_t> absent;
+        for (uint32_t e : experts)
+          if (!held.count(e)) absent.push_back(e);
+        return absent;
+      },
+      [=](done_atom, uint64_t) {},
+      [=](stats_atom) { return tier_stats{}; },
+  };
+}
+
 struct Harness {
-  explicit Harness(ReadMode mode, std::chrono::milliseconds timeout = 5000ms) {
+  explicit Harness(ReadMode mode, std::chrono::milliseconds timeout = 5000ms, std::set<uint32_t> device = {},
+                   std::chrono::milliseconds peek_delay = 0ms) {
     LayerSchedulerConfig c;
     c.layer = kLayer;
     c.catalog = catalog();
@@ -90,6 +115,8 @@ struct Harness {
     c.reads = reads = rt.system().spawn(fake_reads, mode);
     c.split_reads = false;
     c.prefetch_max = 2;
+    c.guess_max = 3;
+    if (!device.empty()) c.dcache = dcache = rt.system().spawn(fake_dcache, device, peek_delay);
     c.timeout = timeout;
     sched = spawn_layer_scheduler(rt.system(), c);
   }
@@ -97,6 +124,7 @@ struct Harness {
     for (const caf::actor& a : {caf::actor_cast<caf::actor>(sched), caf::actor_cast<caf::actor>(pool),
                                 caf::actor_cast<caf::actor>(reads)})
       caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    if (dcache) caf::anon_send_exit(dcache, caf::exit_reason::user_shutdown);
   }
   // Schedules one call; returns the experts made ready (adopting each pin in a lease, as the layer
   // call does) and the summary or the error text.
@@ -121,6 +149,7 @@ struct Harness {
   host_pool_actor pool;
   read_service_actor reads;
   layer_scheduler_actor sched;
+  device_cache_actor dcache;
 };
 
 // Waits (briefly) until the pool has seen `n` releases in all, then returns the per-expert counts.
@@ -196,4 +225,55 @@ TEST(LayerScheduler, LandedPrefetchIsAHitOfTheNextCall) {
   EXPECT_EQ(sum.host_hits, 1u);
   EXPECT_EQ(sum.disk_reads, 0u);
   EXPECT_EQ(releases(h, 2)[5], 2) << "once by the scheduler (the prefetch), once by the sink";
+}
+
+// Router prefetch: a hint reads the guessed experts (at most guess_max, here 3) into guess slots; the
+// next call finds the ones it uses in host memory (prefetch hits, no disk read) and the rest are
+// counted wasted.
+TEST(LayerScheduler, HintedExpertsTheNextCallUsesAreHitsAndTheOthersWasted) {
+  Harness h(ReadMode::ok);
+  h.self->send(h.sched, hint_atom_v, kLayer, std::vector<uint32_t>{1, 2, 3, 4});
+  releases(h, 3);  // three guesses landed (the fourth was over guess_max) and were parked
+  {
+    std::lock_guard lk(h.log->mu);
+    EXPECT_EQ(h.log->grants, 3);
+  }
+  layer_summary sum;
+  std::string error;
+  auto ready = h.call(1, {2, 5}, sum, error);
+  ASSERT_EQ(error, "");
+  EXPECT_EQ(ready.size(), 2u);
+  EXPECT_EQ(sum.prefetch_issued, 3u);
+  EXPECT_EQ(sum.prefetch_hits, 1u);
+  EXPECT_EQ(sum.prefetch_wasted, 2u) << "experts 1 and 3 were guessed and not used";
+  EXPECT_EQ(sum.disk_reads, 1u) << "only expert 5 was read for the call";
+  EXPECT_EQ(sum.host_hits, 1u);
+}
+
+// A hint for another layer reads nothing; experts on the device are never guessed.
+TEST(LayerScheduler, HintSkipsDeviceResidentExpertsAndOtherLayers) {
+  Harness h(ReadMode::ok, 5000ms, {1, 2});
+  h.self->send(h.sched, hint_atom_v, kLayer + 1, std::vector<uint32_t>{5, 6});
+  h.self->send(h.sched, hint_atom_v, kLayer, std::vector<uint32_t>{1, 2, 3});
+  releases(h, 1);
+  std::this_thread::sleep_for(50ms);
+  {
+    std::lock_guard lk(h.log->mu);
+    EXPECT_EQ(h.log->grants, 1) << "only expert 3 is neither on the device nor for another layer";
+    EXPECT_EQ(h.log->cached, std::set<uint32_t>{3});
+  }
+}
+
+// A hint whose device check answers after the call it was made for has been scheduled is stale: it
+// reads nothing.
+TEST(LayerScheduler, HintOvertakenByItsCallReadsNothing) {
+  Harness h(ReadMode::ok, 5000ms, {7}, 100ms);
+  h.self->send(h.sched, hint_atom_v, kLayer, std::vector<uint32_t>{1, 2});
+  layer_summary sum;
+  std::string error;
+  h.call(1, {5}, sum, error);  // scheduled while the peek is still out
+  ASSERT_EQ(error, "");
+  std::this_thread::sleep_for(200ms);
+  std::lock_guard lk(h.log->mu);
+  EXPECT_EQ(h.log->grants, 1) << "only the call's own expert 5";
 }
