@@ -151,6 +151,9 @@ struct layer_summary {
   uint64_t disk_bytes = 0;  // bytes read from drives for this call (prefetched bytes are not counted here)
   uint32_t prefetch_issued = 0;  // prefetch reads this layer's scheduler started since its last summary
   uint32_t prefetch_wasted = 0;  // prefetched experts this call (its layer) did not use
+  // Late verification (--verify-late): experts the call computed from bytes whose xxh64 then did not
+  // match. The caller must run the layer again (the next reads skip the bad copy).
+  std::vector<uint32_t> bad;
   friend bool operator==(const layer_summary&, const layer_summary&) = default;
 };
 
@@ -280,6 +283,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(ferry, caf::first_custom_type_id)
   CAF_ADD_ATOM(ferry, ferry::atoms, hint_atom, "hint")
   CAF_ADD_ATOM(ferry, ferry::atoms, guess_atom, "guess")
   CAF_ADD_ATOM(ferry, ferry::atoms, peek_atom, "peek")
+  CAF_ADD_ATOM(ferry, ferry::atoms, drop_atom, "drop")
 CAF_END_TYPE_ID_BLOCK(ferry)
 // clang-format on
 
@@ -339,7 +343,7 @@ typename Inspector::result_type inspect(Inspector& f, expert_ready& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, layer_summary& x) {
   return f(caf::meta::type_name("layer_summary"), x.step, x.layer, x.device_hits, x.host_hits, x.disk_reads,
-           x.prefetch_hits, x.wait_ns, x.disk_bytes, x.prefetch_issued, x.prefetch_wasted);
+           x.prefetch_hits, x.wait_ns, x.disk_bytes, x.prefetch_issued, x.prefetch_wasted, x.bad);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tier_stats& x) {
@@ -414,9 +418,11 @@ using host_pool_actor = caf::typed_actor<                                       
 // Device-cache manager: which GPU expert slot each expert of a layer call computes from. plan pins the
 // call's cached experts (hits and admitted misses) so nothing evicts them while they compute;
 // done(step) unpins them. peek(layer, experts): those of the experts it does not hold (no counting,
-// no pinning). The slots' memory and the uploads belong to the model thread (DeviceTier).
+// no pinning). drop(key): forget a cached expert whose bytes turned out bad (late verification).
+// The slots' memory and the uploads belong to the model thread (DeviceTier).
 using device_cache_actor = caf::typed_actor<                        //
     caf::replies_to<plan_atom, device_request>::with<device_plan>,  //
+    caf::reacts_to<drop_atom, expert_key>,                          //
     caf::replies_to<peek_atom, uint32_t, std::vector<uint32_t>>::with<std::vector<uint32_t>>,
     caf::reacts_to<done_atom, uint64_t>,                            //
     caf::replies_to<stats_atom>::with<tier_stats>>;
@@ -428,10 +434,13 @@ using expert_sink_actor = caf::typed_actor<caf::reacts_to<ready_atom, expert_rea
 // the last expert has arrived. prefetch: the likely experts of a coming layer (bounded, shallow).
 // hint: the experts the layer's router picks for the previous layer's input (router prefetch): those
 // not on the device nor in the host cache are read into guess slots of the host pool.
+// release(key, ok): late verification: the layer call is done with an expert's host slot; the
+// scheduler gives the pool its pin back once the hash has answered too.
 using layer_scheduler_actor = caf::typed_actor<                                         //
     caf::replies_to<schedule_atom, layer_request, expert_sink_actor>::with<layer_summary>,  //
     caf::reacts_to<prefetch_atom, uint32_t, std::vector<uint32_t>>,                        //
-    caf::reacts_to<hint_atom, uint32_t, std::vector<uint32_t>>>;
+    caf::reacts_to<hint_atom, uint32_t, std::vector<uint32_t>>,                            //
+    caf::reacts_to<release_atom, expert_key, bool>>;
 
 // Appends trace events to the trace file; flush answers with the number of events written so far.
 using tracer_actor = caf::typed_actor<            //

@@ -131,6 +131,8 @@ void validate_engine_options(const EngineOptions& o) {
   if (!prepared && !o.model.streaming.expert_dirs.empty()) refuse("--expert-dir needs a prepared model directory");
   if (!o.model.streaming.trace_path.empty() && (o.streaming == 0 || !prepared))
     refuse("--trace records the streaming runtime's events: it needs --ssd-streaming (a prepared model)");
+  if (o.model.streaming.verify_late && !o.model.streaming.verify_reads)
+    refuse("--verify-late changes when reads are verified: it does not go with --no-verify-reads");
   if (prepared && o.model.spine_type != "f32")
     refuse("--spine-type " + o.model.spine_type + " does not apply to a prepared model: its spine keeps the types "
            "`ferry prepare --spine-type` wrote");

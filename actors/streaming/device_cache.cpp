@@ -87,6 +87,9 @@ device_cache_actor::behavior_type dcache_fun(dcache self, TierConfig cfg) {
         auto& s = self->state;
         if (step == s.pinned_step) unpin_all(s);
       },
+      [=](drop_atom, const expert_key& k) {
+        if (self->state.cache.drop(k)) self->state.trace(trace::EVICTION, 0, k, {.detail = "bad bytes"});
+      },
       [=](peek_atom, uint32_t layer, const std::vector<uint32_t>& experts) {
         std::vector<uint32_t> absent;
         for (uint32_t e : experts)

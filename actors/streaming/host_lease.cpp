@@ -6,7 +6,7 @@ namespace ferry {
 
 void HostLease::reset() {
   if (!std::exchange(held_, false)) return;
-  caf::anon_send(pool_, release_atom_v, key_, ok_);
+  caf::anon_send(to_, release_atom_v, key_, ok_);
 }
 
 }  // namespace ferry

@@ -3,10 +3,14 @@
 // type's job: destroying (or reset()) a held lease sends the pool release(key, ok) once; handing it
 // on with a message (handover()) drops the local claim without releasing, and the receiver adopts the
 // pin in a lease of its own (the layer scheduler hands each landed expert to the layer call this way,
-// with its expert_ready). Move-only.
+// with its expert_ready). With late verification the layer call's lease releases to the layer
+// scheduler instead, which holds the pool's pin until the hash has answered. Move-only.
 #pragma once
 
 #include <utility>
+
+#include <caf/actor.hpp>
+#include <caf/actor_cast.hpp>
 
 #include "messages/messages.hpp"
 
@@ -15,12 +19,15 @@ namespace ferry {
 class HostLease {
  public:
   HostLease() = default;
-  HostLease(host_pool_actor pool, const expert_key& k) : pool_(std::move(pool)), key_(k), held_(true) {}
+  HostLease(const host_pool_actor& pool, const expert_key& k)
+      : to_(caf::actor_cast<caf::actor>(pool)), key_(k), held_(true) {}
+  HostLease(const layer_scheduler_actor& sched, const expert_key& k)
+      : to_(caf::actor_cast<caf::actor>(sched)), key_(k), held_(true) {}
   HostLease(HostLease&& o) noexcept { *this = std::move(o); }
   HostLease& operator=(HostLease&& o) noexcept {
     if (this != &o) {
       reset();
-      pool_ = std::move(o.pool_);
+      to_ = std::move(o.to_);
       key_ = o.key_;
       ok_ = o.ok_;
       held_ = std::exchange(o.held_, false);
@@ -42,7 +49,7 @@ class HostLease {
   const expert_key& key() const { return key_; }
 
  private:
-  host_pool_actor pool_;
+  caf::actor to_;  // the host pool, or a layer scheduler (late verification)
   expert_key key_;
   bool ok_ = true;
   bool held_ = false;

@@ -106,7 +106,7 @@ void LayerCall::compute_one(size_t i, const ExpertWeights& w) {
 // whatever happens here (at once for a stale arrival, after compute on the CPU, after the upload).
 void LayerCall::on_ready(const expert_ready& r) {
   const expert_key k{r.layer, r.expert};
-  HostLease lease(env_.pool, k);
+  HostLease lease = env_.release_via_scheduler ? HostLease(env_.sched, k) : HostLease(env_.pool, k);
   auto it = index_.find(r.expert);
   if (r.step != req_.step || it == index_.end()) return;  // a call that failed earlier
   const size_t i = it->second;

@@ -57,6 +57,9 @@ struct LayerCallEnv {
   // Exclusive tiers (the frequency policy): an expert the device cache admitted is not kept by the
   // host pool too (expert_use::device_keeps), so the two tiers hold distinct experts.
   bool exclusive_tiers = false;
+  // Late verification: host slots go back through the layer's scheduler (it holds the pool's pin until
+  // the expert's hash has answered).
+  bool release_via_scheduler = false;
 };
 
 struct LayerCallResult {

@@ -29,6 +29,7 @@ struct Call {
   expert_sink_actor sink;
   caf::typed_response_promise<layer_summary> promise;
   size_t remaining = 0;
+  uint32_t unverified = 0;  // late verification: delivered experts whose hash has not answered yet
   steady::time_point t0;
   layer_summary sum;
   // Experts of this call a prefetch or guess had read (or was reading): a prefetch hit when its bytes
@@ -61,11 +62,25 @@ struct Fill {
   caf::error error;
 };
 
+// Late verification: an expert delivered before its hash was known. The pool's pin stays here until
+// both the hash has answered and the call has released the bytes (through this scheduler), so no
+// other fill can reuse the slot while the hasher reads it.
+struct Pending {
+  HostLease lease;
+  uint64_t call = 0;
+  std::vector<uint32_t> used;  // directories that served the bytes
+  bool released = false;       // the call is done with the slot (or was gone)
+  bool checked = false;        // the hash has answered
+};
+
 struct sched_state {
   LayerSchedulerConfig cfg;
   TraceEmitter trace;  // tier HOST
   std::unordered_map<uint64_t, Call> calls;
   std::unordered_map<expert_key, Fill> fills;
+  std::unordered_map<expert_key, Pending> pending;               // late verification
+  std::unordered_map<expert_key, std::vector<uint32_t>> bad_dirs;  // copies a late check found bad
+  std::unordered_set<expert_key> read_whole;                      // next fill unsplit (a late mismatch of halves)
   std::unique_ptr<PrefetchQueue> prefetched;
   uint32_t prefetch_inflight = 0;
   uint32_t guess_inflight = 0;   // router guesses not landed yet
@@ -104,7 +119,7 @@ void deliver_ready(sched self, uint64_t id, const expert_key& k, slot_ref where,
   Call& c = it->second;
   self->send(c.sink, ready_atom_v, expert_ready{c.req.step, k.layer, k.expert, where});
   lease.handover();
-  if (--c.remaining == 0) finish_call(self, id);
+  if (--c.remaining == 0 && c.unverified == 0) finish_call(self, id);
 }
 
 void on_grant(sched self, const expert_key& k, const host_grant& g);
@@ -155,7 +170,9 @@ void issue_reads(sched self, const expert_key& k) {
   auto& st = self->state;
   Fill& f = st.fills.at(k);
   const uint64_t fb = st.cfg.catalog->file_bytes;
-  const auto& part_hashes = st.cfg.verifier ? st.cfg.catalog->part_hashes_of(k) : std::vector<uint64_t>{};
+  // Late verification hashes after delivery, on the hashers: the readers only copy.
+  const auto& part_hashes = st.cfg.verifier && !st.cfg.verify_late ? st.cfg.catalog->part_hashes_of(k)
+                                                                     : std::vector<uint64_t>{};
   const uint64_t pb = st.cfg.catalog->part_bytes;
   bool split =
       st.cfg.split_reads && !f.whole && f.block_rows <= 1 && !f.prefetch && f.dirs.size() >= 2 && fb >= 2 * 4096;
@@ -230,6 +247,19 @@ void on_grant(sched self, const expert_key& k, const host_grant& g) {
   f.where = g.where;
   f.lease = HostLease(st.cfg.pool, k);  // a cache slot (admitted) or a scratch slot, pinned
   f.dirs = st.cfg.catalog->copies_of(k);
+  if (auto b = st.bad_dirs.find(k); b != st.bad_dirs.end())
+    for (uint32_t d : b->second) std::erase(f.dirs, d);
+  f.whole = st.read_whole.erase(k) > 0;
+  if (f.dirs.empty()) {  // every copy failed a late check: fail the fill naming the file
+    f.error = caf::make_error(errc::no_replica, st.cfg.catalog->path_of(k, st.bad_dirs.at(k).back()),
+                              std::string("checksum mismatch, no other copy"));
+    for (uint64_t id : f.calls) fail_call(self, id, f.error);
+    HostLease dropped = std::move(f.lease);
+    dropped.fail();
+    end_prefetch(st, f);
+    st.fills.erase(it);
+    return;
+  }
   issue_reads(self, k);
 }
 
@@ -263,10 +293,15 @@ void bad_copy(sched self, const expert_key& k, uint32_t dir, const std::string& 
 // Every part has answered. With a verifier the landed bytes are hashed first (on a hasher thread; this
 // actor serves other fills meanwhile). A failed fill gives its slot back (ok = false drops the cache
 // entry) only now, so no read still in flight can write into a slot someone else got.
+void deliver_late(sched self, const expert_key& k);
+
 void finish_fill(sched self, const expert_key& k) {
   auto& st = self->state;
   auto it = st.fills.find(k);
   Fill& f = it->second;
+  if (!f.error && st.cfg.verifier && !f.verified && st.cfg.verify_late && !f.calls.empty() &&
+      st.calls.count(f.calls[0]) && !st.pending.count(k))
+    return deliver_late(self, k);
   if (!f.error && st.cfg.verifier && !f.verified) {
     if (f.bad_dir >= 0) {  // a reader found a part of this copy wrong
       st.cfg.verifier->counters().mismatches.fetch_add(1, std::memory_order_relaxed);
@@ -303,6 +338,79 @@ void finish_fill(sched self, const expert_key& k) {
   st.fills.erase(it);
   if (failed || calls.empty()) return;  // the lease gives the pin back (a landed prefetch stays cached, a guess parked)
   deliver_ready(self, calls[0], k, where, std::move(lease));
+}
+
+// Late verification: the call gets the bytes now and its summary waits for their hash. The pool's pin
+// moves into a Pending entry; the call releases the slot to this scheduler (LayerCallEnv).
+void on_late_hash(sched self, const expert_key& k, bool match);
+
+void deliver_late(sched self, const expert_key& k) {
+  auto& st = self->state;
+  auto it = st.fills.find(k);
+  Fill& f = it->second;
+  const uint64_t id = f.calls[0];
+  const slot_ref where = f.where;
+  Pending p;
+  p.lease = std::move(f.lease);
+  p.call = id;
+  p.used = f.used;
+  end_prefetch(st, f);
+  st.fills.erase(it);
+  st.pending[k] = std::move(p);
+  ++st.calls.at(id).unverified;
+  const auto* bytes = st.cfg.arena->slot(where.slot) + where.offset;
+  self->request(st.cfg.verifier->next(), st.cfg.timeout, caf::get_atom_v,
+                uint64_t(reinterpret_cast<uintptr_t>(bytes)), uint64_t(st.cfg.catalog->file_bytes))
+      .then([=](uint64_t got) { on_late_hash(self, k, got == self->state.cfg.catalog->hash_of(k)); },
+            [=](caf::error&) { on_late_hash(self, k, false); });  // no hash: do not trust the bytes
+  deliver_ready(self, id, k, where, HostLease{});  // the call's lease releases to this scheduler
+}
+
+// Both the hash and the call's release are in: the pool gets its pin back (dropping bad bytes).
+void settle(sched self, const expert_key& k) {
+  auto it = self->state.pending.find(k);
+  if (it != self->state.pending.end() && it->second.released && it->second.checked) self->state.pending.erase(it);
+}
+
+void on_late_hash(sched self, const expert_key& k, bool match) {
+  auto& st = self->state;
+  Pending& p = st.pending.at(k);
+  p.checked = true;
+  auto c = st.calls.find(p.call);
+  if (!match) {
+    p.lease.fail();  // the pool drops the entry when the pin comes back
+    st.cfg.verifier->counters().mismatches.fetch_add(1, std::memory_order_relaxed);
+    std::sort(p.used.begin(), p.used.end());
+    p.used.erase(std::unique(p.used.begin(), p.used.end()), p.used.end());
+    if (p.used.size() == 1) {  // that copy is bad: later fills read another
+      const uint32_t dir = p.used[0];
+      st.bad_dirs[k].push_back(dir);
+      const std::string bad = st.cfg.catalog->path_of(k, dir);
+      spdlog::warn("layer scheduler: {}: xxh64 differs from the manifest's (seen after use); the layer runs again", bad);
+      st.trace(trace::READ_FAILED, p.call, k, {.detail = bad + ": xxh64 mismatch (late)"});
+    } else {  // read in halves: the next fill reads whole copies to find the bad one
+      st.read_whole.insert(k);
+      spdlog::warn("layer scheduler: {}: xxh64 differs from the manifest's (read in halves, seen after use); "
+                   "the layer runs again", expert_file_name(int(k.layer), int(k.expert)));
+    }
+    if (c != st.calls.end()) c->second.sum.bad.push_back(k.expert);
+  }
+  if (c == st.calls.end()) p.released = true;  // the call failed: it will not release
+  settle(self, k);
+  if (c != st.calls.end() && --c->second.unverified == 0 && c->second.remaining == 0) finish_call(self, c->first);
+}
+
+// The call is done with k's slot (late verification); anything else goes straight to the pool.
+void on_release(sched self, const expert_key& k, bool ok) {
+  auto it = self->state.pending.find(k);
+  if (it == self->state.pending.end()) {
+    HostLease lease(self->state.cfg.pool, k);
+    if (!ok) lease.fail();
+    return;
+  }
+  it->second.released = true;
+  if (!ok) it->second.lease.fail();
+  settle(self, k);
 }
 
 // A mismatch drops the copy that served the bytes and reads another; with none left the fill fails
@@ -390,7 +498,7 @@ caf::typed_response_promise<layer_summary> schedule(sched self, layer_request& r
   auto& st = self->state;
   auto rp = self->make_response_promise<layer_summary>();
   const uint64_t id = st.next_call++;
-  Call c{req, sink, rp, req.experts.size(), steady::now(), {}};
+  Call c{req, sink, rp, req.experts.size(), 0, steady::now(), {}, {}};
   c.sum.step = req.step;
   c.sum.layer = req.layer;
   st.calls.emplace(id, std::move(c));
@@ -420,6 +528,7 @@ layer_scheduler_actor::behavior_type sched_fun(sched self, LayerSchedulerConfig 
       [=](schedule_atom, layer_request& req, expert_sink_actor& sink) { return schedule(self, req, sink); },
       [=](prefetch_atom, uint32_t layer, const std::vector<uint32_t>& experts) { prefetch(self, layer, experts); },
       [=](hint_atom, uint32_t layer, std::vector<uint32_t>& experts) { hint(self, layer, std::move(experts)); },
+      [=](release_atom, const expert_key& k, bool ok) { on_release(self, k, ok); },
   };
 }
 

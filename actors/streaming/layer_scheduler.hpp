@@ -37,6 +37,11 @@ struct LayerSchedulerConfig {
   // xxh64 of every landed read against the manifest on the verifier's hasher threads; a mismatch is a
   // bad copy (read another). nullptr: reads are not verified (--no-verify-reads).
   std::shared_ptr<ReadVerifier> verifier;
+  // With a verifier: deliver each expert when its bytes land and hash them meanwhile (off the critical
+  // path). The call's summary waits for every hash; a mismatch puts the expert in layer_summary::bad
+  // (the caller runs the layer again), drops the bytes from the pool and bars that copy from later
+  // fills. The layer call must release host slots through this scheduler (release_atom).
+  bool verify_late = false;
   // A plain decode step (one row) reads an expert with copies on two drives as two halves, one per
   // drive, so both drives work on it (DESIGN.md "One decode step" 3). Prompt-pass fills read whole files.
   bool split_reads = true;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <mutex>
 
 #include <caf/all.hpp>
@@ -187,6 +188,7 @@ void StreamingExperts::Impl::spawn_schedulers() {
     lc.pool = pool;
     lc.tracer = tracer;
     lc.verifier = verifier;
+    lc.verify_late = opt.verify_late && verifier;
     lc.split_reads = opt.split_reads;
     lc.prefetch_max = opt.prefetch;
     lc.guess_max = opt.prefetch_router ? uint32_t(std::max<int64_t>(1, cfg.moe.top_k)) : 0;
@@ -216,7 +218,7 @@ StreamingExperts::StreamingExperts(Runtime& rt, const ModelConfig& cfg, const Ma
   rt.listen(caf::actor_cast<caf::actor>(*s.self));  // a lost actor fails the waiting call at once
   s.env = {s.self.get(), &rt, {}, s.pool, s.dcache, s.dev.get(), s.uploads.get(), geo, s.arena.get(),
            TraceEmitter(s.tracer, trace::DEVICE, s.catalog->file_bytes), s.opt.layer_timeout,
-           s.opt.policy == CachePolicy::frequency};
+           s.opt.policy == CachePolicy::frequency, s.opt.verify_late && s.opt.verify_reads};
   s.last_used.resize(size_t(cfg.n_layers));
   s.uses.assign(size_t(cfg.n_layers), std::vector<uint64_t>(size_t(cfg.moe.n_experts), 0));
   s.m.file_bytes = s.catalog->file_bytes;
@@ -316,18 +318,36 @@ void StreamingExperts::fetch(int layer, std::span<const ExpertUse> uses, const E
     throw LimitError(fmt::format("streaming experts: layer {} is not a MoE layer", layer));
   LayerCallEnv env = s.env;
   env.sched = s.scheds[size_t(layer)];
-  LayerCall call(env, ++s.calls, uint32_t(layer), uses, compute);
-  trace_call(s.calls, uint32_t(layer), call.block_rows(), uses);
-  if (auto e = call.plan_device(); !e.empty()) s.fail(e, "streaming experts: ");
-  call.schedule_misses();
-  s.send_hint();
-  call.compute_device_hits();
-  if (call.has_misses()) s.prefetch_next(layer);
-  s.note_uses(layer, uses);
-  if (s.opt.after_schedule && call.has_misses()) s.opt.after_schedule(uint32_t(layer), s.calls);
-  const LayerCallResult r = call.finish();
-  if (!r.error.empty()) s.fail(r.error, "reading routed experts failed: ");
-  s.account(layer, uses.size(), r);
+  // Late verification may find, after compute, that an expert's bytes were bad: the layer then runs
+  // again (every expert rewrites its own output slots, so the second pass leaves exactly its result).
+  // Each mismatch bars that copy of that expert (or makes its next read whole), so the passes end: an
+  // expert found bad more than twice per copy fails the call.
+  std::map<uint32_t, size_t> strikes;
+  for (int pass = 1;; ++pass) {
+    LayerCall call(env, ++s.calls, uint32_t(layer), uses, compute);
+    trace_call(s.calls, uint32_t(layer), call.block_rows(), uses);
+    if (auto e = call.plan_device(); !e.empty()) s.fail(e, "streaming experts: ");
+    call.schedule_misses();
+    if (pass == 1) {
+      s.send_hint();
+      if (call.has_misses()) s.prefetch_next(layer);
+      s.note_uses(layer, uses);
+    }
+    call.compute_device_hits();
+    if (s.opt.after_schedule && call.has_misses()) s.opt.after_schedule(uint32_t(layer), s.calls);
+    const LayerCallResult r = call.finish();
+    if (!r.error.empty()) s.fail(r.error, "reading routed experts failed: ");
+    s.account(layer, uses.size(), r);
+    if (r.sum.bad.empty()) return;
+    for (uint32_t e : r.sum.bad)  // after the call's done(step): the entry is no longer pinned
+      if (s.dcache) (*s.self)->send(s.dcache, drop_atom_v, expert_key{uint32_t(layer), e});
+    for (uint32_t e : r.sum.bad)
+      if (++strikes[e] > 2 * s.catalog->copies_of({uint32_t(layer), e}).size())
+        s.fail(fmt::format("layer {}: expert {} failed its xxh64 check {} times", layer, e, strikes[e]),
+               "reading routed experts failed: ");
+    spdlog::warn("streaming experts: layer {}: {} expert(s) failed the late xxh64 check; computing the layer again",
+                 layer, r.sum.bad.size());
+  }
 }
 
 // The call's own requests for `ferry trace` (actors/tracing/cache_replay.hpp replays them offline).

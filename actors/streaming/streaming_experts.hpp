@@ -60,6 +60,10 @@ struct StreamingOptions {
   // On by default; --no-verify-reads turns it off.
   bool verify_reads = true;
   uint32_t hash_threads = 0;
+  // Late verification (with verify_reads): compute each expert as soon as its bytes land and hash them
+  // meanwhile; a layer whose expert then fails its hash runs again from another copy (the layer's
+  // output is rewritten whole, so the result is exact), or fails naming the file.
+  bool verify_late = false;
   bool split_reads = true;    // decode fills of experts with two copies read half from each
   std::string trace_path;     // --trace FILE
   // CUDA: the back-end whose memory holds a device cache of this many experts above the host pool

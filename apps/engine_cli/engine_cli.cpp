@@ -106,6 +106,9 @@ void add_io_flags(CLI::App* c, EngineOptions& o) {
   c->add_flag("--verify-reads,!--no-verify-reads", s.verify_reads,
               "Check every expert read against manifest.json's xxh64 (on by default; --no-verify-reads accepts "
               "silent corruption from a failing drive)");
+  c->add_flag("--verify-late,!--no-verify-late", s.verify_late,
+              "Verified reads off the critical path: compute each expert as its bytes land and hash them meanwhile; "
+              "a layer whose expert then fails its check runs again from another copy (same output)");
   c->add_option("--hash-threads", s.hash_threads,
                 "Threads hashing verified reads (0 = auto: half the cores, 1..8)")
       ->capture_default_str();

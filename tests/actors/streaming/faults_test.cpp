@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 // Supervision under generation: a reader killed mid-generation is restarted and its reads re-issued;
 // EIO on one copy is served from another; a checksum mismatch (reads are verified by default) is a bad
 // copy; with no good copy left, generation ends with an error naming the file.
@@ -222,6 +223,37 @@ TEST(StreamingFaults, InMemoryExpertsAreVerifiedTooAndAReplicaServes) {
   } catch (const FormatError& e) {
     EXPECT_NE(std::string(e.what()).find("/nvme0/L"), std::string::npos) << e.what();
   }
+}
+
+// Late verification (--verify-late): experts compute before their hash answers; a layer that used a
+// corrupt copy runs again from the replica, so the output is identical, whether reads are whole or
+// split over two copies, with or without a host cache and with the device tier. With no good copy the
+// run fails naming the file, as without it.
+TEST(StreamingFaults, LateVerificationRunsTheLayerAgainFromAGoodCopyWithIdenticalOutput) {
+  const fs::path dir = corrupted_copy("replicated", 2, true, "nvme0", Damage::flip_byte, "-late");
+  auto clean = streaming_options(prepared("replicated", 2, true), 0);
+  clean.streaming.verify_late = true;
+  const RunResult ok = generate_run(clean);
+  expect_same_output(ok, reference());
+  EXPECT_EQ(ok.metrics.verify_mismatches, 0u);
+  struct Case { uint64_t cache; bool split; bool device; };
+  for (auto c : {Case{0, false, false}, Case{0, true, false}, Case{4, false, false}, Case{4, true, true}}) {
+    SCOPED_TRACE(fmt::format("cache {}, {} reads{}", c.cache, c.split ? "split" : "whole", c.device ? ", device tier" : ""));
+    auto o = streaming_options(dir, c.cache);
+    o.streaming.verify_late = true;
+    o.streaming.split_reads = c.split;
+    o.streaming.device_tier = c.device;
+    const RunResult r = generate_run(o);
+    expect_same_output(r, reference());
+    EXPECT_GT(r.metrics.verify_mismatches, 0u) << "the flipped bytes were found";
+    EXPECT_EQ(r.metrics.verify_in_reader, 0u) << "late verification leaves the readers copying only";
+    EXPECT_GT(r.metrics.layer_calls, ok.metrics.layer_calls) << "layers that used a corrupt copy ran again";
+  }
+  auto bad = streaming_options(corrupted_copy("one", 1, false, "nvme0", Damage::flip_byte, "-late"), 0);
+  bad.streaming.verify_late = true;
+  const std::string msg = error_of(bad, {}, "a damaged expert reached the output");
+  EXPECT_NE(msg.find("/nvme0/L"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("no other copy"), std::string::npos) << msg;
 }
 
 TEST(StreamingFaults, NoVerifyReadsSkipsTheHashes) {

@@ -92,6 +92,7 @@ device_cache_actor::behavior_type fake_dcache(device_cache_actor::pointer, std::
                                               std::chrono::milliseconds delay) {
   return {
       [=](plan_atom, const device_request&) { return device_plan{}; },
+      [=](drop_atom, const expert_key&) {},
       [=](peek_atom, uint32_t, const std::vector<uint32_t>& experts) {
         std::this_thread::sleep_for(delay);
         std::vector<uint32_t> absent;

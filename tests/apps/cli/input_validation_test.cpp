@@ -93,6 +93,7 @@ TEST_F(Cli, ThreadsAboveTheCoresAreRefusedWithTheCoreCount) {
 
 TEST_F(Cli, FlagsThatDoNotApplyAreRefused) {
   expect_run_refused("--prompt-ids 1 --trace " + (kRoot / "x.trace").string(), "--trace records the streaming");
+  expect_run_refused("--prompt-ids 1 --verify-late --no-verify-reads", "--verify-late changes when reads are verified");
   auto r = run_ferry("run -m " + prepared_synth("spine-type").string() + " --prompt-ids 1 -n 1 --spine-type q8_0");
   EXPECT_NE(r.rc, 0) << r.text;
   EXPECT_NE(r.text.find("--spine-type q8_0 does not apply to a prepared model"), std::string::npos) << r.text;
