@@ -15,7 +15,8 @@
 #     on the same requests for comparison. usage.json is restored before each run, so every run starts
 #     from the store's counts (as a fresh store would), not from what an earlier run of this script learned.
 #     Variants of the 257-token run: --no-verify-reads (what hashing costs the read rate) and
-#     --io-threads 6 (pread workers per directory; auto is cores / directories = 4 here).
+#     --io-threads 6 (pread workers per directory; auto is cores / directories = 4 here), --verify-late
+#     (issue 16: hashing off the critical path) and --prefetch-router (issue 13 item 4).
 #  5. Drafter: n-gram drafted vs plain on the same store, 65 tokens (recorded; the gate was not reworked).
 # Writes $OUT/pipeline.log, $OUT/results.json and $OUT/results.tgz (traces, trace summaries, run JSON).
 set -uo pipefail
@@ -94,7 +95,13 @@ run_prompt prompt1024
 run_prompt prompt1024-noverify --no-verify-reads
 run noverify 257 --io-engine auto --no-verify-reads
 "$F" trace diff "$R/auto.hash" "$R/noverify.hash"
-if [ -z "${PIPELINE_QUICK:-}" ]; then  # PIPELINE_QUICK=1: auto, the prompt passes and noverify only
+# Verification off the critical path (issue 16): the readers only copy, the hashers check meanwhile.
+run late 257 --io-engine auto --verify-late
+"$F" trace diff "$R/auto.hash" "$R/late.hash"
+# Router prefetch (issue 13 item 4): on the 2-MoE-layer slice only the second MoE layer is predicted.
+run rp 257 --io-engine auto --prefetch-router
+"$F" trace diff "$R/auto.hash" "$R/rp.hash"
+if [ -z "${PIPELINE_QUICK:-}" ]; then  # PIPELINE_QUICK=1: auto, the prompt passes, noverify, late and rp only
   run uring 33 --io-engine uring
   "$F" trace diff "$R/auto.hash" "$R/uring.hash"
   run io6 257 --io-engine auto --io-threads 6
@@ -125,11 +132,12 @@ def trace(n):
         if m: out[key] = float(m.group(1)) / 100
     return out
 res = {"moe_layers": nmoe, "device_cache_experts": dc, "host_pool_experts": hp, "ceiling_parallel_cat_GBps": ceil}
-for n in ["auto", "uring", "noverify", "io6", "block", "plain65", "ngram65", "prompt1024", "prompt1024-noverify"]:
+for n in ["auto", "uring", "noverify", "late", "rp", "io6", "block", "plain65", "ngram65", "prompt1024", "prompt1024-noverify"]:
     j, t = load(n), trace(n)
     res[n] = {"steady_tok_s": j.get("steady"), "generated": j.get("generated"), "engine": j.get("streaming", {}).get("engine"),
               "hit_rate": j.get("streaming", {}).get("hit_rate"), "draft": j.get("draft"), "prompt_s": j.get("prompt_s"),
-              "disk_GB": j.get("streaming", {}).get("bytes", {}).get("disk", 0) / 1e9, **t}
+              "disk_GB": j.get("streaming", {}).get("bytes", {}).get("disk", 0) / 1e9,
+              "prefetch": j.get("streaming", {}).get("prefetch"), "layer_calls": j.get("streaming", {}).get("layer_calls"), **t}
     if "read_GBps_while_active" in t: res[n]["read_ratio_to_ceiling"] = t["read_GBps_while_active"] / ceil
     if t.get("best_static"): res[n]["hit_ratio_to_best_static"] = t["achieved"] / t["best_static"]
 a, p, g = res["auto"], res["plain65"], res["ngram65"]
@@ -141,6 +149,8 @@ res["targets"] = {
     "auto_vs_uring_tok_s": [a.get("steady_tok_s"), res["uring"].get("steady_tok_s")],
     "ngram_over_plain (>= 0.97)": (g["steady_tok_s"] / p["steady_tok_s"]) if g.get("steady_tok_s") and p.get("steady_tok_s") else None,
     "verified_over_unverified": (a["steady_tok_s"] / res["noverify"]["steady_tok_s"]) if a.get("steady_tok_s") and res["noverify"].get("steady_tok_s") else None,
+    "late_verified_over_unverified (>= 0.95)": (res["late"]["steady_tok_s"] / res["noverify"]["steady_tok_s"]) if res["late"].get("steady_tok_s") and res["noverify"].get("steady_tok_s") else None,
+    "router_prefetch_over_auto (> 1 to make it the default)": (res["rp"]["steady_tok_s"] / a["steady_tok_s"]) if res["rp"].get("steady_tok_s") and a.get("steady_tok_s") else None,
 }
 print(json.dumps(res, indent=1))
 EOF

@@ -69,7 +69,7 @@ struct Pending {
   HostLease lease;
   uint64_t call = 0;
   std::vector<uint32_t> used;  // directories that served the bytes
-  bool released = false;       // the call is done with the slot (or was gone)
+  bool released = false;       // the layer call is done with the slot (it released it here)
   bool checked = false;        // the hash has answered
 };
 
@@ -395,8 +395,7 @@ void on_late_hash(sched self, const expert_key& k, bool match) {
     }
     if (c != st.calls.end()) c->second.sum.bad.push_back(k.expert);
   }
-  if (c == st.calls.end()) p.released = true;  // the call failed: it will not release
-  settle(self, k);
+  settle(self, k);  // a call that failed still releases: its layer call adopts every expert_ready
   if (c != st.calls.end() && --c->second.unverified == 0 && c->second.remaining == 0) finish_call(self, c->first);
 }
 
