@@ -36,7 +36,10 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 nproc; free -g | head -2; df -h /dev/shm | tail -1
 
 SHM_GB=$(df -BG --output=avail /dev/shm | tail -1 | tr -dc 0-9)
-NMOE=$(( (SHM_GB - 4) / 16 )); [ "$NMOE" -gt 2 ] && NMOE=2; [ "$NMOE" -lt 1 ] && NMOE=1
+# PIPELINE_MOE=3: three MoE layers where tmpfs holds them (47 GB), so router prefetch predicts two of
+# every token's three layers instead of one of two.
+MAXMOE=${PIPELINE_MOE:-2}
+NMOE=$(( (SHM_GB - 4) / 16 )); [ "$NMOE" -gt "$MAXMOE" ] && NMOE=$MAXMOE; [ "$NMOE" -lt 1 ] && NMOE=1
 stamp "synth: kimi_k31 full width, $((NMOE + 1)) layers ($NMOE MoE), experts in 4 tmpfs directories"
 M="$D/model"
 synth_slice $((NMOE + 1)) "$M" "$S"/e{0..3}
