@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -114,6 +115,9 @@ TraceSummary summarize_trace(const TraceFile& tf, const std::string& path, size_
   std::unordered_map<uint64_t, ExpertReads> per_expert;
   std::vector<double> service_ms_sum;
   std::vector<std::pair<double, double>> reading;  // [start, end] of every read's service
+  std::map<uint32_t, std::vector<std::pair<double, uint64_t>>> calls_of_layer;  // layer -> (time, call)
+  std::unordered_map<uint64_t, std::unordered_set<uint32_t>> used_by_call;       // call -> experts it used
+  std::vector<const trace::Event*> prefetch_events;
   for (const auto& e : tf.events) {
     const double t = double(e.t_ns()) * 1e-9;
     s.span_s = std::max(s.span_s, t);
@@ -132,7 +136,12 @@ TraceSummary summarize_trace(const TraceFile& tf, const std::string& path, size_
         }
         break;
       }
-      case trace::PREFETCH: ++s.prefetches; break;
+      case trace::PREFETCH:
+        ++s.prefetches;
+        prefetch_events.push_back(&e);
+        break;
+      case trace::LAYER_CALL: calls_of_layer[e.layer()].push_back({t, e.request_id()}); break;
+      case trace::USE: used_by_call[e.request_id()].insert(e.expert()); break;
       case trace::ADMISSION: e.detail() == "refused" ? ++s.refusals : ++s.admissions; break;
       case trace::EVICTION: ++s.evictions; break;
       case trace::UPLOAD: ++s.uploads; break;
@@ -170,6 +179,16 @@ TraceSummary summarize_trace(const TraceFile& tf, const std::string& path, size_
     if (d.reads) d.mean_read_ms /= double(d.reads);
     if (d.last_s > d.first_s) d.busy_mb_s = double(d.bytes) / (d.last_s - d.first_s) / 1e6;
   }
+  // A prefetch was used when the first call of its layer after it asked for its expert.
+  for (const trace::Event* p : prefetch_events) {
+    const auto& calls = calls_of_layer[p->layer()];
+    const double t = double(p->t_ns()) * 1e-9;
+    auto next = std::lower_bound(calls.begin(), calls.end(), std::make_pair(t, uint64_t{0}));
+    if (next != calls.end() && used_by_call[next->second].count(p->expert()))
+      ++s.prefetch_used;
+    else
+      s.prefetch_wasted_bytes += p->bytes();
+  }
   summarize_layers(s, waits);
   s.read_active_s = union_length(std::move(reading));
   if (s.read_active_s > 0) s.read_active_mb_s = double(s.disk_bytes()) / s.read_active_s / 1e6;
@@ -204,6 +223,10 @@ std::string format_cache_report(const CacheReport& c) {
 std::string format_trace_summary(const TraceSummary& s) {
   std::string o = fmt::format("trace {}: {} events over {:.3f} s; {} expert requests, {} prefetches\n", s.path,
                               s.events, s.span_s, s.requests, s.prefetches);
+  if (s.prefetches)
+    o += fmt::format("prefetch reads: {}; used by their layer's next call: {} ({:.1f}%); not used: {} ({:.2f} MB)\n",
+                     s.prefetches, s.prefetch_used, 100.0 * double(s.prefetch_used) / double(s.prefetches),
+                     s.prefetches - s.prefetch_used, double(s.prefetch_wasted_bytes) / 1e6);
   o += "hit rates per tier:\n";
   static const char* names[] = {"?", "device", "host", "disk"};
   for (auto& [t, x] : s.tiers)

@@ -57,6 +57,9 @@ struct TraceSummary {
   uint64_t events = 0;
   double span_s = 0;
   uint64_t requests = 0, prefetches = 0, admissions = 0, refusals = 0, evictions = 0, uploads = 0;
+  // Prefetch reads (PREFETCH events) whose expert the layer's next call (LAYER_CALL / USE) then used,
+  // and the bytes of those it did not use.
+  uint64_t prefetch_used = 0, prefetch_wasted_bytes = 0;
   std::map<uint32_t, TierSummary> tiers;  // by trace.proto Tier number
   std::vector<LayerWait> layers;
   std::vector<DriveSummary> drives;

@@ -73,7 +73,9 @@ TEST(StreamingCli, RouterPrefetchReportsHitsAndWastedBytesAndKeepsTheLogits) {
   const auto root = kRoot / "cli-router";
   fs::create_directories(root);
   const auto h1 = (root / "router.hash").string(), h2 = (root / "plain.hash").string();
-  auto run = sh("run -m " + dir + " " + kIds + " --ssd-streaming --cache-experts 2 --prefetch-router --json --trace-hash " + h1,
+  const auto trace = (root / "router.trace").string();
+  auto run = sh("run -m " + dir + " " + kIds + " --ssd-streaming --cache-experts 2 --prefetch-router --json --trace-hash " +
+                    h1 + " --trace " + trace,
                 false);
   ASSERT_EQ(run.rc, 0) << run.text;
   const auto j = nlohmann::json::parse(run.text)["streaming"];
@@ -82,6 +84,11 @@ TEST(StreamingCli, RouterPrefetchReportsHitsAndWastedBytesAndKeepsTheLogits) {
   EXPECT_GT(issued, 0u) << p.dump();
   EXPECT_EQ(hits + wasted, issued) << p.dump();
   EXPECT_EQ(p["wasted_bytes"].get<uint64_t>(), wasted * j["expert_file_bytes"].get<uint64_t>()) << p.dump();
+  // `ferry trace` replays the same: each prefetch read, and whether its layer's next call used it.
+  auto summary = sh("trace " + trace);
+  ASSERT_EQ(summary.rc, 0) << summary.text;
+  const std::string line = "prefetch reads: " + std::to_string(issued) + "; used by their layer's next call: ";
+  EXPECT_NE(summary.text.find(line), std::string::npos) << summary.text;
   auto plain = sh("run -m " + dir + " " + kIds + " --ssd-streaming --cache-experts 2 --no-prefetch-router --trace-hash " + h2);
   ASSERT_EQ(plain.rc, 0) << plain.text;
   EXPECT_NE(plain.text.find("prefetch 0 issued, 0 hits, 0 wasted"), std::string::npos) << plain.text;
