@@ -50,16 +50,20 @@ std::optional<uint32_t> admit(pool self, const expert_key& k, uint32_t rows, uin
   return slot;
 }
 
-// A free scratch slot, taking the oldest parked guess's when none is free (its bytes were a guess
-// nobody claimed). nullopt: every scratch slot is in use.
+// The oldest parked guess gives up its slot (its bytes were a guess nobody claimed); returns the slot.
+uint32_t unpark_oldest(pool_state& st) {
+  const expert_key old = st.parked.front();
+  st.parked.pop_front();
+  st.guesses.erase(old);
+  const uint32_t slot = st.scratch.at(old);
+  st.scratch.erase(old);
+  return slot;
+}
+
+// A free scratch slot, taking the oldest parked guess's when none is free. nullopt: every scratch slot
+// is in use.
 std::optional<uint32_t> take_scratch(pool_state& st) {
-  if (st.free_scratch.empty() && !st.parked.empty()) {
-    const expert_key old = st.parked.front();
-    st.parked.pop_front();
-    st.guesses.erase(old);
-    st.free_scratch.push_back(st.scratch.at(old));
-    st.scratch.erase(old);
-  }
+  if (st.free_scratch.empty() && !st.parked.empty()) return unpark_oldest(st);
   if (st.free_scratch.empty()) return std::nullopt;
   const uint32_t slot = st.free_scratch.back();
   st.free_scratch.pop_back();
@@ -114,11 +118,7 @@ host_grant try_guess(pool self, const expert_key& k) {
     st.free_scratch.pop_back();
   } else {
     if (st.parked.empty()) return refused;  // every guess slot is reading
-    const expert_key old = st.parked.front();  // the oldest parked guess gives its slot to the new one
-    st.parked.pop_front();
-    st.guesses.erase(old);
-    slot = st.scratch.at(old);
-    st.scratch.erase(old);
+    slot = unpark_oldest(st);               // the oldest parked guess gives its slot to the new one
   }
   st.scratch.emplace(k, slot);
   st.guesses.insert(k);

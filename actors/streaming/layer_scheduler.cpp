@@ -122,6 +122,21 @@ void deliver_ready(sched self, uint64_t id, const expert_key& k, slot_ref where,
   if (--c.remaining == 0 && c.unverified == 0) finish_call(self, id);
 }
 
+// Asks the next hasher for the xxh64 of the expert bytes in `where`.
+auto ask_hash(sched self, slot_ref where) {
+  const auto& st = self->state;
+  const auto* p = st.cfg.arena->slot(where.slot) + where.offset;
+  return self->request(st.cfg.verifier->next(), st.cfg.timeout, caf::get_atom_v,
+                       uint64_t(reinterpret_cast<uintptr_t>(p)), uint64_t(st.cfg.catalog->file_bytes));
+}
+
+// The directories that served a fill's parts, each once (two: it was read in halves).
+std::vector<uint32_t> distinct(std::vector<uint32_t> dirs) {
+  std::sort(dirs.begin(), dirs.end());
+  dirs.erase(std::unique(dirs.begin(), dirs.end()), dirs.end());
+  return dirs;
+}
+
 void on_grant(sched self, const expert_key& k, const host_grant& g);
 void on_part(sched self, const expert_key& k, const caf::expected<read_done>& r);
 
@@ -254,8 +269,7 @@ void on_grant(sched self, const expert_key& k, const host_grant& g) {
     f.error = caf::make_error(errc::no_replica, st.cfg.catalog->path_of(k, st.bad_dirs.at(k).back()),
                               std::string("checksum mismatch, no other copy"));
     for (uint64_t id : f.calls) fail_call(self, id, f.error);
-    HostLease dropped = std::move(f.lease);
-    dropped.fail();
+    f.lease.fail();  // released (and dropped by the pool) with the fill
     end_prefetch(st, f);
     st.fills.erase(it);
     return;
@@ -299,10 +313,9 @@ void finish_fill(sched self, const expert_key& k) {
   auto& st = self->state;
   auto it = st.fills.find(k);
   Fill& f = it->second;
-  if (!f.error && st.cfg.verifier && !f.verified && st.cfg.verify_late && !f.calls.empty() &&
-      st.calls.count(f.calls[0]) && !st.pending.count(k))
-    return deliver_late(self, k);
   if (!f.error && st.cfg.verifier && !f.verified) {
+    if (st.cfg.verify_late && !f.calls.empty() && st.calls.count(f.calls[0]) && !st.pending.count(k))
+      return deliver_late(self, k);  // a waiting call gets the bytes now; the hash follows
     if (f.bad_dir >= 0) {  // a reader found a part of this copy wrong
       st.cfg.verifier->counters().mismatches.fetch_add(1, std::memory_order_relaxed);
       const uint64_t pb = st.cfg.catalog->part_bytes;
@@ -315,9 +328,7 @@ void finish_fill(sched self, const expert_key& k) {
       f.verified = true;  // every part checked by the reader that copied it: no second pass over the slot
       st.cfg.verifier->counters().in_reader.fetch_add(1, std::memory_order_relaxed);
     } else {
-      const auto* p = st.cfg.arena->slot(f.where.slot) + f.where.offset;
-      self->request(st.cfg.verifier->next(), st.cfg.timeout, caf::get_atom_v,
-                    uint64_t(reinterpret_cast<uintptr_t>(p)), uint64_t(st.cfg.catalog->file_bytes))
+      ask_hash(self, f.where)
           .then([=](uint64_t got) { check_hash(self, k, got); },
                 [=](caf::error& e) {
                   Fill& g = self->state.fills.at(k);
@@ -353,14 +364,12 @@ void deliver_late(sched self, const expert_key& k) {
   Pending p;
   p.lease = std::move(f.lease);
   p.call = id;
-  p.used = f.used;
+  p.used = distinct(f.used);
   end_prefetch(st, f);
   st.fills.erase(it);
   st.pending[k] = std::move(p);
   ++st.calls.at(id).unverified;
-  const auto* bytes = st.cfg.arena->slot(where.slot) + where.offset;
-  self->request(st.cfg.verifier->next(), st.cfg.timeout, caf::get_atom_v,
-                uint64_t(reinterpret_cast<uintptr_t>(bytes)), uint64_t(st.cfg.catalog->file_bytes))
+  ask_hash(self, where)
       .then([=](uint64_t got) { on_late_hash(self, k, got == self->state.cfg.catalog->hash_of(k)); },
             [=](caf::error&) { on_late_hash(self, k, false); });  // no hash: do not trust the bytes
   deliver_ready(self, id, k, where, HostLease{});  // the call's lease releases to this scheduler
@@ -380,8 +389,6 @@ void on_late_hash(sched self, const expert_key& k, bool match) {
   if (!match) {
     p.lease.fail();  // the pool drops the entry when the pin comes back
     st.cfg.verifier->counters().mismatches.fetch_add(1, std::memory_order_relaxed);
-    std::sort(p.used.begin(), p.used.end());
-    p.used.erase(std::unique(p.used.begin(), p.used.end()), p.used.end());
     if (p.used.size() == 1) {  // that copy is bad: later fills read another
       const uint32_t dir = p.used[0];
       st.bad_dirs[k].push_back(dir);
@@ -424,8 +431,7 @@ void check_hash(sched self, const expert_key& k, uint64_t got) {
   }
   st.cfg.verifier->counters().mismatches.fetch_add(1, std::memory_order_relaxed);
   auto detail = fmt::format("xxh64 {:016x} != manifest {:016x}", got, want);
-  std::sort(f.used.begin(), f.used.end());
-  f.used.erase(std::unique(f.used.begin(), f.used.end()), f.used.end());
+  f.used = distinct(std::move(f.used));
   if (f.used.size() > 1) {
     spdlog::warn("layer scheduler: {}: {} (read in halves); re-reading whole copies", expert_file_name(int(k.layer), int(k.expert)), detail);
     f.whole = true;

@@ -50,6 +50,8 @@ struct StreamingExperts::Impl {
   UsageCounts usage;                              // usage_path's counts at the start (empty without)
   HeatConfig heat;                                // the frequency policy's prior and decay
   uint32_t host_cache = 0;                        // host pool cache slots
+  uint32_t guess_slots = 0;                       // router prefetch: top_k extra scratch slots (0 = off)
+  bool verify_late = false;                       // --verify-late with verified reads
   StreamingMetrics m;
   std::mutex m_mu;  // m: written by the model thread after each call, read by metrics() from any thread
   uint64_t calls = 0;
@@ -129,9 +131,9 @@ void StreamingExperts::Impl::start_tiers(const ExpertGeometry& geo) {
   if (opt.device) dev = std::make_unique<DeviceTier>(geo, *opt.device, dev_cache + dev_scratch, opt.upload_streams);
   const uint32_t cache = cache_slots(opt, *catalog);
   // Router prefetch adds top_k guess slots, so guesses never take the slots demands stream through.
-  const uint32_t guesses = opt.prefetch_router ? uint32_t(std::max<int64_t>(1, cfg.moe.top_k)) : 0;
+  guess_slots = opt.prefetch_router ? uint32_t(std::max<int64_t>(1, cfg.moe.top_k)) : 0;
   const uint32_t scratch =
-      (opt.stream_slots ? opt.stream_slots : std::max<uint32_t>(8, 2 * uint32_t(cfg.moe.top_k))) + guesses;
+      (opt.stream_slots ? opt.stream_slots : std::max<uint32_t>(8, 2 * uint32_t(cfg.moe.top_k))) + guess_slots;
   arena = std::make_shared<io::PinnedArena>(size_t{cache} + scratch, catalog->file_bytes);
   // Uploads from page-locked memory run at the bus's full rate (~55 GB/s vs ~9 GB/s pageable).
   if (opt.device) opt.device->register_host(arena->base(), arena->bytes());
@@ -152,7 +154,7 @@ void StreamingExperts::Impl::start_tiers(const ExpertGeometry& geo) {
   reads = spawn_read_service(sys, rc);
   rt->watch(reads, "read service");
 
-  pool = spawn_host_pool(sys, {cache, scratch, catalog->file_bytes, opt.policy, opt.min_rows, heat, tracer, guesses});
+  pool = spawn_host_pool(sys, {cache, scratch, catalog->file_bytes, opt.policy, opt.min_rows, heat, tracer, guess_slots});
   rt->watch(pool, "host pool");
   if (dev) {
     uploads = std::make_unique<UploadWatcher>(*dev);
@@ -166,7 +168,7 @@ void StreamingExperts::Impl::start_tiers(const ExpertGeometry& geo) {
                opt.policy == CachePolicy::lru         ? std::string("LRU")
                : opt.policy == CachePolicy::frequency ? std::string("frequency")
                                                       : fmt::format("block-aware, min_rows {}", opt.min_rows),
-               opt.prefetch, opt.prefetch_router ? fmt::format(", router prefetch into {} guess slots", guesses) : "");
+               opt.prefetch, opt.prefetch_router ? fmt::format(", router prefetch into {} guess slots", guess_slots) : "");
 }
 
 void StreamingExperts::Impl::spawn_schedulers() {
@@ -188,10 +190,10 @@ void StreamingExperts::Impl::spawn_schedulers() {
     lc.pool = pool;
     lc.tracer = tracer;
     lc.verifier = verifier;
-    lc.verify_late = opt.verify_late && verifier;
+    lc.verify_late = verify_late;
     lc.split_reads = opt.split_reads;
     lc.prefetch_max = opt.prefetch;
-    lc.guess_max = opt.prefetch_router ? uint32_t(std::max<int64_t>(1, cfg.moe.top_k)) : 0;
+    lc.guess_max = guess_slots;
     lc.dcache = dcache;  // hints skip what the device holds
     lc.warm = std::move(warm[size_t(l)]);
     // A request to the read service may try every copy, each within read_timeout.
@@ -207,6 +209,7 @@ StreamingExperts::StreamingExperts(Runtime& rt, const ModelConfig& cfg, const Ma
   s.rt = &rt;
   s.cfg = cfg;
   s.opt = std::move(opt);
+  s.verify_late = s.opt.verify_late && s.opt.verify_reads;
   s.catalog = std::make_shared<const ExpertCatalog>(make_catalog(manifest, s.opt.expert_dirs));
   const ExpertGeometry geo = expert_geometry(cfg);
   if (geo.payload_bytes() != s.catalog->expert_bytes)
@@ -218,7 +221,7 @@ StreamingExperts::StreamingExperts(Runtime& rt, const ModelConfig& cfg, const Ma
   rt.listen(caf::actor_cast<caf::actor>(*s.self));  // a lost actor fails the waiting call at once
   s.env = {s.self.get(), &rt, {}, s.pool, s.dcache, s.dev.get(), s.uploads.get(), geo, s.arena.get(),
            TraceEmitter(s.tracer, trace::DEVICE, s.catalog->file_bytes), s.opt.layer_timeout,
-           s.opt.policy == CachePolicy::frequency, s.opt.verify_late && s.opt.verify_reads};
+           s.opt.policy == CachePolicy::frequency, s.verify_late};
   s.last_used.resize(size_t(cfg.n_layers));
   s.uses.assign(size_t(cfg.n_layers), std::vector<uint64_t>(size_t(cfg.moe.n_experts), 0));
   s.m.file_bytes = s.catalog->file_bytes;
