@@ -27,6 +27,7 @@ PlanRequest plan_request(const EngineOptions& o) {
     r.model = model_footprint(load_model_config(dir), parse_spine_type(o.model.spine_type));
   }
   r.ctx = o.ctx;
+  r.prefill_chunk = o.prefill_chunk;
   r.streaming = o.streaming;
   const StreamingOptions& s = o.model.streaming;
   r.cache_set = o.cache_set;
@@ -103,6 +104,7 @@ Engine start_engine(EngineOptions& o, Runtime* rt, const EngineLog& log) {
   if (!o.quiet) o.model.progress = [progress](const std::string& ph, int64_t d, int64_t t) { (*progress)(ph, d, t); };
   e.model = load_model(o.model, rt, std::move(be));
   o.model.progress = nullptr;
+  e.model.model->set_prefill_chunk(e.plan.prefill_chunk);
   return e;
 }
 

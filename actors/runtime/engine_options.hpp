@@ -30,6 +30,7 @@ struct EngineOptions {
   bool cache_set = false;          // --cache-experts given (model.streaming.cache_experts / cache_bytes)
   bool host_pool_set = false;      // --host-pool given (model.streaming.host_pool_bytes)
   int64_t ctx = 4096;              // context per sequence (prompt + reply), tokens
+  int64_t prefill_chunk = 0;       // rows per pass of a long prompt, a multiple of 64 (0: the plan chooses)
   DraftOptions draft;
   bool quiet = false;              // no plan / progress lines on stderr
   uint64_t gpu_mem_cap = 0;        // --gpu-mem: plan with at most this much free GPU memory (0 = all)

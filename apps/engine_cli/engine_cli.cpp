@@ -27,6 +27,10 @@ void add_model_flags(CLI::App* c, EngineOptions& o) {
       ->capture_default_str();
   c->add_option("-c,--ctx-size,--ctx", o.ctx, "Context per sequence in tokens (prompt + reply); sizes the KV cache")
       ->capture_default_str();
+  c->add_option("--prefill-chunk", o.prefill_chunk,
+                "Tokens per pass of a long prompt, a multiple of 64: bounds the prompt pass's activations (same "
+                "logits). Default 0: the memory plan, one pass when the context fits")
+      ->capture_default_str();
   c->add_flag("--quiet", o.quiet, "No memory plan or load progress on stderr");
   c->add_option_function<std::string>(
       "--gpu-mem", [&o](const std::string& v) { o.gpu_mem_cap = size_of("--gpu-mem", v); },

@@ -21,6 +21,7 @@ namespace {
 struct InspectArgs {
   std::string path, gpu_mem, host_mem, spine_type = "q8_0";
   int64_t ctx = 4096;
+  int64_t prefill_chunk = 0;
   bool json = false;
 };
 
@@ -32,6 +33,7 @@ MemoryPlan inspect_plan(const InspectArgs& a, const FitInput& in, const fs::path
     EngineOptions eo;
     eo.model.dir = a.path;
     eo.ctx = a.ctx;
+    eo.prefill_chunk = a.prefill_chunk;
     r = plan_request(eo);
   } else {
     // A checkpoint or config is planned as its prepared form would run (spine of --spine-type, experts
@@ -39,6 +41,7 @@ MemoryPlan inspect_plan(const InspectArgs& a, const FitInput& in, const fs::path
     r.model = model_footprint(load_model_config(cfg), in.spine);
     r.model.prepared = true;
     r.ctx = a.ctx;
+    r.prefill_chunk = a.prefill_chunk;
   }
   r.gpu = in.gpu_mem > 0;
   r.gpu_free = uint64_t(in.gpu_mem);
@@ -69,6 +72,9 @@ void run(const InspectArgs& a) {
   const fs::path cfg = fs::is_directory(p) ? p / "config.json" : p;
   if (!fs::exists(cfg)) throw ConfigError(fmt::format("{}: no config.json (give an HF directory, a prepared model or a config file)", p.string()));
   const auto s = size_model(load_model_config(cfg));
+  if (a.prefill_chunk < 0 || a.prefill_chunk % kPrefillChunkAlign != 0)
+    throw UsageError(fmt::format("--prefill-chunk {}: must be a multiple of {} (KDA's chunk length); 0 lets the plan choose",
+                                 a.prefill_chunk, kPrefillChunkAlign));
   FitInput in;
   in.spine = parse_spine_type(a.spine_type);
   if (!a.gpu_mem.empty()) in.gpu_mem = int64_t(parse_size(a.gpu_mem, "--gpu-mem"));
@@ -104,6 +110,8 @@ void add_inspect_command(CLI::App& app) {
   c->add_option("--gpu-mem", a->gpu_mem, "GPU memory free for ferry, e.g. 96GiB (binary) or 96GB (decimal)");
   c->add_option("--host-mem", a->host_mem, "host memory available to ferry, e.g. 256GB");
   c->add_option("-c,--ctx-size,--ctx", a->ctx, "context of the memory plan in tokens")->capture_default_str();
+  c->add_option("--prefill-chunk", a->prefill_chunk, "tokens per prompt pass (0 = the plan chooses)")
+      ->capture_default_str();
   c->callback([a] { run(*a); });
 }
 

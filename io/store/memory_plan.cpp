@@ -93,7 +93,8 @@ std::string joined(const std::vector<std::string>& v) {
 }  // namespace
 
 std::string format_plan(const MemoryPlan& p) {
-  std::string o = fmt::format("memory plan ({}, context {} tokens):\n", p.gpu ? "CUDA" : "CPU", p.ctx);
+  std::string o = fmt::format("memory plan ({}, context {} tokens{}):\n", p.gpu ? "CUDA" : "CPU", p.ctx,
+                              p.prefill_chunk ? fmt::format(", prompts in passes of {} tokens", p.prefill_chunk) : "");
   if (p.gpu) o += budget_line("GPU", p.device);
   o += budget_line("host", p.host);
   if (!p.refusal.empty()) return o + "  refused: " + p.refusal + "\n";
@@ -108,7 +109,8 @@ std::string format_plan(const MemoryPlan& p) {
 }
 
 nlohmann::json plan_json(const MemoryPlan& p) {
-  nlohmann::json j = {{"backend", p.gpu ? "cuda" : "cpu"}, {"ctx", p.ctx}, {"streaming", p.streaming},
+  nlohmann::json j = {{"backend", p.gpu ? "cuda" : "cpu"}, {"ctx", p.ctx}, {"prefill_chunk", p.prefill_chunk},
+                      {"streaming", p.streaming},
                       {"host", budget_json(p.host)}, {"experts_in_memory", p.experts_in_memory},
                       {"device_cache_experts", p.device_cache_experts}, {"host_pool_bytes", p.host_pool_bytes},
                       {"host_pool_experts", p.host_pool_experts}, {"flags", joined(p.flags)}};

@@ -1,7 +1,8 @@
 // The memory plan: how a run or the server divides GPU and host memory, computed ONCE by plan_memory()
 // for `ferry inspect --gpu-mem/--host-mem`, `ferry run` and `ferry-server` alike (docs/USAGE.md
 // "Memory plan"). First what the model needs whatever happens: the spine, the KV cache and the KDA /
-// convolution state for the context, activations of a prompt pass over the whole context, scratch
+// convolution state for the context, activations of a prompt pass (over the whole context, or in passes
+// of fewer rows when that does not fit: the prefill chunk, same logits either way), scratch
 // slots for experts that stream through, a safety margin. What is left becomes the device expert
 // cache (CUDA) and the pinned host pool. A request that cannot fit is refused before anything loads,
 // with the flag to change named (MemoryPlan::refusal).
@@ -42,6 +43,7 @@ ModelFootprint prepared_footprint(const ModelConfig& cfg, const Manifest& m, con
 struct PlanRequest {
   ModelFootprint model;
   int64_t ctx = 4096;             // tokens per sequence (prompt + reply)
+  int64_t prefill_chunk = 0;      // --prefill-chunk: rows per prompt pass (0: the plan chooses)
   bool gpu = false;               // CUDA: spine, state, activations and the device cache on the GPU
   uint64_t gpu_free = 0;          // bytes free on the GPU (0: unknown)
   uint64_t host_available = 0;    // bytes of host memory available (0: unknown)
@@ -67,6 +69,7 @@ struct MemoryPlan {
   bool streaming = false;
   bool gpu = false;
   int64_t ctx = 0;
+  int64_t prefill_chunk = 0;      // rows per pass of a long prompt (0: a prompt of any length in one pass)
   MemoryBudget device, host;      // device: only with gpu
   uint64_t experts_in_memory = 0; // not streaming: bytes of all experts (on the GPU with gpu)
   uint64_t device_cache_experts = 0;

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "io/store/memory_plan.hpp"
+#include "io/store/sizing.hpp"
 #include "io/units.hpp"
 
 namespace ferry {
@@ -13,34 +14,68 @@ constexpr uint64_t kMinMargin = uint64_t(512) << 20;
 
 uint64_t margin_of(uint64_t total) { return total ? std::max(kMinMargin, total / 20) : 0; }
 
-// Spine, KV, state and activations of one sequence of r.ctx tokens, in the compute memory.
-void fixed_needs(const PlanRequest& r, MemoryBudget& b) {
+// Rows a prompt pass computes at once: the whole context, or the prefill chunk when it is shorter.
+uint64_t pass_rows(const PlanRequest& r, int64_t chunk) {
+  const uint64_t ctx = uint64_t(std::max<int64_t>(r.ctx, 1));
+  return chunk > 0 ? std::min(ctx, uint64_t(chunk)) : ctx;
+}
+
+// Spine, KV, state and activations of one sequence of r.ctx tokens, in the compute memory: the
+// activations of one prompt pass of pass_rows rows, plus the keys and values a pass expands for every
+// context token (unabsorbed MLA).
+void fixed_needs(const PlanRequest& r, int64_t chunk, MemoryBudget& b) {
   const ModelFootprint& m = r.model;
   const uint64_t ctx = uint64_t(std::max<int64_t>(r.ctx, 1));
   b.spine = uint64_t(m.spine_bytes);
   b.kv = ctx * uint64_t(m.kv_bytes_per_token);
   b.state = uint64_t(m.state_bytes);
-  b.activations = ctx * uint64_t(m.act_bytes_per_row + m.act_bytes_per_ctx);
+  b.activations = pass_rows(r, chunk) * uint64_t(m.act_bytes_per_row) + ctx * uint64_t(m.act_bytes_per_ctx);
   b.margin = margin_of(b.total);
 }
 
-// Longest context that fits beside the spine, state, scratch and margin.
-int64_t max_ctx(const PlanRequest& r, const MemoryBudget& b) {
-  const uint64_t fixed = b.spine + b.state + b.scratch + b.margin;
-  const uint64_t per = uint64_t(r.model.kv_bytes_per_token + r.model.act_bytes_per_row + r.model.act_bytes_per_ctx);
+uint64_t host_scratch_slots(const PlanRequest& r) {
+  return r.scratch_slots ? r.scratch_slots : uint64_t(std::max<int64_t>(8, 2 * r.model.top_k));
+}
+
+// The scratch slots a prepared model's streaming needs in the compute memory.
+uint64_t scratch_reserve(const PlanRequest& r) {
+  if (!r.model.prepared) return 0;
+  return (r.gpu ? uint64_t(r.device_scratch) : host_scratch_slots(r)) * uint64_t(r.model.expert_file_bytes);
+}
+
+// No --prefill-chunk: one pass over the whole context when it fits (with room for streaming's scratch
+// slots), else the longest pass (a multiple of kPrefillChunkAlign, at least one) that does.
+int64_t choose_chunk(const PlanRequest& r, MemoryBudget& b) {
+  fixed_needs(r, 0, b);
+  const uint64_t scratch = scratch_reserve(r);
+  if (!b.total || b.needed() + scratch <= b.total) return 0;
+  const uint64_t per_row = uint64_t(r.model.act_bytes_per_row);
+  const uint64_t rest = b.needed() + scratch - b.activations +
+                        uint64_t(std::max<int64_t>(r.ctx, 1)) * uint64_t(r.model.act_bytes_per_ctx);
+  if (!per_row || rest >= b.total) return kPrefillChunkAlign;
+  const int64_t rows = int64_t((b.total - rest) / per_row) / kPrefillChunkAlign * kPrefillChunkAlign;
+  return std::max<int64_t>(rows, kPrefillChunkAlign);
+}
+
+// Longest context that fits beside the spine, state, scratch, margin and one pass's activations.
+int64_t max_ctx(const PlanRequest& r, int64_t chunk, const MemoryBudget& b) {
+  const uint64_t rows = chunk > 0 ? uint64_t(chunk) : 0;
+  const uint64_t fixed = b.spine + b.state + b.scratch + b.margin + rows * uint64_t(r.model.act_bytes_per_row);
+  const uint64_t per = uint64_t(r.model.kv_bytes_per_token + r.model.act_bytes_per_ctx + (chunk > 0 ? 0 : r.model.act_bytes_per_row));
   return b.total > fixed && per ? int64_t((b.total - fixed) / per) : 0;
 }
 
-std::string refuse_fixed(const PlanRequest& r, const MemoryBudget& b, const char* where) {
+std::string refuse_fixed(const PlanRequest& r, int64_t chunk, const MemoryBudget& b, const char* where) {
   if (b.spine + b.margin > b.total)
     return fmt::format("the spine ({}) does not fit in the {} {} {} (with a {} margin): {}", format_bytes(b.spine),
                        format_bytes(b.total), where, r.gpu ? "free" : "available", format_bytes(b.margin),
                        r.gpu ? "use --backend cpu, or a GPU with more memory" : "free host memory or use a smaller spine type");
-  return fmt::format("a context of {} tokens needs {} ({} KV cache, {} state, {} activations) beside the {} spine; the {} "
-                     "has {} {}: use -c {} or less",
+  return fmt::format("a context of {} tokens needs {} ({} KV cache, {} state, {} activations of {}-row prompt passes) "
+                     "beside the {} spine; the {} has {} {}: use -c {} or less",
                      r.ctx, format_bytes(b.kv + b.state + b.activations), format_bytes(b.kv), format_bytes(b.state),
-                     format_bytes(b.activations), format_bytes(b.spine), where, format_bytes(b.total),
-                     r.gpu ? "free" : "available", max_ctx(r, b));
+                     format_bytes(b.activations), pass_rows(r, chunk), format_bytes(b.spine), where,
+                     format_bytes(b.total), r.gpu ? "free" : "available", max_ctx(r, chunk, b)) +
+         (r.prefill_chunk > kPrefillChunkAlign ? ", or a smaller --prefill-chunk" : "");
 }
 
 // Streams when asked, or (auto) when the experts do not fit where the in-memory engine keeps them.
@@ -113,6 +148,7 @@ std::string size_cpu_pool(const PlanRequest& r, MemoryPlan& p) {
 
 void plan_flags(const PlanRequest& r, MemoryPlan& p) {
   p.flags.push_back(fmt::format("-c {}", r.ctx));
+  if (p.prefill_chunk) p.flags.push_back(fmt::format("--prefill-chunk {}", p.prefill_chunk));
   if (!p.streaming) {
     if (r.model.prepared) p.flags.push_back("--no-ssd-streaming");
     return;
@@ -133,16 +169,17 @@ MemoryPlan plan_memory(const PlanRequest& r) {
   p.host.margin = margin_of(p.host.total);
   MemoryBudget& compute = r.gpu ? p.device : p.host;
   if (r.gpu) p.device.total = r.gpu_free;
-  fixed_needs(r, compute);
+  const int64_t chunk = r.prefill_chunk ? r.prefill_chunk : choose_chunk(r, compute);
+  p.prefill_chunk = uint64_t(chunk) < pass_rows(r, 0) ? chunk : 0;
+  fixed_needs(r, chunk, compute);
   if (compute.total && compute.needed() > compute.total) {
-    p.refusal = refuse_fixed(r, compute, r.gpu ? "GPU" : "host memory");
+    p.refusal = refuse_fixed(r, chunk, compute, r.gpu ? "GPU" : "host memory");
     return p;
   }
   if (!(p.refusal = decide_streaming(r, p, compute)).empty()) return p;
   const uint64_t slot = uint64_t(r.model.expert_file_bytes);
   if (p.streaming) {
-    const uint64_t host_slots = r.scratch_slots ? r.scratch_slots : uint64_t(std::max<int64_t>(8, 2 * r.model.top_k));
-    p.host.scratch = host_slots * slot;
+    p.host.scratch = host_scratch_slots(r) * slot;
     if (r.gpu) p.device.scratch = uint64_t(r.device_scratch) * slot;
     p.refusal = r.gpu ? size_gpu_caches(r, p) : size_cpu_pool(r, p);
     p.host_pool_experts = slot ? p.host_pool_bytes / slot : 0;

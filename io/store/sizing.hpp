@@ -19,6 +19,11 @@
 
 namespace ferry {
 
+// A long prompt runs in passes of a multiple of this many rows (Model::set_prefill_chunk, the memory
+// plan's prefill chunk): KDA's chunked form works in chunks of 64, so every pass starts on a chunk
+// boundary and the passes compute the bits one pass would.
+constexpr int64_t kPrefillChunkAlign = 64;
+
 enum class SpineType : uint8_t { q8_0, bf16, f32 };
 const char* to_string(SpineType t);
 // "q8_0" | "bf16" | "f32"; throws ConfigError otherwise.

@@ -8,8 +8,10 @@ namespace ferry {
 namespace {
 // L2 normalisation epsilon of q and k (fla / HF "use_qk_l2norm_in_kernel": rsqrt(sum + 1e-6)).
 constexpr float kL2Eps = 1e-6f;
-// Chunk length of the chunked (prefill) form: HF and fla use 64.
+// Chunk length of the chunked (prefill) form: HF and fla use 64. A long prompt's passes are a
+// multiple of it (Model::set_prefill_chunk), so every pass starts on a chunk boundary.
 constexpr int64_t kKdaChunk = 64;
+static_assert(kPrefillChunkAlign % kKdaChunk == 0);
 }  // namespace
 
 void Model::mixer_kda(int il, Ctx& c, const float* x, float* out) {
@@ -44,7 +46,7 @@ void Model::mixer_kda(int il, Ctx& c, const float* x, float* out) {
   be_.sigmoid(beta, n * h, beta);
   // The delta rule. Decode rows always use the recurrent form (row-exact); the prompt pass the chunked one.
   Buf o(be_, np, u);
-  if (c.prefill && n > 1)
+  if (c.kda_chunked)
     be_.kda_chunked(q, kk, v, g, beta, n, h, k, k, kKdaChunk, st.kda_state, o);
   else
     be_.kda_recurrent(q, kk, v, g, beta, n, h, k, k, st.kda_state, o);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <string>
 
 #include "io/errors.hpp"
@@ -183,9 +184,15 @@ void Model::profile_mark(const char* section) {
   profile_t0_ = now;
 }
 
-std::vector<float> Model::forward(SeqState& s, std::span<const int32_t> ids, const ForwardOptions& opt) {
-  const int64_t n = static_cast<int64_t>(ids.size()), d = cfg_.hidden;
-  if (n == 0) return {};
+void Model::set_prefill_chunk(int64_t rows) {
+  if (rows < 0 || rows % kPrefillChunkAlign != 0)
+    throw std::invalid_argument("prefill chunk of " + std::to_string(rows) + " rows: must be 0 or a positive multiple of " +
+                                std::to_string(kPrefillChunkAlign));
+  prefill_chunk_ = rows;
+}
+
+void Model::check_ids(const SeqState& s, std::span<const int32_t> ids) const {
+  const int64_t n = static_cast<int64_t>(ids.size());
   if (s.len + n > s.max_ctx)
     throw LimitError(std::to_string(s.len) + " tokens in context + " + std::to_string(n) +
                      " new tokens exceed the context size of " + std::to_string(s.max_ctx) + " tokens (-c)");
@@ -193,11 +200,37 @@ std::vector<float> Model::forward(SeqState& s, std::span<const int32_t> ids, con
     if (id < 0 || id >= cfg_.vocab)
       throw LimitError("token id " + std::to_string(id) + " is outside the vocabulary (0.." +
                        std::to_string(cfg_.vocab - 1) + ")");
+}
+
+std::vector<float> Model::forward(SeqState& s, std::span<const int32_t> ids, const ForwardOptions& opt) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  if (n == 0) return {};
+  check_ids(s, ids);  // the whole call, before any pass changes the state
+  const bool kda_chunked = opt.prefill && n > 1;
+  const int64_t chunk = prefill_chunk_;
+  if (!opt.prefill || chunk == 0 || n <= chunk) return forward_rows(s, ids, opt, kda_chunked);
+  // A long prompt: passes of `chunk` rows; only the last one (or each, for all_logits) has logits.
+  std::vector<float> out;
+  for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+    const int64_t m = std::min(chunk, n - r0);
+    ForwardOptions o = opt;
+    o.no_logits = opt.no_logits || (!opt.all_logits && r0 + m < n);
+    std::vector<float> l = forward_rows(s, ids.subspan(static_cast<size_t>(r0), static_cast<size_t>(m)), o, kda_chunked);
+    if (out.empty()) out = std::move(l);
+    else out.insert(out.end(), l.begin(), l.end());
+  }
+  return out;
+}
+
+std::vector<float> Model::forward_rows(SeqState& s, std::span<const int32_t> ids, const ForwardOptions& opt,
+                                       bool kda_chunked) {
+  const int64_t n = static_cast<int64_t>(ids.size()), d = cfg_.hidden;
   Ctx c;
   c.s = &s;
   c.n = n;
   c.pos0 = s.len;
   c.prefill = opt.prefill;
+  c.kda_chunked = kda_chunked;
   for (int64_t i = 0; i < n; ++i) c.pos.push_back(static_cast<int32_t>(s.len + i));
 
   const size_t nd = static_cast<size_t>(n * d);

@@ -51,7 +51,8 @@ struct ForwardOptions {
   bool prefill = false;          // chunked KDA / unabsorbed MLA (prompt pass)
   bool all_logits = false;       // logits for every row (else only the last row)
   bool no_logits = false;        // skip the LM head entirely (e.g. prompt chunks before the last)
-  // Called after each decoder layer with the layer output (back-end memory, [n, hidden]).
+  // Called after each decoder layer with the layer output (back-end memory, [n, hidden]); once per
+  // pass of a long prompt (Model::prefill_chunk).
   std::function<void(int layer, const float* out, int64_t n)> on_layer;
 };
 
@@ -75,8 +76,16 @@ class Model {
 
   // Runs ids at positions s.len … s.len+n-1 and advances s.len. Returns host logits
   // [rows, vocab] where rows = n (all_logits) or 1 (the last row) or 0 (no_logits).
-  // Throws LimitError when the context would overflow.
+  // Throws LimitError when the context would overflow or an id is outside the vocabulary, before
+  // anything runs. A prompt pass (opt.prefill) longer than prefill_chunk() runs in passes of that
+  // many rows, each layer's activations sized for one pass: the logits are the same bits (every
+  // prompt-pass op is row-invariant, and the chunk is a multiple of KDA's chunk length).
   std::vector<float> forward(SeqState& s, std::span<const int32_t> ids, const ForwardOptions& opt = {});
+
+  // Rows per pass of a long prompt (0: the whole prompt in one pass). A multiple of
+  // kPrefillChunkAlign, else InvalidArgument. The engine sets it from the memory plan.
+  void set_prefill_chunk(int64_t rows);
+  int64_t prefill_chunk() const { return prefill_chunk_; }
 
   // Section profile (`ferry run --profile`): while on, forward() synchronises the back-end at the
   // edges of each section (embedding, each layer's mixer and feed-forward by kind, the head) and adds
@@ -91,6 +100,11 @@ class Model {
 
  private:
   void profile_mark(const char* section);  // closes the running section (if any), opens `section`
+  void check_ids(const SeqState& s, std::span<const int32_t> ids) const;
+  // One pass over ids. kda_chunked: the prompt pass as a whole has more than one row (its last
+  // pass may have one), so KDA takes the chunked form in every pass, as one pass over it would.
+  std::vector<float> forward_rows(SeqState& s, std::span<const int32_t> ids, const ForwardOptions& opt,
+                                  bool kda_chunked);
   struct Ctx;  // one forward call's shared values (n, positions, mode)
   void mixer_kda(int il, Ctx& c, const float* x, float* out);
   void mixer_mla(int il, Ctx& c, const float* x, float* out);
@@ -114,6 +128,7 @@ class Model {
   float attn_scale_ = 1.0f;
   IndexerTies indexer_ties_ = IndexerTies::by_position;                // softmax scale of MLA / GQA
   std::vector<std::vector<float>> score_bias_host_;  // per layer, router correction bias
+  int64_t prefill_chunk_ = 0;
   bool profile_on_ = false;
   std::map<std::string, ProfileEntry> profile_;
   const char* profile_section_ = nullptr;

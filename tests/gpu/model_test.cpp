@@ -134,6 +134,46 @@ INSTANTIATE_TEST_SUITE_P(Families, GpuHf,
                            return s;
                          });
 
+// Model::set_prefill_chunk on the GPU: a 129- and a 200-token prompt in passes of 64 rows give every
+// logit the bits of one pass (tests/kernels/model/prefill_chunk_test.cpp on the CPU).
+class GpuPrefillChunk : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { FERRY_SKIP_WITHOUT_CUDA(); }
+};
+
+TEST_P(GpuPrefillChunk, PassesOfSixtyFourRowsGiveEveryLogitTheBitsOfOnePass) {
+  auto m = load_on(gpu_fixture(GetParam()), true);
+  const int64_t v = m.cfg.vocab;
+  for (const int64_t n : {129, 200}) {
+    std::vector<int32_t> prompt(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) prompt[static_cast<size_t>(i)] = static_cast<int32_t>((i * 37 + n) % v);
+    ForwardOptions o;
+    o.prefill = true;
+    o.all_logits = true;
+    m.model->set_prefill_chunk(0);
+    auto one = m.model->new_state(256);
+    const auto whole = m.model->forward(*one, prompt, o);
+    m.model->set_prefill_chunk(64);
+    auto st = m.model->new_state(256);
+    const auto chunked = m.model->forward(*st, prompt, o);
+    ASSERT_EQ(chunked.size(), whole.size());
+    int64_t bad = -1;
+    for (int64_t r = 0; r < n && bad < 0; ++r)
+      if (std::memcmp(chunked.data() + r * v, whole.data() + r * v, static_cast<size_t>(v) * sizeof(float)) != 0) bad = r;
+    std::printf("[gpu-model %s] %lld-token prompt in passes of 64: %s\n", GetParam().c_str(), static_cast<long long>(n),
+                bad < 0 ? "bit-identical" : ("row " + std::to_string(bad) + " differs").c_str());
+    EXPECT_EQ(bad, -1) << n << "-token prompt";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, GpuPrefillChunk,
+                         ::testing::Values("kimi_linear-a", "deepseek_v3-a", "deepseek_v32-a", "qwen3-a", "k3-tiny-a/hf"),
+                         [](const auto& info) {
+                           std::string s = info.param.substr(0, info.param.find('/'));
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           return s;
+                         });
+
 class GpuK3 : public ::testing::Test {
  protected:
   void SetUp() override { FERRY_SKIP_WITHOUT_CUDA(); }

@@ -97,6 +97,29 @@ TEST(StreamingCli, RouterPrefetchReportsHitsAndWastedBytesAndKeepsTheLogits) {
   EXPECT_NE(diff.text.find("identical: 8 positions"), std::string::npos) << diff.text;
 }
 
+// A prompt longer than --prefill-chunk runs in passes (each a layer call per MoE layer, its experts
+// streamed again where the caches miss) and gives the logits of one pass; the plan says so.
+TEST(StreamingCli, APromptInPassesOfSixtyFourTokensStreamsTheLogitsOfOnePass) {
+  if (!fs::exists(kFerry)) GTEST_SKIP() << "build the ferry target first";
+  const auto dir = prepared("replicated", 2, true).string();
+  const auto root = kRoot / "cli-prefill-chunk";
+  fs::create_directories(root);
+  std::string ids;
+  for (int i = 0; i < 150; ++i) ids += (i ? "," : "") + std::to_string((i * 37 + 11) % 700 + 1);
+  const std::string args = "--prompt-ids " + ids + " -n 4 --ignore-eos -t 2 -c 160 --ssd-streaming --cache-experts 2";
+  const auto h1 = (root / "passes.hash").string(), h2 = (root / "one.hash").string();
+  auto passes = sh("run -m " + dir + " " + args + " --prefill-chunk 64 --trace-hash " + h1);
+  ASSERT_EQ(passes.rc, 0) << passes.text;
+  EXPECT_NE(passes.text.find("prompts in passes of 64 tokens"), std::string::npos) << passes.text;
+  EXPECT_NE(passes.text.find("--prefill-chunk 64"), std::string::npos) << "the plan's flags" << passes.text;
+  auto one = sh("run -m " + dir + " " + args + " --trace-hash " + h2);
+  ASSERT_EQ(one.rc, 0) << one.text;
+  EXPECT_EQ(one.text.find("prompts in passes of"), std::string::npos) << "the tiny model's prompt fits one pass";
+  auto diff = sh("trace diff " + h1 + " " + h2);
+  EXPECT_EQ(diff.rc, 0) << diff.text;
+  EXPECT_NE(diff.text.find("identical: 4 positions"), std::string::npos) << diff.text;
+}
+
 // Reads, bytes and rates mean the same in the run summary, the trace summary and the plots: an expert
 // read counts once even when it is split over two replicas, the drives count the parts.
 TEST(StreamingCli, ExpertReadsAgreeBetweenRunSummaryAndTraceAndDrivesCountSplitParts) {

@@ -5,6 +5,7 @@
 #include "io/errors.hpp"
 #include "io/formats/model_config.hpp"
 #include "io/store/memory_plan.hpp"
+#include "io/store/sizing.hpp"
 
 namespace ferry {
 namespace {
@@ -71,6 +72,45 @@ TEST(MemoryPlan, AContextTooLongForTheGpuIsRefusedWithTheLongestThatFits) {
   EXPECT_GT(most, 8192);
   EXPECT_TRUE(plan_memory(k31(141 * GB, 120 * GB, most)).refusal.empty()) << "the advised -c fits";
   EXPECT_FALSE(plan_memory(k31(141 * GB, 120 * GB, most + 1000)).refusal.empty());
+}
+
+// K3.1 on the 96 GB card of the results to beat: a prompt pass over a 64K context would need far more
+// activations than the card has beside the spine, so the plan runs prompts in passes of fewer tokens
+// (a multiple of 64) instead of refusing the context; a context whose pass fits keeps one pass.
+TEST(MemoryPlan, ALongContextRunsItsPromptInPassesInsteadOfBeingRefused) {
+  EXPECT_EQ(plan_memory(k31(141 * GB, 120 * GB, 4096)).prefill_chunk, 0) << "4096 tokens fit one pass on an H200";
+  PlanRequest one = k31(96 * GB, 256 * GB, 65536);
+  one.prefill_chunk = 65536;
+  EXPECT_NE(plan_memory(one).refusal.find("use -c "), std::string::npos) << "one pass of 64K tokens does not fit";
+  const MemoryPlan p = plan_memory(k31(96 * GB, 256 * GB, 65536));
+  ASSERT_TRUE(p.refusal.empty()) << format_plan(p);
+  EXPECT_GE(p.prefill_chunk, 64);
+  EXPECT_LT(p.prefill_chunk, 65536);
+  EXPECT_EQ(p.prefill_chunk % kPrefillChunkAlign, 0);
+  EXPECT_LE(p.device.needed(), 96 * GB);
+  const std::string text = format_plan(p);
+  EXPECT_NE(text.find("prompts in passes of " + std::to_string(p.prefill_chunk) + " tokens"), std::string::npos) << text;
+  EXPECT_NE(text.find("--prefill-chunk " + std::to_string(p.prefill_chunk)), std::string::npos) << text;
+  // The longest pass that fits: 64 more rows would not (with the scratch slots streaming needs).
+  PlanRequest longer = k31(96 * GB, 256 * GB, 65536);
+  longer.prefill_chunk = p.prefill_chunk + kPrefillChunkAlign;
+  const MemoryPlan q = plan_memory(longer);
+  EXPECT_GT(q.device.needed(), 96 * GB) << format_plan(q);
+}
+
+TEST(MemoryPlan, AnExplicitPrefillChunkSizesThePromptPassActivations) {
+  PlanRequest r = k31(141 * GB, 120 * GB, 8192);
+  const uint64_t row = uint64_t(r.model.act_bytes_per_row), ctx = uint64_t(r.model.act_bytes_per_ctx);
+  r.prefill_chunk = 512;
+  MemoryPlan p = plan_memory(r);
+  ASSERT_TRUE(p.refusal.empty()) << p.refusal;
+  EXPECT_EQ(p.prefill_chunk, 512);
+  EXPECT_EQ(p.device.activations, 512 * row + 8192 * ctx);
+  r.prefill_chunk = 16384;
+  p = plan_memory(r);
+  EXPECT_EQ(p.prefill_chunk, 0) << "a pass longer than the context is one pass";
+  EXPECT_EQ(p.device.activations, 8192 * (row + ctx));
+  EXPECT_EQ(format_plan(p).find("--prefill-chunk"), std::string::npos);
 }
 
 TEST(MemoryPlan, AllExpertsInMemoryIsRefusedWhenTheyDoNotFitNamingSsdStreaming) {

@@ -1,0 +1,101 @@
+// A long prompt in passes of a multiple of 64 rows (Model::set_prefill_chunk, which the memory plan
+// sets when a one-pass prompt's activations do not fit) gives every logit the bits of one pass over it,
+// in every family: bounding the prompt pass's memory costs no exactness. Each family's fixture runs a
+// 129-token prompt (passes of 64, 64 and a last one of ONE row, which must still take KDA's chunked
+// form) and a 200-token one (64, 64, 64, 8), then a decode step on the state each left.
+#include <cstring>
+#include <stdexcept>
+
+#include "io/errors.hpp"
+#include "tests/kernels/model/fixture_util.hpp"
+
+namespace ferry::test {
+namespace {
+
+std::vector<int32_t> random_prompt(int64_t n, int64_t vocab, uint32_t seed) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  uint32_t x = seed * 2654435761u + 1;
+  for (auto& id : ids) {
+    x = x * 1664525u + 1013904223u;
+    id = static_cast<int32_t>((x >> 8) % static_cast<uint32_t>(vocab));
+  }
+  return ids;
+}
+
+// The first row whose bits differ, or -1.
+int64_t first_differing_row(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab) {
+  for (size_t r = 0; r * static_cast<size_t>(vocab) < a.size(); ++r)
+    if (std::memcmp(a.data() + r * static_cast<size_t>(vocab), b.data() + r * static_cast<size_t>(vocab),
+                    static_cast<size_t>(vocab) * sizeof(float)) != 0)
+      return static_cast<int64_t>(r);
+  return -1;
+}
+
+class PrefillChunk : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PrefillChunk, PassesOfSixtyFourRowsGiveEveryLogitAndTheNextStepTheBitsOfOnePass) {
+  Loaded m = load(fixture(GetParam()));
+  const int64_t v = m.cfg.vocab;
+  for (const int64_t n : {129, 200}) {
+    SCOPED_TRACE("prompt of " + std::to_string(n) + " tokens");
+    const auto prompt = random_prompt(n, v, static_cast<uint32_t>(n));
+    ForwardOptions o;
+    o.prefill = true;
+    o.all_logits = true;
+    m.model->set_prefill_chunk(0);
+    auto one = m.model->new_state(256);
+    const auto whole = m.model->forward(*one, prompt, o);
+    m.model->set_prefill_chunk(64);
+    auto st = m.model->new_state(256);
+    const auto chunked = m.model->forward(*st, prompt, o);
+    ASSERT_EQ(chunked.size(), whole.size());
+    EXPECT_EQ(first_differing_row(chunked, whole, v), -1) << "row of the prompt whose logits differ";
+    EXPECT_EQ(st->len, n);
+    // The state each left: the next decode step gives the same bits.
+    const std::vector<int32_t> next{argmax(whole.data() + (n - 1) * v, v)};
+    const auto a = m.model->forward(*one, next);
+    const auto b = m.model->forward(*st, next);
+    EXPECT_EQ(first_differing_row(a, b, v), -1) << "the decode step after the prompt";
+    // Only the last row's logits (what generate asks for): the last row of the all-rows pass.
+    auto last_st = m.model->new_state(256);
+    ForwardOptions last;
+    last.prefill = true;
+    const auto l = m.model->forward(*last_st, prompt, last);
+    ASSERT_EQ(l.size(), static_cast<size_t>(v));
+    EXPECT_EQ(std::memcmp(l.data(), whole.data() + (n - 1) * v, static_cast<size_t>(v) * sizeof(float)), 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, PrefillChunk,
+                         ::testing::Values("deepseek_v3-a", "deepseek_v32-a", "kimi_linear-a", "qwen3-a", "k3-tiny-a/hf"),
+                         [](const auto& info) {
+                           std::string s = info.param.substr(0, info.param.find('/'));
+                           for (char& ch : s)
+                             if (ch == '-') ch = '_';
+                           return s;
+                         });
+
+TEST(PrefillChunkLimits, AChunkNotAMultipleOfSixtyFourIsRefused) {
+  Loaded m = load(fixture("k3-tiny-a/hf"));
+  EXPECT_THROW(m.model->set_prefill_chunk(100), std::invalid_argument);
+  EXPECT_THROW(m.model->set_prefill_chunk(-64), std::invalid_argument);
+  EXPECT_NO_THROW(m.model->set_prefill_chunk(128));
+  EXPECT_EQ(m.model->prefill_chunk(), 128);
+}
+
+TEST(PrefillChunkLimits, APromptOverTheContextOrWithABadIdFailsBeforeAnyPassRuns) {
+  Loaded m = load(fixture("k3-tiny-a/hf"));
+  m.model->set_prefill_chunk(64);
+  ForwardOptions o;
+  o.prefill = true;
+  auto st = m.model->new_state(150);
+  EXPECT_THROW(m.model->forward(*st, random_prompt(200, m.cfg.vocab, 1), o), LimitError);
+  EXPECT_EQ(st->len, 0) << "no pass ran";
+  auto ids = random_prompt(140, m.cfg.vocab, 2);
+  ids.back() = static_cast<int32_t>(m.cfg.vocab);  // outside the vocabulary, in the last pass
+  EXPECT_THROW(m.model->forward(*st, ids, o), LimitError);
+  EXPECT_EQ(st->len, 0) << "the first passes did not run";
+}
+
+}  // namespace
+}  // namespace ferry::test
