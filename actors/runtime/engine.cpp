@@ -28,6 +28,8 @@ PlanRequest plan_request(const EngineOptions& o) {
   }
   r.ctx = o.ctx;
   r.prefill_chunk = o.prefill_chunk;
+  // KDA state snapshots beside the live state: a drafted block's rollback point, the server's prompt cache.
+  r.state_snapshots = (o.draft.spec.empty() ? 0 : 1) + (o.prompt_cache ? 1 : 0);
   r.streaming = o.streaming;
   const StreamingOptions& s = o.model.streaming;
   r.cache_set = o.cache_set;

@@ -32,6 +32,7 @@ struct EngineOptions {
   int64_t ctx = 4096;              // context per sequence (prompt + reply), tokens
   int64_t prefill_chunk = 0;       // rows per pass of a long prompt, a multiple of 64 (0: the plan chooses)
   DraftOptions draft;
+  bool prompt_cache = false;       // ferry-server: keep the last prompt pass and its KDA snapshot
   bool quiet = false;              // no plan / progress lines on stderr
   uint64_t gpu_mem_cap = 0;        // --gpu-mem: plan with at most this much free GPU memory (0 = all)
   uint64_t host_mem_cap = 0;       // --host-mem: plan with at most this much available host memory (0 = all)

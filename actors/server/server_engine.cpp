@@ -9,8 +9,14 @@
 namespace ferry {
 
 ServerEngine::ServerEngine(Model& model, const Tokenizer& tok, int64_t ctx, size_t max_queue, EngineMetrics& metrics,
-                           std::optional<ServerDrafter> drafter)
-    : model_(model), tok_(tok), ctx_(ctx), max_queue_(max_queue), metrics_(metrics), drafter_(std::move(drafter)) {
+                           std::optional<ServerDrafter> drafter, bool prompt_cache)
+    : model_(model),
+      tok_(tok),
+      ctx_(ctx),
+      max_queue_(max_queue),
+      metrics_(metrics),
+      drafter_(std::move(drafter)),
+      cache_(model, ctx, prompt_cache) {
   metrics_.queue_capacity.set(static_cast<double>(max_queue));
   worker_ = std::thread([this] { run(); });
 }
@@ -92,7 +98,7 @@ bool ServerEngine::on_token(GenerationJob& job, TextPipeline& pipe, const Genera
   metrics_.generated_tokens.add(1);
   if (gm.generated == 1) {
     metrics_.prompt_tokens.add(static_cast<double>(gm.prompt_tokens));
-    metrics_.last_prompt_s.set(gm.prompt_s);
+    metrics_.last_prompt_s.set(gm.prompt_s + cache_pass_s_);
   }
   metrics_.live_rate.set(gm.steady_tok_s());
   const auto& stops = job.params.stop_ids;
@@ -132,23 +138,32 @@ void ServerEngine::execute(GenerationJob& job) {
   TextPipeline pipe(job.stop, job.reasoning);
   GenerateMetrics gm;
   std::vector<GeneratedToken> toks;
+  int64_t reused = 0;
   try {
-    // The state lives only for this job: a cancelled or finished job frees its caches here.
-    std::unique_ptr<SeqState> state = model_.new_state(ctx_);
+    // The prompt cache's state (the last job's prompt rows where this prompt starts with them), kept
+    // for the next job when this one ends, or a fresh one freed with the job.
+    PromptCache::Lease lease = cache_.begin(job.prompt);
+    reused = lease.reused;
+    cache_pass_s_ = lease.pass_s;
+    job.params.prompt_cached = lease.cached;
     auto emit = [&](const GeneratedToken& t) { return on_token(job, pipe, t, gm); };
     if (drafter_) {
       SpecStats st;
-      toks = generate_speculative(model_, *state, job.prompt, job.params, drafter_->params, drafter_->propose, gm, st,
-                                  emit);
+      toks = generate_speculative(model_, *lease.state, job.prompt, job.params, drafter_->params, drafter_->propose, gm,
+                                  st, emit);
       metrics_.add_draft(st);
     } else {
-      toks = generate(model_, *state, job.prompt, job.params, gm, emit);
+      toks = generate(model_, *lease.state, job.prompt, job.params, gm, emit);
     }
+    gm.prompt_s += lease.pass_s;
+    cache_.end(std::move(lease), true);
   } catch (const std::exception& e) {
+    cache_.end(PromptCache::Lease{}, false);
     metrics_.generations.add(1);
     job.sink->on_error(e.what());
     return;
   }
+  metrics_.prompt_cached_tokens.add(static_cast<double>(reused));
   metrics_.generations.add(1);
   metrics_.busy.set(0);  // before the sink answers, so a client that sees its reply sees an idle engine
   metrics_.live_rate.set(0);
@@ -165,6 +180,7 @@ void ServerEngine::execute(GenerationJob& job) {
   if (!rest.empty()) job.sink->on_delta(rest);
   GenerationResult r;
   r.prompt_tokens = static_cast<int64_t>(job.prompt.size());
+  r.cached_tokens = reused;
   r.completion_tokens = static_cast<int64_t>(toks.size());
   const auto& stops = job.params.stop_ids;
   const bool end_token = !toks.empty() && std::find(stops.begin(), stops.end(), toks.back().id) != stops.end();

@@ -1,7 +1,8 @@
 // The server's engine: one worker thread owns the model and runs one generation at a time, taking
 // jobs from a bounded FIFO queue. HTTP threads submit jobs and get their output through a sink; a
-// job whose client went away is cancelled (the generation stops at its next token, its sequence
-// state is freed, a queued one is dropped without running).
+// job whose client went away is cancelled (the generation stops at its next token, a queued one is
+// dropped without running). The last job's sequence state stays for the next one when the prompt
+// cache is on (actors/server/prompt_cache.hpp), else it is freed with the job.
 #pragma once
 
 #include <atomic>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "actors/server/chat_stream.hpp"
+#include "actors/server/prompt_cache.hpp"
 #include "actors/server/server_metrics.hpp"
 #include "kernels/decoding/generate.hpp"
 #include "kernels/decoding/verify.hpp"
@@ -29,6 +31,7 @@ class Tokenizer;
 struct GenerationResult {
   std::string finish_reason;  // "stop" (end token or stop string) or "length"
   int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;  // of the prompt tokens, those the prompt cache held (OpenAI prompt_tokens_details)
   int64_t completion_tokens = 0;
 };
 
@@ -65,9 +68,10 @@ class ServerEngine {
  public:
   enum class Submit { accepted, queue_full, stopped };
 
-  // max_queue: jobs that may wait while one runs. ctx: sequence state size per job.
+  // max_queue: jobs that may wait while one runs. ctx: sequence state size per job. prompt_cache:
+  // keep the last job's prompt pass for the next job that starts with the same tokens.
   ServerEngine(Model& model, const Tokenizer& tok, int64_t ctx, size_t max_queue, EngineMetrics& metrics,
-               std::optional<ServerDrafter> drafter = std::nullopt);
+               std::optional<ServerDrafter> drafter = std::nullopt, bool prompt_cache = true);
   ~ServerEngine();  // stops and joins
 
   Submit submit(std::shared_ptr<GenerationJob> job);
@@ -99,6 +103,8 @@ class ServerEngine {
   EngineMetrics& metrics_;
   const std::optional<ServerDrafter> drafter_;
   std::ostream* trace_hash_ = nullptr;  // engine thread only
+  PromptCache cache_;                   // engine thread only
+  double cache_pass_s_ = 0;             // the running job's prompt pass up to its cache mark
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -76,7 +76,8 @@ struct EngineMetrics {
   Metric& rejected_busy;      // 429: queue full
   Metric& generations;        // generations finished (any finish reason)
   Metric& cancelled;          // generations stopped because the client went away
-  Metric& prompt_tokens;      // prompt tokens processed
+  Metric& prompt_tokens;      // prompt tokens of every generation (cached ones included)
+  Metric& prompt_cached_tokens;  // of which the prompt cache held (not passed through the model again)
   Metric& generated_tokens;   // tokens generated
   Metric& prompt_seconds;     // time in prompt passes
   Metric& decode_seconds;     // time from end of prompt pass to last token

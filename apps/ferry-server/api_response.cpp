@@ -11,7 +11,8 @@ std::string dump_json(const json& j) { return j.dump(-1, ' ', false, json::error
 json usage_json(const GenerationResult& r) {
   return {{"prompt_tokens", r.prompt_tokens},
           {"completion_tokens", r.completion_tokens},
-          {"total_tokens", r.prompt_tokens + r.completion_tokens}};
+          {"total_tokens", r.prompt_tokens + r.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", r.cached_tokens}}}};
 }
 
 json error_json(const ApiError& e) {

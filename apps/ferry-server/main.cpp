@@ -51,6 +51,9 @@ void add_options(CLI::App& app, ServerOptions& o) {
   app.add_option("--trace-hash", o.trace_hash,
                  "Append 'position id logits-hash' for every token every request generates to FILE (the lines "
                  "`ferry run --trace-hash` writes: replies can be compared with it logit for logit)");
+  app.add_flag("--prompt-cache,!--no-prompt-cache", o.engine.prompt_cache,
+               "Keep the last request's prompt pass (to its last multiple of 64 tokens) for the next request that "
+               "starts with the same tokens, e.g. the next turn of a chat; the same tokens either way (on by default)");
   app.add_option("--request-timeout", o.request_timeout_s, "Longest a request may take, queue wait included (s)")
       ->capture_default_str()->check(CLI::Range(1, 86400 * 7));
 }
@@ -151,7 +154,7 @@ void start(ServerContext& c) {
   std::optional<ServerDrafter> drafter;
   if (c.drafter) drafter = ServerDrafter{c.drafter->propose_fn(), draft_spec_params(c.opt.engine.draft)};
   c.engine = std::make_unique<ServerEngine>(*c.model.model, *c.model.tokenizer, c.opt.engine.ctx, c.opt.max_queue,
-                                            *c.metrics, std::move(drafter));
+                                            *c.metrics, std::move(drafter), c.opt.engine.prompt_cache);
   if (c.trace_hash) c.engine->trace_hashes_to(c.trace_hash.get());
   c.events = std::make_unique<EventsHub>(c, std::chrono::milliseconds(c.opt.events_interval_ms));
   std::fprintf(stderr, "ferry-server: model %s (%s, backend %s%s) loaded in %.2f s; chat template '%s'; context %lld\n",

@@ -22,6 +22,7 @@ namespace ferry::server {
 class EventsHub;
 
 struct ServerOptions {
+  ServerOptions() { engine.prompt_cache = true; }
   EngineOptions engine;            // the one engine option set (model, back-end, streaming, caches, ...)
   std::string host = "127.0.0.1";
   uint16_t port = 8080;

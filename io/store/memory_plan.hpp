@@ -44,6 +44,7 @@ struct PlanRequest {
   ModelFootprint model;
   int64_t ctx = 4096;             // tokens per sequence (prompt + reply)
   int64_t prefill_chunk = 0;      // --prefill-chunk: rows per prompt pass (0: the plan chooses)
+  int state_snapshots = 0;        // copies of the KDA state beside the live one (drafter blocks, prompt cache)
   bool gpu = false;               // CUDA: spine, state, activations and the device cache on the GPU
   uint64_t gpu_free = 0;          // bytes free on the GPU (0: unknown)
   uint64_t host_available = 0;    // bytes of host memory available (0: unknown)

@@ -28,7 +28,7 @@ void fixed_needs(const PlanRequest& r, int64_t chunk, MemoryBudget& b) {
   const uint64_t ctx = uint64_t(std::max<int64_t>(r.ctx, 1));
   b.spine = uint64_t(m.spine_bytes);
   b.kv = ctx * uint64_t(m.kv_bytes_per_token);
-  b.state = uint64_t(m.state_bytes);
+  b.state = uint64_t(m.state_bytes) * uint64_t(1 + std::max(r.state_snapshots, 0));
   b.activations = pass_rows(r, chunk) * uint64_t(m.act_bytes_per_row) + ctx * uint64_t(m.act_bytes_per_ctx);
   b.margin = margin_of(b.total);
 }

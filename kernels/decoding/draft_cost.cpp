@@ -15,7 +15,11 @@ double ewma(double old, double x) { return old > 0 ? old + kAlpha * (x - old) : 
 DraftCostModel::DraftCostModel(size_t max_drafts)
     : max_(std::max<size_t>(max_drafts, 1)), block_(max_ + 1, 0.0) {}
 
-void DraftCostModel::plain_step(double seconds) { plain_ = ewma(plain_, seconds); }
+void DraftCostModel::plain_step(double seconds) {
+  plain_ = refreshing_ ? seconds : ewma(plain_, seconds);
+  refreshing_ = false;
+  since_plain_ = 0;
+}
 
 void DraftCostModel::asked(double seconds, bool offered) {
   call_ = ewma(call_, seconds);
@@ -97,6 +101,10 @@ size_t DraftCostModel::choose(size_t offered) {
     }
   if (best > 0) {
     since_probe_ = 0;
+    if (++since_plain_ >= kPlainRefresh) {  // re-measure T0 (plain_step resets the count)
+      refreshing_ = true;
+      return 0;
+    }
     return best;
   }
   const bool measured = asked_ > 0 || std::any_of(block_.begin(), block_.end(), [](double t) { return t > 0; });

@@ -10,7 +10,10 @@
 // unmeasured T(k) from a line through the measured ones), p from the blocks' outcomes. When drafting does
 // not pay, a rare probe block keeps the numbers fresh: 1 draft at first, twice as many after a probe whose
 // drafts were all accepted, back to 1 and twice the spacing after one that was not, so a drafter that
-// never helps costs almost nothing and one that always does is found.
+// never helps costs almost nothing and one that always does is found. While drafting pays, every
+// kPlainRefresh-th choice is a plain step anyway, whose time replaces T0's average: T0 stays a
+// measurement of now (one taken while the machine was busy, never repeated since blocks won, would
+// otherwise keep a losing drafter on).
 //
 // Asking costs too: a drafter call (c seconds, on the critical path) may offer nothing usable (an
 // n-gram drafter with no match). With q the share of calls that offered drafts, asking for k drafts
@@ -26,6 +29,8 @@ namespace ferry {
 
 class DraftCostModel {
  public:
+  static constexpr size_t kPlainRefresh = 32;  // while drafting, one plain step in this many choices
+
   explicit DraftCostModel(size_t max_drafts = 15);
 
   void plain_step(double seconds);
@@ -56,6 +61,8 @@ class DraftCostModel {
   double call_ = 0;              // EWMA of a drafter call's seconds
   double asked_ = 0, offered_ = 0;
   size_t since_probe_ = 0, probe_every_ = 32, probe_k_ = 1;
+  size_t since_plain_ = 0;       // choices since the last measured plain step
+  bool refreshing_ = false;      // the next plain step re-measures T0 after a stretch of blocks
   bool probing_ = false;
 };
 

@@ -3,11 +3,26 @@
 #include <algorithm>
 #include <chrono>
 #include <ostream>
+#include <stdexcept>
+#include <string>
+
+#include "io/errors.hpp"
 
 namespace ferry {
 
 void write_trace_hash(std::ostream& out, const GeneratedToken& t) {
   out << t.pos << ' ' << t.id << ' ' << std::hex << t.logits_hash << std::dec << '\n';
+}
+
+std::vector<float> prompt_pass(Model& model, SeqState& state, std::span<const int32_t> prompt, const GenerateParams& p) {
+  const int64_t n = static_cast<int64_t>(prompt.size()), cached = p.prompt_cached;
+  if (n == 0) throw LimitError("the prompt is empty: generation needs at least one token");
+  if (cached < 0 || cached >= n || state.len != cached)
+    throw std::invalid_argument("prompt_cached " + std::to_string(cached) + " of a " + std::to_string(n) +
+                                "-token prompt, the state holding " + std::to_string(state.len));
+  ForwardOptions pre;
+  pre.prefill = true;
+  return model.forward(state, prompt.subspan(static_cast<size_t>(cached)), pre);
 }
 
 std::vector<GeneratedToken> generate(Model& model, SeqState& state, std::span<const int32_t> prompt,
@@ -19,9 +34,8 @@ std::vector<GeneratedToken> generate(Model& model, SeqState& state, std::span<co
   Sampler sampler(p.sampling);
   std::vector<GeneratedToken> out;
   m.prompt_tokens = static_cast<int64_t>(prompt.size());
-  ForwardOptions pre;
-  pre.prefill = true;
-  std::vector<float> logits = model.forward(state, prompt, pre);
+  m.prompt_cached = p.prompt_cached;
+  std::vector<float> logits = prompt_pass(model, state, prompt, p);
   m.prompt_s = since();
   const int64_t vocab = model.config().vocab;
   for (int64_t i = 0; i < p.n_predict; ++i) {

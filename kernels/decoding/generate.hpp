@@ -17,7 +17,14 @@ struct GenerateParams {
   int64_t n_predict = 16;
   SamplingParams sampling;
   std::vector<int32_t> stop_ids;  // generation ends after emitting one of these
+  // Leading prompt tokens the state already holds, computed by a prompt pass (the server's prompt
+  // cache, at a multiple of 64 tokens): the prompt pass runs the rest. Less than the prompt's length.
+  int64_t prompt_cached = 0;
 };
+
+// The prompt pass of generate / generate_speculative: the prompt's tokens past p.prompt_cached (the
+// state must hold exactly those), logits of the last row. Throws std::invalid_argument otherwise.
+std::vector<float> prompt_pass(Model& model, SeqState& state, std::span<const int32_t> prompt, const GenerateParams& p);
 
 struct GeneratedToken {
   int64_t pos = 0;         // position the token takes in the sequence
@@ -30,7 +37,8 @@ struct GeneratedToken {
 void write_trace_hash(std::ostream& out, const GeneratedToken& t);
 
 struct GenerateMetrics {
-  int64_t prompt_tokens = 0;
+  int64_t prompt_tokens = 0;  // the whole prompt, cached tokens included
+  int64_t prompt_cached = 0;  // of which the state held (GenerateParams::prompt_cached)
   int64_t generated = 0;
   double prompt_s = 0;       // prompt pass (prefill) duration
   double first_token_s = 0;  // time of the first generated token, from the start of generate()

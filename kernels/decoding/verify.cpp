@@ -128,9 +128,8 @@ std::vector<GeneratedToken> generate_speculative(Model& model, SeqState& state, 
   std::vector<int32_t> history(prompt.begin(), prompt.end());
   const int64_t vocab = model.config().vocab;
   m.prompt_tokens = static_cast<int64_t>(prompt.size());
-  ForwardOptions pre;
-  pre.prefill = true;
-  std::vector<float> logits = model.forward(state, prompt, pre);
+  m.prompt_cached = p.prompt_cached;
+  std::vector<float> logits = prompt_pass(model, state, prompt, p);
   m.prompt_s = since();
   bool done = p.n_predict <= 0;
   // Emits one token; false once generation must end (stop id, caller, or n_predict reached).

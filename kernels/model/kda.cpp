@@ -44,9 +44,11 @@ void Model::mixer_kda(int il, Ctx& c, const float* x, float* out) {
   Buf beta(be_, static_cast<size_t>(n * h), u);
   be_.matmul(w.b, x, n, beta);
   be_.sigmoid(beta, n * h, beta);
-  // The delta rule. Decode rows always use the recurrent form (row-exact); the prompt pass the chunked one.
+  // The delta rule. Decode rows always use the recurrent form (row-exact); a prompt pass the chunked one,
+  // even of one row: its last pass (or a pass continuing a cached prefix) may have one, and must compute
+  // the bits one pass over the whole prompt would.
   Buf o(be_, np, u);
-  if (c.kda_chunked)
+  if (c.prefill)
     be_.kda_chunked(q, kk, v, g, beta, n, h, k, k, kKdaChunk, st.kda_state, o);
   else
     be_.kda_recurrent(q, kk, v, g, beta, n, h, k, k, st.kda_state, o);

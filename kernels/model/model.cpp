@@ -206,31 +206,28 @@ std::vector<float> Model::forward(SeqState& s, std::span<const int32_t> ids, con
   const int64_t n = static_cast<int64_t>(ids.size());
   if (n == 0) return {};
   check_ids(s, ids);  // the whole call, before any pass changes the state
-  const bool kda_chunked = opt.prefill && n > 1;
   const int64_t chunk = prefill_chunk_;
-  if (!opt.prefill || chunk == 0 || n <= chunk) return forward_rows(s, ids, opt, kda_chunked);
+  if (!opt.prefill || chunk == 0 || n <= chunk) return forward_rows(s, ids, opt);
   // A long prompt: passes of `chunk` rows; only the last one (or each, for all_logits) has logits.
   std::vector<float> out;
   for (int64_t r0 = 0; r0 < n; r0 += chunk) {
     const int64_t m = std::min(chunk, n - r0);
     ForwardOptions o = opt;
     o.no_logits = opt.no_logits || (!opt.all_logits && r0 + m < n);
-    std::vector<float> l = forward_rows(s, ids.subspan(static_cast<size_t>(r0), static_cast<size_t>(m)), o, kda_chunked);
+    std::vector<float> l = forward_rows(s, ids.subspan(static_cast<size_t>(r0), static_cast<size_t>(m)), o);
     if (out.empty()) out = std::move(l);
     else out.insert(out.end(), l.begin(), l.end());
   }
   return out;
 }
 
-std::vector<float> Model::forward_rows(SeqState& s, std::span<const int32_t> ids, const ForwardOptions& opt,
-                                       bool kda_chunked) {
+std::vector<float> Model::forward_rows(SeqState& s, std::span<const int32_t> ids, const ForwardOptions& opt) {
   const int64_t n = static_cast<int64_t>(ids.size()), d = cfg_.hidden;
   Ctx c;
   c.s = &s;
   c.n = n;
   c.pos0 = s.len;
   c.prefill = opt.prefill;
-  c.kda_chunked = kda_chunked;
   for (int64_t i = 0; i < n; ++i) c.pos.push_back(static_cast<int32_t>(s.len + i));
 
   const size_t nd = static_cast<size_t>(n * d);

@@ -48,7 +48,7 @@ struct SeqState {
 };
 
 struct ForwardOptions {
-  bool prefill = false;          // chunked KDA / unabsorbed MLA (prompt pass)
+  bool prefill = false;          // chunked KDA / unabsorbed MLA (prompt pass), whatever the row count
   bool all_logits = false;       // logits for every row (else only the last row)
   bool no_logits = false;        // skip the LM head entirely (e.g. prompt chunks before the last)
   // Called after each decoder layer with the layer output (back-end memory, [n, hidden]); once per
@@ -79,7 +79,9 @@ class Model {
   // Throws LimitError when the context would overflow or an id is outside the vocabulary, before
   // anything runs. A prompt pass (opt.prefill) longer than prefill_chunk() runs in passes of that
   // many rows, each layer's activations sized for one pass: the logits are the same bits (every
-  // prompt-pass op is row-invariant, and the chunk is a multiple of KDA's chunk length).
+  // prompt-pass op is row-invariant, and the chunk is a multiple of KDA's chunk length). The same
+  // holds for a prompt pass the caller splits itself at a multiple of 64 positions (the server's
+  // prompt cache continues one from a snapshot): a pass starting there computes one pass's bits.
   std::vector<float> forward(SeqState& s, std::span<const int32_t> ids, const ForwardOptions& opt = {});
 
   // Rows per pass of a long prompt (0: the whole prompt in one pass). A multiple of
@@ -101,10 +103,7 @@ class Model {
  private:
   void profile_mark(const char* section);  // closes the running section (if any), opens `section`
   void check_ids(const SeqState& s, std::span<const int32_t> ids) const;
-  // One pass over ids. kda_chunked: the prompt pass as a whole has more than one row (its last
-  // pass may have one), so KDA takes the chunked form in every pass, as one pass over it would.
-  std::vector<float> forward_rows(SeqState& s, std::span<const int32_t> ids, const ForwardOptions& opt,
-                                  bool kda_chunked);
+  std::vector<float> forward_rows(SeqState& s, std::span<const int32_t> ids, const ForwardOptions& opt);
   struct Ctx;  // one forward call's shared values (n, positions, mode)
   void mixer_kda(int il, Ctx& c, const float* x, float* out);
   void mixer_mla(int il, Ctx& c, const float* x, float* out);

@@ -13,7 +13,6 @@ struct Model::Ctx {
   int64_t n = 0;               // rows in this call
   int64_t pos0 = 0;            // position of row 0
   bool prefill = false;
-  bool kda_chunked = false;    // the chunked form of the delta rule (a prompt pass of > 1 row)
   std::vector<int32_t> pos;    // host positions [n]
 };
 

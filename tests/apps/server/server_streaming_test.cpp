@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <fstream>
 #include <iterator>
+#include <map>
 
 #include "tests/apps/engine_cli/engine_cli_support.hpp"
 #include "tests/apps/server/server_process.hpp"
@@ -113,6 +114,65 @@ TEST(ServerStreaming, DrafterOnTheServerGivesThePlainTokensAndCountsItsBlocks) {
   EXPECT_GT(labelled(m.body, "ferry_drafter_blocks_total"), 0.0) << m.body << server.log();
   EXPECT_GT(labelled(m.body, "ferry_drafter_accepted_total"), 0.0) << m.body;
   EXPECT_NE(server.log().find("drafter replay:"), std::string::npos) << server.log();
+}
+
+// The prompt cache: the second turn of a chat starts with the first turn's prompt, so the server keeps
+// that prompt pass (to its last multiple of 64 tokens) and runs only the rest. The reply, logit for
+// logit, is the one a server without the cache gives; usage and /metrics count the cached tokens.
+TEST(ServerStreaming, TheNextTurnOfAChatReusesThePromptPassAndGivesTheSameLogits) {
+  const fs::path model = prepared_tiny();
+  const std::string tag = std::to_string(::getpid());
+  std::string story;
+  for (int i = 0; i < 12; ++i) story += "The ferry leaves the harbour at dawn and crosses the strait. ";
+  nlohmann::json messages = {{{"role", "system"}, {"content", kSystem}}, {{"role", "user"}, {"content", story}}};
+  auto turn = [](int port, const nlohmann::json& msgs) {
+    const nlohmann::json req = {{"messages", msgs}, {"max_tokens", 8}, {"temperature", 0}};
+    const HttpResponse r = http(port, "POST", "/v1/chat/completions", req.dump(), "Content-Type: application/json\r\n");
+    EXPECT_EQ(r.status, 200) << r.body;
+    return r.status == 200 ? nlohmann::json::parse(r.body) : nlohmann::json::object();
+  };
+  std::map<std::string, std::vector<nlohmann::json>> replies;
+  std::map<std::string, std::string> hashes, metrics;
+  for (const std::string mode : {"cached", "uncached"}) {
+    const fs::path hash = fs::temp_directory_path() / ("ferry-server-pc-" + mode + "-" + tag + ".hash");
+    fs::remove(hash);
+    std::vector<std::string> args = kStreaming;
+    args.insert(args.end(), {"--ctx", "512", "--trace-hash", hash.string()});
+    if (mode == "uncached") args.push_back("--no-prompt-cache");
+    ServerProcess server(args, model);
+    nlohmann::json msgs = messages;
+    for (const char* next : {"And then?", "Where does it go?"}) {
+      const nlohmann::json r = turn(server.port(), msgs);
+      ASSERT_TRUE(r.contains("choices")) << server.log();
+      replies[mode].push_back(r);
+      msgs.push_back({{"role", "assistant"}, {"content", r["choices"][0]["message"]["content"]}});
+      msgs.push_back({{"role", "user"}, {"content", next}});
+    }
+    replies[mode].push_back(turn(server.port(), msgs));
+    metrics[mode] = http(server.port(), "GET", "/metrics").body;
+    hashes[mode] = slurp(hash);
+    fs::remove(hash);
+  }
+  ASSERT_EQ(replies["cached"].size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    const auto &c = replies["cached"][i], &u = replies["uncached"][i];
+    EXPECT_EQ(c["choices"][0]["message"]["content"], u["choices"][0]["message"]["content"]) << "turn " << i;
+    EXPECT_EQ(c["usage"]["prompt_tokens"], u["usage"]["prompt_tokens"]) << "turn " << i;
+    EXPECT_EQ(u["usage"]["prompt_tokens_details"]["cached_tokens"], 0) << "turn " << i;
+  }
+  EXPECT_EQ(replies["cached"][0]["usage"]["prompt_tokens_details"]["cached_tokens"], 0) << "nothing before the first turn";
+  int64_t cached = 0;
+  for (size_t i = 1; i < 3; ++i) {
+    const int64_t n = replies["cached"][i]["usage"]["prompt_tokens_details"]["cached_tokens"];
+    EXPECT_GE(n, 64) << "turn " << i << " starts with the previous turn's prompt\n" << replies["cached"][i].dump();
+    EXPECT_EQ(n % 64, 0) << "turn " << i;
+    EXPECT_LT(n, replies["cached"][i]["usage"]["prompt_tokens"].get<int64_t>()) << "turn " << i;
+    cached += n;
+  }
+  EXPECT_FALSE(hashes["cached"].empty());
+  EXPECT_EQ(hashes["cached"], hashes["uncached"]) << "every generated token's logits, bit for bit";
+  EXPECT_EQ(labelled(metrics["cached"], "ferry_prompt_cached_tokens_total"), double(cached)) << metrics["cached"];
+  EXPECT_EQ(labelled(metrics["uncached"], "ferry_prompt_cached_tokens_total"), 0.0);
 }
 
 TEST(ServerStreaming, APortInUseIsRefusedBeforeTheModelLoadsNamingThePort) {

@@ -113,6 +113,16 @@ TEST(MemoryPlan, AnExplicitPrefillChunkSizesThePromptPassActivations) {
   EXPECT_EQ(format_plan(p).find("--prefill-chunk"), std::string::npos);
 }
 
+// A drafted block's rollback point and the server's prompt cache each hold a copy of the KDA state
+// (0.47 GB per sequence at K3.1's width): the plan counts them.
+TEST(MemoryPlan, KdaStateSnapshotsOfDrafterAndPromptCacheAreCounted) {
+  PlanRequest r = k31(141 * GB, 120 * GB);
+  const uint64_t one = plan_memory(r).device.state;
+  EXPECT_EQ(one, uint64_t(r.model.state_bytes));
+  r.state_snapshots = 2;
+  EXPECT_EQ(plan_memory(r).device.state, 3 * one);
+}
+
 TEST(MemoryPlan, AllExpertsInMemoryIsRefusedWhenTheyDoNotFitNamingSsdStreaming) {
   PlanRequest r = k31(141 * GB, 120 * GB);
   r.streaming = 0;

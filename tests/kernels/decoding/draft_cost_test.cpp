@@ -130,3 +130,25 @@ TEST(DraftCostModel, EstimatesUnmeasuredBlockCostsFromALineThroughMeasuredOnes) 
   for (int i = 0; i < 3; ++i) g.block(1, 0, 2.0);  // rejected, with a replay: slower
   EXPECT_EQ(g.choose(15), 0u) << "p = 1.5 / 5 = 0.3, T(1) ~1.6: E(k) / T(k) stays under a plain step's 1";
 }
+
+// A plain step measured while the machine was busy (here 3x its real cost) makes a losing drafter look
+// worth it; blocks win, so no plain step would ever correct it. While drafting, every kPlainRefresh-th
+// choice is a plain step: T0 is measured again and the gate stops drafting (before this, a CI machine
+// running other tests kept a drafter whose every first draft was wrong at 163 blocks of 200 tokens).
+TEST(DraftCostModel, AStalePlainTimeIsMeasuredAgainWhileDraftingAndALosingDrafterStops) {
+  DraftCostModel g(15);
+  g.plain_step(3.0);  // busy machine
+  size_t blocks = 0, late_blocks = 0;
+  for (int i = 0; i < 400; ++i) {
+    const size_t k = g.choose(1);
+    if (k == 0) {
+      g.plain_step(1.0);  // what a plain step costs now
+      continue;
+    }
+    ++blocks;
+    if (i >= 100) ++late_blocks;
+    g.block(k, 0, 2.0);  // 2 rows, the draft rejected, a replay: twice a plain step, one token
+  }
+  EXPECT_LE(late_blocks, 4u) << "after the refresh only rare probes remain (blocks in all: " << blocks << ")";
+  EXPECT_NEAR(g.plain_seconds(), 1.0, 0.05) << "T0 is today's";
+}

@@ -66,6 +66,36 @@ TEST_P(PrefillChunk, PassesOfSixtyFourRowsGiveEveryLogitAndTheNextStepTheBitsOfO
   }
 }
 
+// The server's prompt cache: a prompt pass stopped at 128 tokens, its KDA state snapshot, the sequence
+// then decoded further (rewriting the rows past 128), restored, and the prompt pass continued: the rows
+// it computes have the bits of one pass over the whole prompt, also when only one row is left.
+TEST_P(PrefillChunk, APromptContinuedFromASnapshotAtAMultipleOfSixtyFourGivesTheBitsOfOnePass) {
+  Loaded m = load(fixture(GetParam()));
+  const int64_t v = m.cfg.vocab;
+  for (const int64_t n : {129, 200}) {
+    SCOPED_TRACE("prompt of " + std::to_string(n) + " tokens");
+    const auto prompt = random_prompt(n, v, static_cast<uint32_t>(n) + 7);
+    ForwardOptions all;
+    all.prefill = true;
+    all.all_logits = true;
+    auto one = m.model->new_state(256);
+    const auto whole = m.model->forward(*one, prompt, all);
+    auto st = m.model->new_state(256);
+    ForwardOptions quiet;
+    quiet.prefill = true;
+    quiet.no_logits = true;
+    const std::span<const int32_t> ids(prompt);
+    m.model->forward(*st, ids.first(128), quiet);
+    const SeqSnapshot snap = m.model->snapshot(*st);
+    for (int32_t id : random_prompt(6, v, 99)) m.model->forward(*st, std::vector<int32_t>{id});  // another reply
+    m.model->restore(*st, snap);
+    ASSERT_EQ(st->len, 128);
+    const auto rest = m.model->forward(*st, ids.subspan(128), all);
+    const std::vector<float> tail(whole.begin() + 128 * v, whole.end());
+    EXPECT_EQ(first_differing_row(rest, tail, v), -1) << "row (from 128) whose logits differ";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, PrefillChunk,
                          ::testing::Values("deepseek_v3-a", "deepseek_v32-a", "kimi_linear-a", "qwen3-a", "k3-tiny-a/hf"),
                          [](const auto& info) {

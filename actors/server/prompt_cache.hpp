@@ -1,0 +1,56 @@
+// The server's prompt cache (what llama.cpp's cache_prompt does, made exact): the sequence state of the
+// last job, its prompt pass stopped at the last multiple of 64 tokens before the prompt's end, and the
+// KDA state snapshot taken there. A job whose prompt begins with those tokens (the next turn of the same
+// chat) restores the snapshot and runs its prompt pass from there, so a long conversation is not passed
+// through the model again each turn, and with streaming its experts are not read again for it.
+//
+// Exact: a prompt pass continued at a multiple of 64 positions computes the bits one pass over the
+// whole prompt computes (Model::forward; tests/kernels/model/prefill_chunk_test.cpp), so a reply is the
+// one `ferry run` gives for the same prompt, cached or not. Only rows a prompt pass computed are reused:
+// a reply's rows (decode steps) never are. Models without KDA layers (no recurrent state) can also
+// reuse a shorter common prefix, cut to a multiple of 64; with KDA, only the snapshot's whole prefix.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kernels/model/model.hpp"
+
+namespace ferry {
+
+class PromptCache {
+ public:
+  // enabled = false: every job gets a fresh state and nothing is kept between jobs.
+  PromptCache(Model& model, int64_t ctx, bool enabled);
+
+  struct Lease {
+    std::unique_ptr<SeqState> state;  // holds the prompt's first `cached` tokens
+    int64_t cached = 0;               // tokens of the prompt the state holds (GenerateParams::prompt_cached)
+    int64_t reused = 0;               // of which came from the previous job (OpenAI usage "cached_tokens")
+    double pass_s = 0;                // the prompt pass this call ran up to the new snapshot
+  };
+  // The state for `prompt`: the kept one restored at the longest prefix it can reuse, or a fresh one
+  // (the kept one freed first); then, enabled, the prompt pass up to the prompt's last multiple of 64
+  // before its end, and the snapshot there. Throws what Model::forward throws (the cache is then empty).
+  Lease begin(std::span<const int32_t> prompt);
+  // The job is over: keep its state for the next job (ok: finished or cancelled, its prompt rows are
+  // intact) or drop it (it failed).
+  void end(Lease&& lease, bool ok);
+
+  bool enabled() const { return enabled_; }
+
+ private:
+  int64_t reusable(std::span<const int32_t> prompt) const;
+
+  Model& model_;
+  const int64_t ctx_;
+  const bool enabled_;
+  const bool recurrent_;             // the model has KDA layers: reuse needs the snapshot's whole prefix
+  std::unique_ptr<SeqState> state_;  // between jobs: rows [0, ids_.size()) computed by a prompt pass
+  std::vector<int32_t> ids_;         // the tokens those rows hold (a multiple of 64); empty: nothing kept
+  SeqSnapshot snap_;                 // KDA state and conv history after ids_ (allocated once)
+};
+
+}  // namespace ferry
