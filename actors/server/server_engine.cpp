@@ -104,7 +104,13 @@ bool ServerEngine::on_token(GenerationJob& job, TextPipeline& pipe, const Genera
   const auto& stops = job.params.stop_ids;
   // An end token ends the reply; its own text ("<|im_end|>") is not part of it.
   if (std::find(stops.begin(), stops.end(), t.id) != stops.end()) return true;
-  TextDelta d = pipe.feed(tok_.display_bytes(t.id));
+  const std::string bytes = tok_.display_bytes(t.id);
+  if (job.params.logprobs >= 0) {
+    TokenLogprobs lp{bytes, t.logprob, {}};
+    for (const TopLogprob& o : t.top) lp.top.emplace_back(tok_.display_bytes(o.id), o.logprob);
+    job.sink->on_logprobs(lp);
+  }
+  TextDelta d = pipe.feed(bytes);
   if (!d.empty()) job.sink->on_delta(d);
   return !pipe.stopped();
 }

@@ -35,11 +35,20 @@ struct GenerationResult {
   int64_t completion_tokens = 0;
 };
 
+// One generated token's log-probabilities (GenerateParams::logprobs >= 0; OpenAI `logprobs`).
+struct TokenLogprobs {
+  std::string token;  // the token's bytes (a special or unknown id: its display form)
+  float logprob = 0;
+  std::vector<std::pair<std::string, float>> top;  // the most likely tokens, most likely first
+};
+
 // Receives one job's output, called on the engine thread only.
 class GenerationSink {
  public:
   virtual ~GenerationSink() = default;
   virtual void on_start() {}
+  // Before the text the token adds (which may come later: stop strings and UTF-8 hold text back).
+  virtual void on_logprobs(const TokenLogprobs&) {}
   virtual void on_delta(const TextDelta& d) = 0;
   virtual void on_done(const GenerationResult& r) = 0;
   virtual void on_error(const std::string& message) = 0;

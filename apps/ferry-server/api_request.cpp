@@ -12,6 +12,8 @@ using nlohmann::json;
 // Deep nesting would make later recursive walks (dump) costly; no valid request needs more.
 constexpr int kMaxDepth = 64;
 constexpr size_t kMaxStops = 16;
+constexpr int kMaxTopLogprobs = 20;         // OpenAI chat's limit
+constexpr int kMaxCompletionLogprobs = 5;   // OpenAI completions' limit
 
 std::string type_name(const json& v) {
   if (v.is_number_integer()) return "integer";
@@ -150,10 +152,28 @@ ChatMessage parse_message(const json& m, size_t i) {
 
 }  // namespace
 
+// Chat: `logprobs` true/false and `top_logprobs` 0..20 (only with logprobs: true, as OpenAI has it).
+void parse_chat_logprobs(const json& j, SamplingRequest& r) {
+  bool on = false;
+  if (const json* v = field(j, "logprobs")) {
+    if (!v->is_boolean()) bad("logprobs", "must be true or false", v);
+    on = v->get<bool>();
+  }
+  int top = 0;
+  if (const json* v = field(j, "top_logprobs")) {
+    if (!v->is_number_integer() || v->get<int64_t>() < 0 || v->get<int64_t>() > kMaxTopLogprobs)
+      bad("top_logprobs", "must be an integer from 0 to " + std::to_string(kMaxTopLogprobs), v);
+    if (!on) bad("top_logprobs", "needs logprobs: true");
+    top = static_cast<int>(v->get<int64_t>());
+  }
+  r.logprobs = on ? top : -1;
+}
+
 ChatRequest parse_chat_request(std::string_view body, const RequestLimits& limits) {
   const json j = parse_body(body);
   ChatRequest r;
   parse_sampling(j, limits, r);
+  parse_chat_logprobs(j, r);
   const json* msgs = field(j, "messages");
   if (!msgs) bad("messages", "is required");
   if (!msgs->is_array()) bad("messages", "must be an array of messages", msgs);
@@ -172,6 +192,14 @@ CompletionRequest parse_completion_request(std::string_view body, const RequestL
   const json j = parse_body(body);
   CompletionRequest r;
   parse_sampling(j, limits, r);
+  // Completions (legacy): `logprobs` N = each token's logprob and the N most likely, N in 0..5.
+  if (const json* v = field(j, "logprobs")) {
+    if (!v->is_number_integer() || v->get<int64_t>() < 0 || v->get<int64_t>() > kMaxCompletionLogprobs)
+      bad("logprobs", "must be an integer from 0 to " + std::to_string(kMaxCompletionLogprobs), v);
+    r.logprobs = static_cast<int>(v->get<int64_t>());
+  }
+  if (const json* v = field(j, "echo"); v && (!v->is_boolean() || v->get<bool>()))
+    throw ApiError(400, "'echo' is not supported: this server returns the completion only", "echo", "unsupported_value");
   const json* p = field(j, "prompt");
   if (!p) bad("prompt", "is required");
   if (p->is_string()) {

@@ -35,6 +35,7 @@ struct SamplingRequest {
   std::vector<std::string> stop;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage: an extra usage-only chunk
+  int logprobs = -1;           // >= 0: each token's logprob and that many alternatives (chat: top_logprobs)
 };
 
 struct ChatRequest : SamplingRequest {

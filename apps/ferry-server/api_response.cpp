@@ -27,34 +27,66 @@ static json header(const CompletionId& id, const char* object) {
           {"system_fingerprint", "ferry"}};
 }
 
-json chat_completion(const CompletionId& id, const TextDelta& text, const GenerationResult& r) {
+static json token_bytes(const std::string& s) {
+  json b = json::array();
+  for (unsigned char ch : s) b.push_back(int(ch));
+  return b;
+}
+
+json chat_logprobs(const std::vector<TokenLogprobs>& toks) {
+  json content = json::array();
+  for (const TokenLogprobs& t : toks) {
+    json top = json::array();
+    for (const auto& [tok, lp] : t.top) top.push_back({{"token", tok}, {"logprob", lp}, {"bytes", token_bytes(tok)}});
+    content.push_back({{"token", t.token}, {"logprob", t.logprob}, {"bytes", token_bytes(t.token)}, {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
+json text_logprobs(const std::vector<TokenLogprobs>& toks, size_t offset0) {
+  json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+  size_t at = offset0;
+  for (const TokenLogprobs& t : toks) {
+    tokens.push_back(t.token);
+    lps.push_back(t.logprob);
+    json top = json::object();
+    for (const auto& [tok, lp] : t.top) top[tok] = lp;
+    tops.push_back(top);
+    offsets.push_back(at);
+    at += t.token.size();
+  }
+  return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+json chat_completion(const CompletionId& id, const TextDelta& text, const GenerationResult& r, json logprobs) {
   json msg = {{"role", "assistant"}, {"content", text.content}};
   if (!text.reasoning.empty()) msg["reasoning_content"] = text.reasoning;
   json j = header(id, "chat.completion");
-  j["choices"] = json::array({{{"index", 0}, {"message", msg}, {"logprobs", nullptr}, {"finish_reason", finish(r.finish_reason)}}});
-  j["usage"] = usage_json(r);
-  return j;
-}
-
-json chat_chunk(const CompletionId& id, json delta, const std::string& finish_reason) {
-  json j = header(id, "chat.completion.chunk");
   j["choices"] = json::array(
-      {{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", finish(finish_reason)}}});
-  return j;
-}
-
-json text_completion(const CompletionId& id, const std::string& text, const GenerationResult& r) {
-  json j = header(id, "text_completion");
-  j["choices"] =
-      json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish(r.finish_reason)}}});
+      {{{"index", 0}, {"message", msg}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish(r.finish_reason)}}});
   j["usage"] = usage_json(r);
   return j;
 }
 
-json text_chunk(const CompletionId& id, const std::string& text, const std::string& finish_reason) {
+json chat_chunk(const CompletionId& id, json delta, const std::string& finish_reason, json logprobs) {
+  json j = header(id, "chat.completion.chunk");
+  j["choices"] = json::array({{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", std::move(logprobs)},
+                               {"finish_reason", finish(finish_reason)}}});
+  return j;
+}
+
+json text_completion(const CompletionId& id, const std::string& text, const GenerationResult& r, json logprobs) {
   json j = header(id, "text_completion");
-  j["choices"] =
-      json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish(finish_reason)}}});
+  j["choices"] = json::array(
+      {{{"index", 0}, {"text", text}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish(r.finish_reason)}}});
+  j["usage"] = usage_json(r);
+  return j;
+}
+
+json text_chunk(const CompletionId& id, const std::string& text, const std::string& finish_reason, json logprobs) {
+  json j = header(id, "text_completion");
+  j["choices"] = json::array(
+      {{{"index", 0}, {"text", text}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish(finish_reason)}}});
   return j;
 }
 

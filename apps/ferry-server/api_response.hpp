@@ -24,11 +24,21 @@ std::string dump_json(const nlohmann::json& j);
 nlohmann::json usage_json(const GenerationResult& r);
 nlohmann::json error_json(const ApiError& e);
 
-nlohmann::json chat_completion(const CompletionId& id, const TextDelta& text, const GenerationResult& r);
+// `logprobs` of a choice: null when not asked for, else chat_logprobs / text_logprobs of its tokens.
+nlohmann::json chat_completion(const CompletionId& id, const TextDelta& text, const GenerationResult& r,
+                               nlohmann::json logprobs = nullptr);
 // delta: {"role": …} / {"content": …} / {"reasoning_content": …} / {}; finish_reason "" -> null.
-nlohmann::json chat_chunk(const CompletionId& id, nlohmann::json delta, const std::string& finish_reason);
-nlohmann::json text_completion(const CompletionId& id, const std::string& text, const GenerationResult& r);
-nlohmann::json text_chunk(const CompletionId& id, const std::string& text, const std::string& finish_reason);
+nlohmann::json chat_chunk(const CompletionId& id, nlohmann::json delta, const std::string& finish_reason,
+                          nlohmann::json logprobs = nullptr);
+nlohmann::json text_completion(const CompletionId& id, const std::string& text, const GenerationResult& r,
+                               nlohmann::json logprobs = nullptr);
+nlohmann::json text_chunk(const CompletionId& id, const std::string& text, const std::string& finish_reason,
+                          nlohmann::json logprobs = nullptr);
+// Chat: {"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]}.
+nlohmann::json chat_logprobs(const std::vector<TokenLogprobs>& toks);
+// Completions (legacy): {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"};
+// offsets count bytes of the completion from `offset0` (where these tokens start).
+nlohmann::json text_logprobs(const std::vector<TokenLogprobs>& toks, size_t offset0);
 // The final usage-only chunk (stream_options.include_usage): empty choices.
 nlohmann::json usage_chunk(const CompletionId& id, bool chat, const GenerationResult& r);
 

@@ -35,6 +35,7 @@ Handled submit(ServerContext& c, const Request& req, const SamplingRequest& s, s
   // Without max_tokens the reply may run to the server's limit; either way it ends with the context.
   job->params.n_predict = std::min(s.max_tokens < 0 ? c.limits.max_tokens_limit : s.max_tokens, ctx - n);
   job->params.sampling = {s.temperature, s.top_p, s.seed};
+  job->params.logprobs = s.logprobs;
   job->params.stop_ids = chat ? c.chat_stop_ids : std::vector<int32_t>{};
   if (!chat && c.model.cfg.eos_id >= 0) job->params.stop_ids.push_back(static_cast<int32_t>(c.model.cfg.eos_id));
   job->stop = s.stop;
@@ -45,11 +46,11 @@ Handled submit(ServerContext& c, const Request& req, const SamplingRequest& s, s
   job->prompt = std::move(prompt);
   const CompletionId id = new_id(c, chat);
   if (s.stream) {
-    auto sink = std::make_shared<StreamSink>(c, req, id, chat, s.include_usage);
+    auto sink = std::make_shared<StreamSink>(c, req, id, chat, s.include_usage, s.logprobs >= 0);
     sink->attach(job);
     job->sink = sink;
   } else {
-    job->sink = std::make_shared<BufferedSink>(c, req, id, chat);
+    job->sink = std::make_shared<BufferedSink>(c, req, id, chat, s.logprobs >= 0);
   }
   switch (c.engine->submit(job)) {
     case ServerEngine::Submit::accepted:

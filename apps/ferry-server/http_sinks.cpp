@@ -10,7 +10,9 @@ void BufferedSink::on_delta(const TextDelta& d) {
 }
 
 void BufferedSink::on_done(const GenerationResult& r) {
-  const json body = chat_ ? chat_completion(id_, text_, r) : text_completion(id_, text_.content, r);
+  json lp = nullptr;
+  if (logprobs_) lp = chat_ ? chat_logprobs(tokens_) : text_logprobs(tokens_, 0);
+  const json body = chat_ ? chat_completion(id_, text_, r, lp) : text_completion(id_, text_.content, r, lp);
   reply(c_, req_, 200, dump_json(body), "application/json");
 }
 
@@ -41,17 +43,27 @@ void StreamSink::send(std::string event) {
   });
 }
 
+json StreamSink::take_logprobs() {
+  if (!logprobs_) return nullptr;
+  json lp = chat_ ? chat_logprobs(pending_) : text_logprobs(pending_, text_bytes_);
+  for (const TokenLogprobs& t : pending_) text_bytes_ += t.token.size();
+  pending_.clear();
+  return lp;
+}
+
 void StreamSink::on_delta(const TextDelta& d) {
   if (!chat_) {
-    send(sse_event(text_chunk(id_, d.content, "")));
+    send(sse_event(text_chunk(id_, d.content, "", take_logprobs())));
     return;
   }
-  if (!d.reasoning.empty()) send(sse_event(chat_chunk(id_, {{"reasoning_content", d.reasoning}}, "")));
-  if (!d.content.empty()) send(sse_event(chat_chunk(id_, {{"content", d.content}}, "")));
+  if (!d.reasoning.empty())
+    send(sse_event(chat_chunk(id_, {{"reasoning_content", d.reasoning}}, "", d.content.empty() ? take_logprobs() : nullptr)));
+  if (!d.content.empty()) send(sse_event(chat_chunk(id_, {{"content", d.content}}, "", take_logprobs())));
 }
 
 void StreamSink::on_done(const GenerationResult& r) {
-  json last = chat_ ? chat_chunk(id_, json::object(), r.finish_reason) : text_chunk(id_, "", r.finish_reason);
+  json last = chat_ ? chat_chunk(id_, json::object(), r.finish_reason, take_logprobs())
+                    : text_chunk(id_, "", r.finish_reason, take_logprobs());
   last["usage"] = usage_json(r);  // every response carries usage, the final chunk included
   send(sse_event(last));
   if (include_usage_) send(sse_event(usage_chunk(id_, chat_, r)));

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <numeric>
 #include <ostream>
 #include <stdexcept>
 #include <string>
@@ -12,6 +14,28 @@ namespace ferry {
 
 void write_trace_hash(std::ostream& out, const GeneratedToken& t) {
   out << t.pos << ' ' << t.id << ' ' << std::hex << t.logits_hash << std::dec << '\n';
+}
+
+GeneratedToken choose_token(int64_t pos, std::span<const float> logits, Sampler& sampler, int logprobs) {
+  GeneratedToken t;
+  t.pos = pos;
+  t.id = sampler.sample(logits);
+  t.logits_hash = fnv1a64(logits.data(), logits.size() * sizeof(float));
+  if (logprobs < 0) return t;
+  // log-softmax in double: lse = max + log(sum exp(x - max)).
+  const float mx = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float x : logits) sum += std::exp(static_cast<double>(x) - mx);
+  const double lse = mx + std::log(sum);
+  t.logprob = static_cast<float>(logits[static_cast<size_t>(t.id)] - lse);
+  std::vector<int32_t> ids(logits.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  const size_t n = std::min(ids.size(), static_cast<size_t>(logprobs));
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<long>(n), ids.end(), [&](int32_t a, int32_t b) {
+    return logits[size_t(a)] != logits[size_t(b)] ? logits[size_t(a)] > logits[size_t(b)] : a < b;
+  });
+  for (size_t i = 0; i < n; ++i) t.top.push_back({ids[i], static_cast<float>(logits[size_t(ids[i])] - lse)});
+  return t;
 }
 
 std::vector<float> prompt_pass(Model& model, SeqState& state, std::span<const int32_t> prompt, const GenerateParams& p) {
@@ -39,10 +63,8 @@ std::vector<GeneratedToken> generate(Model& model, SeqState& state, std::span<co
   m.prompt_s = since();
   const int64_t vocab = model.config().vocab;
   for (int64_t i = 0; i < p.n_predict; ++i) {
-    GeneratedToken t;
-    t.pos = state.len;
-    t.id = sampler.sample(std::span<const float>(logits.data(), static_cast<size_t>(vocab)));
-    t.logits_hash = fnv1a64(logits.data(), static_cast<size_t>(vocab) * sizeof(float));
+    const GeneratedToken t =
+        choose_token(state.len, std::span<const float>(logits.data(), static_cast<size_t>(vocab)), sampler, p.logprobs);
     out.push_back(t);
     m.generated = static_cast<int64_t>(out.size());
     m.last_token_s = since();

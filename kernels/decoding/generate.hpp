@@ -20,17 +20,32 @@ struct GenerateParams {
   // Leading prompt tokens the state already holds, computed by a prompt pass (the server's prompt
   // cache, at a multiple of 64 tokens): the prompt pass runs the rest. Less than the prompt's length.
   int64_t prompt_cached = 0;
+  // >= 0: each generated token's log-probability under the model (log-softmax of the raw logits, not
+  // of the sampling distribution) and that many most likely tokens beside it (OpenAI `logprobs`).
+  int logprobs = -1;
 };
 
 // The prompt pass of generate / generate_speculative: the prompt's tokens past p.prompt_cached (the
 // state must hold exactly those), logits of the last row. Throws std::invalid_argument otherwise.
 std::vector<float> prompt_pass(Model& model, SeqState& state, std::span<const int32_t> prompt, const GenerateParams& p);
 
+struct TopLogprob {
+  int32_t id = 0;
+  float logprob = 0;
+};
+
 struct GeneratedToken {
   int64_t pos = 0;         // position the token takes in the sequence
   int32_t id = 0;
   uint64_t logits_hash = 0;  // FNV-1a 64 of the float32 logits that chose it
+  float logprob = 0;         // with GenerateParams::logprobs >= 0: log p(id)
+  std::vector<TopLogprob> top;  // ... and the GenerateParams::logprobs most likely ids, most likely first
 };
+
+// The token the sampler picks from one row of logits, with its hash and (logprobs >= 0) its
+// log-probability and the `logprobs` most likely alternatives (ties: the lower id first). Every path
+// that emits a token (a plain step, a verification block's row) makes it here.
+GeneratedToken choose_token(int64_t pos, std::span<const float> logits, Sampler& sampler, int logprobs);
 
 // One line of a `--trace-hash` file ("position id logits-hash", the hash in hex): what `ferry run` and
 // `ferry-server` write and `ferry trace diff` / `ferry bench` read.

@@ -53,7 +53,7 @@ void roll_back(Model& model, SeqState& s, const SeqSnapshot* snap, int64_t pos0,
 }  // namespace
 
 BlockOutcome verify_block(Model& model, SeqState& s, int32_t cur, std::span<const int32_t> drafts, Sampler& sampler,
-                          std::span<const int32_t> stop_ids, int64_t limit, SpecStats& st) {
+                          std::span<const int32_t> stop_ids, int64_t limit, SpecStats& st, int logprobs) {
   const int64_t vocab = model.config().vocab;
   const int64_t pos0 = s.len;
   const size_t k = drafts.size();
@@ -71,10 +71,8 @@ BlockOutcome verify_block(Model& model, SeqState& s, int32_t cur, std::span<cons
   BlockOutcome out;
   for (size_t i = 0; i <= k; ++i) {
     const float* row = logits.data() + static_cast<int64_t>(i) * vocab;
-    GeneratedToken t;
-    t.pos = pos0 + static_cast<int64_t>(i) + 1;
-    t.id = sampler.sample(std::span<const float>(row, static_cast<size_t>(vocab)));
-    t.logits_hash = fnv1a64(row, static_cast<size_t>(vocab) * sizeof(float));
+    const GeneratedToken t = choose_token(pos0 + static_cast<int64_t>(i) + 1,
+                                          std::span<const float>(row, static_cast<size_t>(vocab)), sampler, logprobs);
     out.emitted.push_back(t);
     if (is_stop(stop_ids, t.id)) {
       out.stopped = true;
@@ -143,11 +141,7 @@ std::vector<GeneratedToken> generate_speculative(Model& model, SeqState& state, 
     return !((on_token && !on_token(t)) || stop || m.generated >= p.n_predict);
   };
   auto plain = [&](const std::vector<float>& l) {
-    GeneratedToken t;
-    t.pos = state.len;
-    t.id = sampler.sample(std::span<const float>(l.data(), static_cast<size_t>(vocab)));
-    t.logits_hash = fnv1a64(l.data(), static_cast<size_t>(vocab) * sizeof(float));
-    return emit(t);
+    return emit(choose_token(state.len, std::span<const float>(l.data(), static_cast<size_t>(vocab)), sampler, p.logprobs));
   };
   if (!done) done = !plain(logits);
   // The cost gate: how many drafts pay now, from this run's measured plain steps, blocks and drafter
@@ -183,7 +177,7 @@ std::vector<GeneratedToken> generate_speculative(Model& model, SeqState& state, 
       continue;
     }
     const auto b0 = clock::now();
-    BlockOutcome b = verify_block(model, state, history.back(), drafts, sampler, p.stop_ids, remaining, st);
+    BlockOutcome b = verify_block(model, state, history.back(), drafts, sampler, p.stop_ids, remaining, st, p.logprobs);
     // A block cut short by a stop id or the token limit is no rejection.
     if (cost)
       cost->block(drafts.size(), b.accepted, seconds_since(b0),

@@ -86,9 +86,9 @@ struct BlockOutcome {
 // (sampler's choice, FNV-1a hash of the row's logits) until a row's choice differs from the next draft,
 // a stop id is emitted, or `limit` tokens are out. Afterwards `s` holds exactly cur and the accepted
 // drafts, as if they had been run one plain step at a time (KDA state, conv history, KV/latent/indexer
-// rows, length). drafts.size() must be 1..15.
+// rows, length). drafts.size() must be 1..15. logprobs: as GenerateParams::logprobs.
 BlockOutcome verify_block(Model& model, SeqState& s, int32_t cur, std::span<const int32_t> drafts, Sampler& sampler,
-                          std::span<const int32_t> stop_ids, int64_t limit, SpecStats& st);
+                          std::span<const int32_t> stop_ids, int64_t limit, SpecStats& st, int logprobs = -1);
 
 // generate() with a drafter: the same tokens, hashes and early-stop rules, in fewer model passes when
 // the drafter guesses well. A null `propose` is plain generation.

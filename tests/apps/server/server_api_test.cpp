@@ -80,6 +80,9 @@ TEST_F(ServerApi, BadParameterTypesAndValuesNameTheField) {
       {R"({"messages":[{"role":"robot","content":"x"}]})", "messages[0].role"},
       {R"({"messages":[{"role":"user","content":5}]})", "messages[0].content"},
       {R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})", "messages[0].content[0].type"},
+      {"{" + msgs + R"(,"logprobs":1})", "logprobs"},
+      {"{" + msgs + R"(,"top_logprobs":2})", "top_logprobs"},
+      {"{" + msgs + R"(,"logprobs":true,"top_logprobs":21})", "top_logprobs"},
   };
   for (const auto& [body, param] : cases) {
     const json e = error_of(post("/v1/chat/completions", body), 400);
@@ -88,6 +91,8 @@ TEST_F(ServerApi, BadParameterTypesAndValuesNameTheField) {
   }
   EXPECT_EQ(error_of(post("/v1/completions", R"({"prompt":5})"), 400)["param"], "prompt");
   EXPECT_EQ(error_of(post("/v1/completions", R"({"prompt":[5000]})"), 400)["param"], "prompt");  // out of vocab
+  EXPECT_EQ(error_of(post("/v1/completions", R"({"prompt":"a","logprobs":6})"), 400)["param"], "logprobs");
+  EXPECT_EQ(error_of(post("/v1/completions", R"({"prompt":"a","echo":true})"), 400)["code"], "unsupported_value");
 }
 
 TEST_F(ServerApi, LimitsAnswerWithTheLimitNamed) {
@@ -138,6 +143,52 @@ TEST_F(ServerApi, StopStringCutsTheReplyAndFinishesWithStop) {
   ASSERT_EQ(cut.status, 200) << cut.body;
   EXPECT_EQ(cut.json()["choices"][0]["text"], text.substr(0, text.find(stop)));
   EXPECT_EQ(cut.json()["choices"][0]["finish_reason"], "stop");
+}
+
+// OpenAI `logprobs`: chat (logprobs + top_logprobs) and completions (logprobs N), buffered and streamed.
+// One entry per generated token (end tokens excluded), greedy: the token is its own most likely
+// alternative; streamed chunks carry the same entries as the buffered reply, in order.
+TEST_F(ServerApi, LogprobsGiveEachTokenItsLogProbabilityAndTheMostLikelyOthers) {
+  const std::string chat = R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":6,"temperature":0,"logprobs":true,"top_logprobs":3)";
+  const HttpResponse r = post("/v1/chat/completions", chat + "}");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json c = r.json()["choices"][0];
+  const json content = c["logprobs"]["content"];
+  ASSERT_EQ(content.size(), r.json()["usage"]["completion_tokens"].get<size_t>()) << r.body;
+  for (const json& e : content) {
+    EXPECT_LE(e["logprob"].get<double>(), 0.0);
+    ASSERT_EQ(e["top_logprobs"].size(), 3u) << e;
+    EXPECT_EQ(e["top_logprobs"][0]["token"], e["token"]) << "greedy: the most likely token";
+    EXPECT_EQ(e["top_logprobs"][0]["logprob"], e["logprob"]);
+    EXPECT_GE(e["top_logprobs"][0]["logprob"].get<double>(), e["top_logprobs"][2]["logprob"].get<double>());
+    std::string bytes;
+    for (const auto& b : e["bytes"]) bytes += char(b.get<int>());
+    // `bytes` are exact; `token` is the same text, or (part of a UTF-8 sequence) U+FFFD for the rest.
+    if (e["token"].get<std::string>().find("\xEF\xBF\xBD") == std::string::npos) EXPECT_EQ(bytes, e["token"].get<std::string>());
+    EXPECT_FALSE(bytes.empty());
+  }
+  const HttpResponse s = post("/v1/chat/completions", chat + R"(,"stream":true})");
+  ASSERT_EQ(s.status, 200) << s.body;
+  json streamed = json::array();
+  for (const auto& ev : sse_payloads(s.body)) {
+    if (ev == "[DONE]") continue;
+    const json j = json::parse(ev);
+    if (j["choices"].empty() || j["choices"][0]["logprobs"].is_null()) continue;
+    for (const auto& e : j["choices"][0]["logprobs"]["content"]) streamed.push_back(e);
+  }
+  EXPECT_EQ(streamed, content) << "the streamed chunks carry the buffered reply's entries";
+  const HttpResponse plain = post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":2})");
+  EXPECT_TRUE(plain.json()["choices"][0]["logprobs"].is_null()) << "not asked for: null";
+  const HttpResponse t = post("/v1/completions", R"({"prompt":"The ferry","max_tokens":5,"temperature":0,"logprobs":2})");
+  ASSERT_EQ(t.status, 200) << t.body;
+  const json lp = t.json()["choices"][0]["logprobs"];
+  const size_t n = t.json()["usage"]["completion_tokens"];
+  ASSERT_EQ(lp["tokens"].size(), n) << t.body;
+  ASSERT_EQ(lp["token_logprobs"].size(), n);
+  ASSERT_EQ(lp["top_logprobs"].size(), n);
+  ASSERT_EQ(lp["text_offset"].size(), n);
+  EXPECT_EQ(lp["text_offset"][0], 0);
+  EXPECT_EQ(lp["top_logprobs"][0].size(), 2u) << lp;
 }
 
 TEST_F(ServerApi, MetricsArePrometheusTextWithTheRegistryNames) {
