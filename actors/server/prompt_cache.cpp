@@ -1,7 +1,6 @@
 #include "actors/server/prompt_cache.hpp"
 
 #include <algorithm>
-#include <chrono>
 
 #include "io/store/sizing.hpp"
 
@@ -32,27 +31,29 @@ PromptCache::Lease PromptCache::begin(std::span<const int32_t> prompt) {
     state_.reset();  // free the kept sequence before allocating the next one
     l.state = model_.new_state(ctx_);
   }
-  l.cached = l.reused;
-  if (!enabled_ || prompt.empty()) return l;
-  const int64_t mark = (int64_t(prompt.size()) - 1) / kPrefillChunkAlign * kPrefillChunkAlign;
-  if (mark == 0) return l;
-  if (mark > l.cached) {
-    const auto t0 = std::chrono::steady_clock::now();
-    ForwardOptions o;
-    o.prefill = true;
-    o.no_logits = true;
-    model_.forward(*l.state, prompt.subspan(size_t(l.cached), size_t(mark - l.cached)), o);
-    l.pass_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    l.cached = mark;
+  if (enabled_ && !prompt.empty()) {
+    l.mark = (int64_t(prompt.size()) - 1) / kPrefillChunkAlign * kPrefillChunkAlign;
+    l.ids.assign(prompt.begin(), prompt.begin() + l.mark);
   }
-  if (mark != l.reused || !recurrent_) model_.snapshot(*l.state, snap_);
-  ids_.assign(prompt.begin(), prompt.begin() + mark);
   return l;
 }
 
+void PromptCache::request_snapshot(const Lease& lease, GenerateParams& p) {
+  p.prompt_cached = lease.reused;
+  p.snapshot = nullptr;
+  p.snapshot_at = 0;
+  if (lease.mark > lease.reused) {
+    p.snapshot = &snap_;
+    p.snapshot_at = lease.mark;
+  }
+}
+
 void PromptCache::end(Lease&& lease, bool ok) {
-  if (enabled_ && ok && !ids_.empty()) {
+  // ok: generate returned, so its prompt pass ran and took the snapshot at the mark (or the restored one
+  // was already there). A failed job may have left a partial snapshot: nothing is kept.
+  if (enabled_ && ok && lease.mark > 0) {
     state_ = std::move(lease.state);
+    ids_ = std::move(lease.ids);
     return;
   }
   ids_.clear();

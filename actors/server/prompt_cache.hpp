@@ -4,6 +4,9 @@
 // chat) restores the snapshot and runs its prompt pass from there, so a long conversation is not passed
 // through the model again each turn, and with streaming its experts are not read again for it.
 //
+// The snapshot is taken inside the job's one prompt pass (ForwardOptions::snapshot): no second pass,
+// so a streamed layer's experts are not read twice for it.
+//
 // Exact: a prompt pass continued at a multiple of 64 positions computes the bits one pass over the
 // whole prompt computes (Model::forward; tests/kernels/model/prefill_chunk_test.cpp), so a reply is the
 // one `ferry run` gives for the same prompt, cached or not. Only rows a prompt pass computed are reused:
@@ -16,6 +19,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/decoding/generate.hpp"
 #include "kernels/model/model.hpp"
 
 namespace ferry {
@@ -26,17 +30,20 @@ class PromptCache {
   PromptCache(Model& model, int64_t ctx, bool enabled);
 
   struct Lease {
-    std::unique_ptr<SeqState> state;  // holds the prompt's first `cached` tokens
-    int64_t cached = 0;               // tokens of the prompt the state holds (GenerateParams::prompt_cached)
-    int64_t reused = 0;               // of which came from the previous job (OpenAI usage "cached_tokens")
-    double pass_s = 0;                // the prompt pass this call ran up to the new snapshot
+    std::unique_ptr<SeqState> state;  // holds the prompt's first `reused` tokens
+    int64_t reused = 0;               // tokens the previous job left (GenerateParams::prompt_cached; OpenAI
+                                      // usage "cached_tokens")
+    int64_t mark = 0;                 // the prompt's last multiple of 64 before its end: snapshot there
+    std::vector<int32_t> ids;         // the prompt's first `mark` tokens
   };
   // The state for `prompt`: the kept one restored at the longest prefix it can reuse, or a fresh one
-  // (the kept one freed first); then, enabled, the prompt pass up to the prompt's last multiple of 64
-  // before its end, and the snapshot there. Throws what Model::forward throws (the cache is then empty).
+  // (the kept one freed first). Nothing is kept while the job runs.
   Lease begin(std::span<const int32_t> prompt);
-  // The job is over: keep its state for the next job (ok: finished or cancelled, its prompt rows are
-  // intact) or drop it (it failed).
+  // What the job's prompt pass must do for the cache: GenerateParams::prompt_cached, snapshot_at and
+  // snapshot (no snapshot when the kept one is already at the mark, or the cache is off).
+  void request_snapshot(const Lease& lease, GenerateParams& p);
+  // The job is over: keep its state for the next job (ok: finished or cancelled, its prompt pass ran,
+  // so its prompt rows and the snapshot are intact) or drop it (it failed).
   void end(Lease&& lease, bool ok);
 
   bool enabled() const { return enabled_; }

@@ -98,7 +98,7 @@ bool ServerEngine::on_token(GenerationJob& job, TextPipeline& pipe, const Genera
   metrics_.generated_tokens.add(1);
   if (gm.generated == 1) {
     metrics_.prompt_tokens.add(static_cast<double>(gm.prompt_tokens));
-    metrics_.last_prompt_s.set(gm.prompt_s + cache_pass_s_);
+    metrics_.last_prompt_s.set(gm.prompt_s);
   }
   metrics_.live_rate.set(gm.steady_tok_s());
   const auto& stops = job.params.stop_ids;
@@ -150,8 +150,7 @@ void ServerEngine::execute(GenerationJob& job) {
     // for the next job when this one ends, or a fresh one freed with the job.
     PromptCache::Lease lease = cache_.begin(job.prompt);
     reused = lease.reused;
-    cache_pass_s_ = lease.pass_s;
-    job.params.prompt_cached = lease.cached;
+    cache_.request_snapshot(lease, job.params);
     auto emit = [&](const GeneratedToken& t) { return on_token(job, pipe, t, gm); };
     if (drafter_) {
       SpecStats st;
@@ -161,7 +160,6 @@ void ServerEngine::execute(GenerationJob& job) {
     } else {
       toks = generate(model_, *lease.state, job.prompt, job.params, gm, emit);
     }
-    gm.prompt_s += lease.pass_s;
     cache_.end(std::move(lease), true);
   } catch (const std::exception& e) {
     cache_.end(PromptCache::Lease{}, false);

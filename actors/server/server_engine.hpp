@@ -113,7 +113,6 @@ class ServerEngine {
   const std::optional<ServerDrafter> drafter_;
   std::ostream* trace_hash_ = nullptr;  // engine thread only
   PromptCache cache_;                   // engine thread only
-  double cache_pass_s_ = 0;             // the running job's prompt pass up to its cache mark
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -46,6 +46,10 @@ std::vector<float> prompt_pass(Model& model, SeqState& state, std::span<const in
                                 "-token prompt, the state holding " + std::to_string(state.len));
   ForwardOptions pre;
   pre.prefill = true;
+  if (p.snapshot) {
+    pre.snapshot = p.snapshot;
+    pre.snapshot_row = p.snapshot_at - cached;
+  }
   return model.forward(state, prompt.subspan(static_cast<size_t>(cached)), pre);
 }
 

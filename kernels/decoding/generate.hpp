@@ -20,6 +20,11 @@ struct GenerateParams {
   // Leading prompt tokens the state already holds, computed by a prompt pass (the server's prompt
   // cache, at a multiple of 64 tokens): the prompt pass runs the rest. Less than the prompt's length.
   int64_t prompt_cached = 0;
+  // With `snapshot`: the prompt pass also leaves there the KDA state as it was after the prompt's first
+  // `snapshot_at` tokens (prompt_cached < snapshot_at < the prompt's length, both multiples of 64 apart):
+  // ForwardOptions::snapshot, for the server's prompt cache.
+  int64_t snapshot_at = 0;
+  SeqSnapshot* snapshot = nullptr;
   // >= 0: each generated token's log-probability under the model (log-softmax of the raw logits, not
   // of the sampling distribution) and that many most likely tokens beside it (OpenAI `logprobs`).
   int logprobs = -1;

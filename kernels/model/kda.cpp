@@ -22,13 +22,24 @@ void Model::mixer_kda(int il, Ctx& c, const float* x, float* out) {
   // Every temporary here is written in full by its first op: no zero fill (Buf::Uninit).
   const Buf::Uninit u;
   Buf q(be_, np, u), kk(be_, np, u), v(be_, np, u), t(be_, np, u);
+  // A snapshot after row r of this pass (ForwardOptions::snapshot): the convolutions and the delta rule
+  // run in two calls split there, each state copied in between (the same bits as one call).
+  const int64_t r = c.snap ? c.snap_row : 0;
+  float* snap = r ? snapshot_part(*c.snap, *c.s, il) : nullptr;
+  const size_t state_n = st.kda_state.size(), conv_n = st.conv_q.size();
   // q, k, v: projection, causal depthwise conv (history carried in the state), SiLU.
+  auto conv = [&](const float* wc, Buf& hist, float* out, size_t slot) {
+    if (!r) return be_.conv1d_silu(t, n, p, wc, cw, hist, out);
+    be_.conv1d_silu(t, r, p, wc, cw, hist, out);
+    be_.copy(snap + state_n + slot * conv_n, hist, conv_n * sizeof(float));
+    be_.conv1d_silu(t.get() + r * p, n - r, p, wc, cw, hist, out + r * p);
+  };
   be_.matmul(w.q, x, n, t);
-  be_.conv1d_silu(t, n, p, w.q_conv, cw, st.conv_q, q);
+  conv(w.q_conv, st.conv_q, q, 0);
   be_.matmul(w.k, x, n, t);
-  be_.conv1d_silu(t, n, p, w.k_conv, cw, st.conv_k, kk);
+  conv(w.k_conv, st.conv_k, kk, 1);
   be_.matmul(w.v, x, n, t);
-  be_.conv1d_silu(t, n, p, w.v_conv, cw, st.conv_v, v);
+  conv(w.v_conv, st.conv_v, v, 2);
   be_.l2norm(q, n * h, k, kL2Eps, q);
   be_.scale(q, static_cast<float>(1.0 / std::sqrt(static_cast<double>(k))), static_cast<int64_t>(np));
   be_.l2norm(kk, n * h, k, kL2Eps, kk);
@@ -48,7 +59,12 @@ void Model::mixer_kda(int il, Ctx& c, const float* x, float* out) {
   // even of one row: its last pass (or a pass continuing a cached prefix) may have one, and must compute
   // the bits one pass over the whole prompt would.
   Buf o(be_, np, u);
-  if (c.prefill)
+  if (c.prefill && r) {
+    be_.kda_chunked(q, kk, v, g, beta, r, h, k, k, kKdaChunk, st.kda_state, o);
+    be_.copy(snap, st.kda_state, state_n * sizeof(float));
+    be_.kda_chunked(q.get() + r * p, kk.get() + r * p, v.get() + r * p, g.get() + r * p, beta.get() + r * h, n - r, h, k,
+                    k, kKdaChunk, st.kda_state, o.get() + r * p);
+  } else if (c.prefill)
     be_.kda_chunked(q, kk, v, g, beta, n, h, k, k, kKdaChunk, st.kda_state, o);
   else
     be_.kda_recurrent(q, kk, v, g, beta, n, h, k, k, st.kda_state, o);

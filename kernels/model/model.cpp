@@ -202,10 +202,24 @@ void Model::check_ids(const SeqState& s, std::span<const int32_t> ids) const {
                        std::to_string(cfg_.vocab - 1) + ")");
 }
 
+float* Model::snapshot_part(SeqSnapshot& snap, const SeqState& s, int il) const {
+  size_t k = 0;
+  for (int j = 0; j < il; ++j)
+    if (s.layers[static_cast<size_t>(j)].kda_state.get()) ++k;
+  const LayerState& L = s.layers[static_cast<size_t>(il)];
+  while (snap.kda.size() <= k) snap.kda.emplace_back(be_, L.kda_state.size() + 3 * L.conv_q.size(), Buf::Uninit{});
+  return snap.kda[k].get();
+}
+
 std::vector<float> Model::forward(SeqState& s, std::span<const int32_t> ids, const ForwardOptions& opt) {
   const int64_t n = static_cast<int64_t>(ids.size());
   if (n == 0) return {};
   check_ids(s, ids);  // the whole call, before any pass changes the state
+  const int64_t row = opt.snapshot ? opt.snapshot_row : 0;
+  if (opt.snapshot && (!opt.prefill || row <= 0 || row >= n || row % kPrefillChunkAlign != 0))
+    throw std::invalid_argument("snapshot at row " + std::to_string(row) + " of a " + std::to_string(n) +
+                                "-row call: a prompt pass, 0 < row < n, a multiple of " +
+                                std::to_string(kPrefillChunkAlign));
   const int64_t chunk = prefill_chunk_;
   if (!opt.prefill || chunk == 0 || n <= chunk) return forward_rows(s, ids, opt);
   // A long prompt: passes of `chunk` rows; only the last one (or each, for all_logits) has logits.
@@ -214,6 +228,9 @@ std::vector<float> Model::forward(SeqState& s, std::span<const int32_t> ids, con
     const int64_t m = std::min(chunk, n - r0);
     ForwardOptions o = opt;
     o.no_logits = opt.no_logits || (!opt.all_logits && r0 + m < n);
+    if (opt.snapshot && row == r0) snapshot(s, *opt.snapshot);  // the point falls between two passes
+    o.snapshot = opt.snapshot && row > r0 && row < r0 + m ? opt.snapshot : nullptr;
+    o.snapshot_row = row - r0;
     std::vector<float> l = forward_rows(s, ids.subspan(static_cast<size_t>(r0), static_cast<size_t>(m)), o);
     if (out.empty()) out = std::move(l);
     else out.insert(out.end(), l.begin(), l.end());
@@ -228,6 +245,11 @@ std::vector<float> Model::forward_rows(SeqState& s, std::span<const int32_t> ids
   c.n = n;
   c.pos0 = s.len;
   c.prefill = opt.prefill;
+  if (opt.snapshot) {
+    c.snap = opt.snapshot;
+    c.snap_row = opt.snapshot_row;
+    c.snap->len = s.len + opt.snapshot_row;
+  }
   for (int64_t i = 0; i < n; ++i) c.pos.push_back(static_cast<int32_t>(s.len + i));
 
   const size_t nd = static_cast<size_t>(n * d);

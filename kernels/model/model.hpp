@@ -51,6 +51,12 @@ struct ForwardOptions {
   bool prefill = false;          // chunked KDA / unabsorbed MLA (prompt pass), whatever the row count
   bool all_logits = false;       // logits for every row (else only the last row)
   bool no_logits = false;        // skip the LM head entirely (e.g. prompt chunks before the last)
+  // A prompt pass can leave in `snapshot` the KDA state and conv history as they were after its first
+  // `snapshot_row` rows (0 < row < n, a multiple of 64), what Model::snapshot would have taken after a
+  // pass over just those rows: the server's prompt cache, without splitting the pass in two (which
+  // would read a streamed layer's experts twice). Nothing else changes: the same bits.
+  int64_t snapshot_row = 0;
+  SeqSnapshot* snapshot = nullptr;
   // Called after each decoder layer with the layer output (back-end memory, [n, hidden]); once per
   // pass of a long prompt (Model::prefill_chunk).
   std::function<void(int layer, const float* out, int64_t n)> on_layer;
@@ -103,6 +109,8 @@ class Model {
  private:
   void profile_mark(const char* section);  // closes the running section (if any), opens `section`
   void check_ids(const SeqState& s, std::span<const int32_t> ids) const;
+  // Layer il's part of a snapshot (a KDA layer: state, conv_q, conv_k, conv_v), allocated on first use.
+  float* snapshot_part(SeqSnapshot& snap, const SeqState& s, int il) const;
   std::vector<float> forward_rows(SeqState& s, std::span<const int32_t> ids, const ForwardOptions& opt);
   struct Ctx;  // one forward call's shared values (n, positions, mode)
   void mixer_kda(int il, Ctx& c, const float* x, float* out);

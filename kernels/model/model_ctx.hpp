@@ -13,6 +13,8 @@ struct Model::Ctx {
   int64_t n = 0;               // rows in this call
   int64_t pos0 = 0;            // position of row 0
   bool prefill = false;
+  SeqSnapshot* snap = nullptr; // ForwardOptions::snapshot, when its row falls in this pass
+  int64_t snap_row = 0;        // rows of this pass before the snapshot point
   std::vector<int32_t> pos;    // host positions [n]
 };
 

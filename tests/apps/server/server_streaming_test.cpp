@@ -118,7 +118,8 @@ TEST(ServerStreaming, DrafterOnTheServerGivesThePlainTokensAndCountsItsBlocks) {
 
 // The prompt cache: the second turn of a chat starts with the first turn's prompt, so the server keeps
 // that prompt pass (to its last multiple of 64 tokens) and runs only the rest. The reply, logit for
-// logit, is the one a server without the cache gives; usage and /metrics count the cached tokens.
+// logit, is the one a server without the cache gives; usage and /metrics count the cached tokens. The
+// snapshot costs the first turn no second pass: it asks for the experts an uncached server asks for.
 TEST(ServerStreaming, TheNextTurnOfAChatReusesThePromptPassAndGivesTheSameLogits) {
   const fs::path model = prepared_tiny();
   const std::string tag = std::to_string(::getpid());
@@ -133,6 +134,7 @@ TEST(ServerStreaming, TheNextTurnOfAChatReusesThePromptPassAndGivesTheSameLogits
   };
   std::map<std::string, std::vector<nlohmann::json>> replies;
   std::map<std::string, std::string> hashes, metrics;
+  std::map<std::string, double> first_turn_requests;
   for (const std::string mode : {"cached", "uncached"}) {
     const fs::path hash = fs::temp_directory_path() / ("ferry-server-pc-" + mode + "-" + tag + ".hash");
     fs::remove(hash);
@@ -145,6 +147,8 @@ TEST(ServerStreaming, TheNextTurnOfAChatReusesThePromptPassAndGivesTheSameLogits
       const nlohmann::json r = turn(server.port(), msgs);
       ASSERT_TRUE(r.contains("choices")) << server.log();
       replies[mode].push_back(r);
+      if (replies[mode].size() == 1)
+        first_turn_requests[mode] = labelled(http(server.port(), "GET", "/metrics").body, "ferry_expert_requests_total");
       msgs.push_back({{"role", "assistant"}, {"content", r["choices"][0]["message"]["content"]}});
       msgs.push_back({{"role", "user"}, {"content", next}});
     }
@@ -169,6 +173,8 @@ TEST(ServerStreaming, TheNextTurnOfAChatReusesThePromptPassAndGivesTheSameLogits
     EXPECT_LT(n, replies["cached"][i]["usage"]["prompt_tokens"].get<int64_t>()) << "turn " << i;
     cached += n;
   }
+  EXPECT_GT(first_turn_requests["cached"], 0.0);
+  EXPECT_EQ(first_turn_requests["cached"], first_turn_requests["uncached"]) << "one prompt pass on the first turn";
   EXPECT_FALSE(hashes["cached"].empty());
   EXPECT_EQ(hashes["cached"], hashes["uncached"]) << "every generated token's logits, bit for bit";
   EXPECT_EQ(labelled(metrics["cached"], "ferry_prompt_cached_tokens_total"), double(cached)) << metrics["cached"];

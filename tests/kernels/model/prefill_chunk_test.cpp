@@ -96,6 +96,56 @@ TEST_P(PrefillChunk, APromptContinuedFromASnapshotAtAMultipleOfSixtyFourGivesThe
   }
 }
 
+// ForwardOptions::snapshot: one prompt pass leaves the KDA state as it was after its first 128 rows,
+// bit for bit what Model::snapshot gives after a pass over just those rows, and the pass's logits do not
+// change; also when the pass runs in chunks (the point inside a chunk, and on a chunk boundary).
+TEST_P(PrefillChunk, ASnapshotInsideOnePromptPassEqualsTheSnapshotAfterAPassOverItsRows) {
+  Loaded m = load(fixture(GetParam()));
+  const int64_t v = m.cfg.vocab, n = 200;
+  const auto prompt = random_prompt(n, v, 31);
+  const std::span<const int32_t> ids(prompt);
+  ForwardOptions all;
+  all.prefill = true;
+  all.all_logits = true;
+  m.model->set_prefill_chunk(0);
+  auto ref = m.model->new_state(256);
+  const auto whole = m.model->forward(*ref, prompt, all);
+  auto part = m.model->new_state(256);
+  ForwardOptions quiet;
+  quiet.prefill = true;
+  quiet.no_logits = true;
+  m.model->forward(*part, ids.first(128), quiet);
+  const auto want = m.model->download(m.model->snapshot(*part));
+  for (const int64_t chunk : {0, 64, 192}) {
+    SCOPED_TRACE("prefill chunk " + std::to_string(chunk));
+    m.model->set_prefill_chunk(chunk);
+    auto st = m.model->new_state(256);
+    SeqSnapshot snap;
+    ForwardOptions o = all;
+    o.snapshot = &snap;
+    o.snapshot_row = 128;
+    const auto got = m.model->forward(*st, prompt, o);
+    EXPECT_EQ(first_differing_row(got, whole, v), -1) << "the pass's logits";
+    EXPECT_EQ(snap.len, 128);
+    const auto have = m.model->download(snap);
+    ASSERT_EQ(have.size(), want.size());
+    for (size_t k = 0; k < want.size(); ++k) EXPECT_TRUE(have[k] == want[k]) << "KDA layer " << k << " of the snapshot";
+    // Continuing from it gives the one-pass bits (the prompt cache's next turn).
+    m.model->restore(*st, snap);
+    const auto rest = m.model->forward(*st, ids.subspan(128), all);
+    const std::vector<float> tail(whole.begin() + 128 * v, whole.end());
+    EXPECT_EQ(first_differing_row(rest, tail, v), -1);
+  }
+  m.model->set_prefill_chunk(0);
+  auto st = m.model->new_state(256);
+  SeqSnapshot snap;
+  ForwardOptions bad = all;
+  bad.snapshot = &snap;
+  bad.snapshot_row = 100;
+  EXPECT_THROW(m.model->forward(*st, prompt, bad), std::invalid_argument) << "not a multiple of 64";
+  EXPECT_EQ(st->len, 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, PrefillChunk,
                          ::testing::Values("deepseek_v3-a", "deepseek_v32-a", "kimi_linear-a", "qwen3-a", "k3-tiny-a/hf"),
                          [](const auto& info) {
