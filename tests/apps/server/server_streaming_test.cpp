@@ -118,8 +118,9 @@ TEST(ServerStreaming, DrafterOnTheServerGivesThePlainTokensAndCountsItsBlocks) {
 
 // The prompt cache: the second turn of a chat starts with the first turn's prompt, so the server keeps
 // that prompt pass (to its last multiple of 64 tokens) and runs only the rest. The reply, logit for
-// logit, is the one a server without the cache gives; usage and /metrics count the cached tokens. The
-// snapshot costs the first turn no second pass: it asks for the experts an uncached server asks for.
+// logit, is the one a server without the cache gives (also with a 1-gram drafter, whose blocks run on
+// the restored state); usage and /metrics count the cached tokens. The snapshot costs the first turn no
+// second pass: it asks for the experts an uncached server asks for.
 TEST(ServerStreaming, TheNextTurnOfAChatReusesThePromptPassAndGivesTheSameLogits) {
   const fs::path model = prepared_tiny();
   const std::string tag = std::to_string(::getpid());
@@ -135,12 +136,13 @@ TEST(ServerStreaming, TheNextTurnOfAChatReusesThePromptPassAndGivesTheSameLogits
   std::map<std::string, std::vector<nlohmann::json>> replies;
   std::map<std::string, std::string> hashes, metrics;
   std::map<std::string, double> first_turn_requests;
-  for (const std::string mode : {"cached", "uncached"}) {
+  for (const std::string mode : {"cached", "uncached", "cached-ngram"}) {
     const fs::path hash = fs::temp_directory_path() / ("ferry-server-pc-" + mode + "-" + tag + ".hash");
     fs::remove(hash);
     std::vector<std::string> args = kStreaming;
     args.insert(args.end(), {"--ctx", "512", "--trace-hash", hash.string()});
     if (mode == "uncached") args.push_back("--no-prompt-cache");
+    if (mode == "cached-ngram") args.insert(args.end(), {"--draft", "ngram:1", "--draft-gate", "0", "--draft-cost-gate", "off"});
     ServerProcess server(args, model);
     nlohmann::json msgs = messages;
     for (const char* next : {"And then?", "Where does it go?"}) {
@@ -177,6 +179,9 @@ TEST(ServerStreaming, TheNextTurnOfAChatReusesThePromptPassAndGivesTheSameLogits
   EXPECT_EQ(first_turn_requests["cached"], first_turn_requests["uncached"]) << "one prompt pass on the first turn";
   EXPECT_FALSE(hashes["cached"].empty());
   EXPECT_EQ(hashes["cached"], hashes["uncached"]) << "every generated token's logits, bit for bit";
+  EXPECT_EQ(hashes["cached-ngram"], hashes["uncached"]) << "drafted on the restored state: the same logits";
+  EXPECT_GT(labelled(metrics["cached-ngram"], "ferry_prompt_cached_tokens_total"), 0.0);
+  EXPECT_GT(labelled(metrics["cached-ngram"], "ferry_drafter_blocks_total"), 0.0) << "the drafter's blocks ran";
   EXPECT_EQ(labelled(metrics["cached"], "ferry_prompt_cached_tokens_total"), double(cached)) << metrics["cached"];
   EXPECT_EQ(labelled(metrics["uncached"], "ferry_prompt_cached_tokens_total"), 0.0);
 }
