@@ -31,6 +31,7 @@ struct RunOptions {
   uint64_t seed = 0;
   bool json = false, ignore_eos = false, no_bos = false;
   bool profile = false;  // --profile: section times (Model::set_profile)
+  int logprobs = -1;   // --logprobs N: each token's log-probability and the N most likely (--json)
   bool chat = false;   // --chat: the prompt as a user turn of the chat template ferry-server uses
   std::string system;  // --system: its system message
   std::string chat_template;  // --chat-template (default: by model_type, as the server)
@@ -105,6 +106,15 @@ void print_metrics(const RunOptions& o, const LoadedModel& m, const GenerateMetr
     }
     j["ids"] = ids;
     if (m.tokenizer) j["text"] = text;
+    if (o.logprobs >= 0) {
+      nlohmann::json lp = nlohmann::json::array();
+      for (const auto& t : toks) {
+        nlohmann::json top = nlohmann::json::array();
+        for (const TopLogprob& x : t.top) top.push_back({{"id", x.id}, {"logprob", x.logprob}});
+        lp.push_back({{"id", t.id}, {"logprob", t.logprob}, {"top", top}});
+      }
+      j["logprobs"] = lp;
+    }
     if (draft) j["draft"] = draft_json(*draft);
     if (m.timing) {
       const auto r = m.timing->report();
@@ -157,6 +167,7 @@ void run_main(RunOptions& o) {
   GenerateParams gp;
   gp.n_predict = o.n_predict;
   gp.sampling = {o.temp, o.top_p, o.seed};
+  gp.logprobs = o.logprobs;
   if (!o.ignore_eos && m.cfg.eos_id >= 0) gp.stop_ids.push_back(static_cast<int32_t>(m.cfg.eos_id));
   if (!o.ignore_eos && o.chat)
     for (int32_t id : stop_token_ids(chat_template_of(o, m), *m.tokenizer)) gp.stop_ids.push_back(id);
@@ -216,6 +227,10 @@ void add_run_command(CLI::App& app) {
   c->add_option("--trace-hash", o->trace_hash,
                 "Write 'position token FNV-1a-64(logits)' per generated position to FILE");
   c->add_flag("--json", o->json, "Print the result and metrics as one JSON object");
+  c->add_option("--logprobs", o->logprobs,
+                "With --json: each generated token's log-probability and the N most likely tokens (0-20), as "
+                "ferry-server's logprobs")
+      ->check(CLI::Range(0, 20));
   c->add_flag("--profile-ops", o->engine.model.profile_ops,
               "Time every back-end op on the device (events around each op) and print the largest");
   c->add_flag("--profile", o->profile,

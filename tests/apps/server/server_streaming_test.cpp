@@ -186,6 +186,38 @@ TEST(ServerStreaming, TheNextTurnOfAChatReusesThePromptPassAndGivesTheSameLogits
   EXPECT_EQ(labelled(metrics["uncached"], "ferry_prompt_cached_tokens_total"), 0.0);
 }
 
+// One engine behind every entry point: `ferry run --logprobs` and the server's /v1/completions
+// `logprobs` give the same log-probabilities for the same prompt ids (streamed experts on both).
+TEST(ServerStreaming, FerryRunAndTheServerGiveTheSameLogprobs) {
+  const fs::path model = prepared_tiny();
+  std::string flags;
+  for (const auto& a : kStreaming) flags += " " + a;
+  const Proc run = sh(kFerry + " run --json -t 1 -c 256 -m " + model.string() + flags +
+                          " --prompt-ids 1,500,77,300,12 -n 6 --ignore-eos --logprobs 3",
+                      "/dev/null");
+  ASSERT_EQ(run.rc, 0) << run.out;
+  const nlohmann::json want = nlohmann::json::parse(run.out)["logprobs"];
+  ASSERT_EQ(want.size(), 6u) << run.out;
+  std::vector<std::string> args = kStreaming;
+  args.insert(args.end(), {"--ctx", "256"});
+  ServerProcess server(args, model);
+  const nlohmann::json req = {{"prompt", {1, 500, 77, 300, 12}}, {"max_tokens", 6}, {"temperature", 0}, {"logprobs", 3}};
+  const HttpResponse r = http(server.port(), "POST", "/v1/completions", req.dump(), "Content-Type: application/json\r\n");
+  ASSERT_EQ(r.status, 200) << r.body << server.log();
+  const nlohmann::json got = r.json()["choices"][0]["logprobs"];
+  ASSERT_GE(got["token_logprobs"].size(), 1u) << r.body;
+  for (size_t i = 0; i < got["token_logprobs"].size(); ++i) {
+    EXPECT_EQ(got["token_logprobs"][i], want[i]["logprob"]) << "token " << i;
+    ASSERT_EQ(got["top_logprobs"][i].size(), 3u);
+    std::vector<double> server_top, run_top;
+    for (const auto& [tok, lp] : got["top_logprobs"][i].items()) server_top.push_back(lp.get<double>());
+    for (const auto& e : want[i]["top"]) run_top.push_back(e["logprob"].get<double>());
+    std::sort(server_top.begin(), server_top.end());
+    std::sort(run_top.begin(), run_top.end());
+    EXPECT_EQ(server_top, run_top) << "token " << i;
+  }
+}
+
 TEST(ServerStreaming, APortInUseIsRefusedBeforeTheModelLoadsNamingThePort) {
   const int port = free_port();
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
