@@ -14,6 +14,7 @@ void add_inspect_command(CLI::App& app);  // apps/ferry/cmd_inspect.cpp
 
 namespace cli {
 void add_run_command(CLI::App& app);   // apps/ferry/cmd_run.cpp
+void add_chat_command(CLI::App& app);  // apps/ferry/cmd_chat.cpp
 void add_eval_command(CLI::App& app);  // apps/ferry/cmd_run.cpp
 void add_demo_command(CLI::App& app);  // apps/ferry/cmd_demo.cpp
 void add_faults_command(CLI::App& app);  // apps/ferry/cmd_faults.cpp

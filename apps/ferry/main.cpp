@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show the help of every subcommand");
   ferry::cli::add_run_command(app);
+  ferry::cli::add_chat_command(app);
   ferry::cli::add_eval_command(app);
   ferry::cli::add_demo_command(app);
   ferry::cli::add_trace_command(app);
