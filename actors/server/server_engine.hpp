@@ -2,7 +2,7 @@
 // jobs from a bounded FIFO queue. HTTP threads submit jobs and get their output through a sink; a
 // job whose client went away is cancelled (the generation stops at its next token, a queued one is
 // dropped without running). The last job's sequence state stays for the next one when the prompt
-// cache is on (actors/server/prompt_cache.hpp), else it is freed with the job.
+// cache is on (kernels/decoding/prompt_cache.hpp), else it is freed with the job.
 #pragma once
 
 #include <atomic>
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "actors/server/chat_stream.hpp"
-#include "actors/server/prompt_cache.hpp"
+#include "kernels/decoding/prompt_cache.hpp"
 #include "actors/server/server_metrics.hpp"
 #include "kernels/decoding/generate.hpp"
 #include "kernels/decoding/verify.hpp"

@@ -17,7 +17,7 @@
 #include "actors/runtime/engine.hpp"
 #include "actors/runtime/runtime.hpp"
 #include "actors/server/chat_stream.hpp"
-#include "actors/server/prompt_cache.hpp"
+#include "kernels/decoding/prompt_cache.hpp"
 #include "apps/engine_cli/engine_cli.hpp"
 #include "apps/engine_cli/template_catalog.hpp"
 #include "apps/ferry/commands.hpp"

@@ -1,4 +1,4 @@
-#include "actors/server/prompt_cache.hpp"
+#include "kernels/decoding/prompt_cache.hpp"
 
 #include <algorithm>
 

@@ -1,8 +1,8 @@
-// The server's prompt cache (what llama.cpp's cache_prompt does, made exact): the sequence state of the
-// last job, its prompt pass stopped at the last multiple of 64 tokens before the prompt's end, and the
-// KDA state snapshot taken there. A job whose prompt begins with those tokens (the next turn of the same
-// chat) restores the snapshot and runs its prompt pass from there, so a long conversation is not passed
-// through the model again each turn, and with streaming its experts are not read again for it.
+// The prompt cache of ferry-server and `ferry chat` (what llama.cpp's cache_prompt does, made exact): the
+// sequence state of the last job, and the KDA state as it was at the last multiple of 64 tokens before
+// its prompt's end. A job whose prompt begins with those tokens (the next turn of the same chat)
+// restores the snapshot and runs its prompt pass from there, so a long conversation is not passed
+// through the model again each turn (with streaming, a turn still reads the experts its new tokens need).
 //
 // The snapshot is taken inside the job's one prompt pass (ForwardOptions::snapshot): no second pass,
 // so a streamed layer's experts are not read twice for it.
