@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What the open issues wait for, in one device call (~4 min): builds nothing. Here: `bash scripts/gpu-bundle.sh`;
 # there (carry [".bundle"]): `bash scripts/gpu-next.sh`.
-#  1. Every GPU test (58): the CUDA back-end against the CPU and the fixtures, and GpuPrefillChunk (prompt
+#  1. Every GPU test (63): the CUDA back-end against the CPU and the fixtures, and GpuPrefillChunk (prompt
 #     passes that start at a multiple of 64 positions, the rule behind --prefill-chunk and the server's
 #     prompt cache, never run on a GPU yet).
 #  2. scripts/gpu-pipeline.sh with PIPELINE_QUICK=1 PIPELINE_MOE=3: auto, noverify, late (--verify-late,

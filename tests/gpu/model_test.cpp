@@ -166,6 +166,43 @@ TEST_P(GpuPrefillChunk, PassesOfSixtyFourRowsGiveEveryLogitTheBitsOfOnePass) {
   }
 }
 
+// ForwardOptions::snapshot on the GPU (the prompt cache of ferry-server and ferry chat): the KDA state
+// one prompt pass leaves at row 128 equals Model::snapshot after a pass over those rows, bit for bit,
+// and continuing from it gives the one-pass logits.
+TEST_P(GpuPrefillChunk, ASnapshotInsideOnePromptPassEqualsTheSnapshotAfterAPassOverItsRows) {
+  auto m = load_on(gpu_fixture(GetParam()), true);
+  const int64_t v = m.cfg.vocab, n = 200;
+  std::vector<int32_t> prompt(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) prompt[static_cast<size_t>(i)] = static_cast<int32_t>((i * 53 + 7) % v);
+  const std::span<const int32_t> ids(prompt);
+  ForwardOptions all;
+  all.prefill = true;
+  all.all_logits = true;
+  auto ref = m.model->new_state(256);
+  const auto whole = m.model->forward(*ref, prompt, all);
+  auto part = m.model->new_state(256);
+  ForwardOptions quiet;
+  quiet.prefill = true;
+  quiet.no_logits = true;
+  m.model->forward(*part, ids.first(128), quiet);
+  const auto want = m.model->download(m.model->snapshot(*part));
+  auto st = m.model->new_state(256);
+  SeqSnapshot snap;
+  ForwardOptions o = all;
+  o.snapshot = &snap;
+  o.snapshot_row = 128;
+  const auto got = m.model->forward(*st, prompt, o);
+  EXPECT_EQ(std::memcmp(got.data(), whole.data(), whole.size() * sizeof(float)), 0) << "the pass's logits";
+  const auto have = m.model->download(snap);
+  ASSERT_EQ(have.size(), want.size());
+  for (size_t k = 0; k < want.size(); ++k) EXPECT_TRUE(have[k] == want[k]) << "KDA layer " << k;
+  m.model->restore(*st, snap);
+  const auto rest = m.model->forward(*st, ids.subspan(128), all);
+  EXPECT_EQ(std::memcmp(rest.data(), whole.data() + 128 * v, rest.size() * sizeof(float)), 0) << "continued";
+  std::printf("[gpu-model %s] snapshot inside one prompt pass: %s\n", GetParam().c_str(),
+              !::testing::Test::HasFailure() ? "bit-identical" : "DIFFERENT");
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, GpuPrefillChunk,
                          ::testing::Values("kimi_linear-a", "deepseek_v3-a", "deepseek_v32-a", "qwen3-a", "k3-tiny-a/hf"),
                          [](const auto& info) {
