@@ -46,7 +46,9 @@ TEST(Logprobs, EachTokenHasItsLogProbabilityAndTheMostLikelyOthersAndNothingElse
     double mass = 0;
     for (size_t k = 0; k < 5; ++k) {
       mass += std::exp(double(with[i].top[k].logprob));
-      if (k) EXPECT_GE(with[i].top[k - 1].logprob, with[i].top[k].logprob);
+      if (k) {
+        EXPECT_GE(with[i].top[k - 1].logprob, with[i].top[k].logprob);
+      }
     }
     EXPECT_LE(mass, 1.0 + 1e-6);
     EXPECT_GT(mass, 0.0);
