@@ -32,9 +32,7 @@ void check_counts(const EngineOptions& o) {
     refuse("-t/--threads " + std::to_string(m.threads) + " is outside 0.." + std::to_string(cores) +
            " (0 = all " + std::to_string(cores) + " cores)");
   if (o.ctx < 2) refuse("-c/--ctx-size " + std::to_string(o.ctx) + ": the context needs at least 2 tokens");
-  if (o.prefill_chunk < 0 || o.prefill_chunk % kPrefillChunkAlign != 0)
-    refuse("--prefill-chunk " + std::to_string(o.prefill_chunk) + ": must be a multiple of " +
-           std::to_string(kPrefillChunkAlign) + " (KDA's chunk length), e.g. 512; 0 lets the memory plan choose");
+  check_prefill_chunk(o.prefill_chunk);
   const StreamingOptions& s = m.streaming;
   if (s.engine_cfg.max_inflight < 1) refuse("--io-depth " + std::to_string(s.engine_cfg.max_inflight) + " must be at least 1");
   if (s.min_rows < 1) refuse("--min-rows must be at least 1");

@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "actors/server/chat_stream.hpp"
-#include "kernels/decoding/prompt_cache.hpp"
 #include "actors/server/server_metrics.hpp"
 #include "kernels/decoding/generate.hpp"
+#include "kernels/decoding/prompt_cache.hpp"
 #include "kernels/decoding/verify.hpp"
 
 namespace ferry {

@@ -72,9 +72,7 @@ void run(const InspectArgs& a) {
   const fs::path cfg = fs::is_directory(p) ? p / "config.json" : p;
   if (!fs::exists(cfg)) throw ConfigError(fmt::format("{}: no config.json (give an HF directory, a prepared model or a config file)", p.string()));
   const auto s = size_model(load_model_config(cfg));
-  if (a.prefill_chunk < 0 || a.prefill_chunk % kPrefillChunkAlign != 0)
-    throw UsageError(fmt::format("--prefill-chunk {}: must be a multiple of {} (KDA's chunk length); 0 lets the plan choose",
-                                 a.prefill_chunk, kPrefillChunkAlign));
+  check_prefill_chunk(a.prefill_chunk);
   FitInput in;
   in.spine = parse_spine_type(a.spine_type);
   if (!a.gpu_mem.empty()) in.gpu_mem = int64_t(parse_size(a.gpu_mem, "--gpu-mem"));

@@ -45,13 +45,12 @@ uint64_t scratch_reserve(const PlanRequest& r) {
 
 // No --prefill-chunk: one pass over the whole context when it fits (with room for streaming's scratch
 // slots), else the longest pass (a multiple of kPrefillChunkAlign, at least one) that does.
-int64_t choose_chunk(const PlanRequest& r, MemoryBudget& b) {
+int64_t choose_chunk(const PlanRequest& r, MemoryBudget b) {
   fixed_needs(r, 0, b);
   const uint64_t scratch = scratch_reserve(r);
   if (!b.total || b.needed() + scratch <= b.total) return 0;
   const uint64_t per_row = uint64_t(r.model.act_bytes_per_row);
-  const uint64_t rest = b.needed() + scratch - b.activations +
-                        uint64_t(std::max<int64_t>(r.ctx, 1)) * uint64_t(r.model.act_bytes_per_ctx);
+  const uint64_t rest = b.needed() + scratch - pass_rows(r, 0) * per_row;  // all but the pass's rows
   if (!per_row || rest >= b.total) return kPrefillChunkAlign;
   const int64_t rows = int64_t((b.total - rest) / per_row) / kPrefillChunkAlign * kPrefillChunkAlign;
   return std::max<int64_t>(rows, kPrefillChunkAlign);

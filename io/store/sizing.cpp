@@ -30,6 +30,12 @@ SpineType parse_spine_type(const std::string& s) {
   throw ConfigError(fmt::format("spine type '{}' is not one of q8_0, bf16, f32", s));
 }
 
+void check_prefill_chunk(int64_t rows) {
+  if (rows < 0 || rows % kPrefillChunkAlign != 0)
+    throw UsageError(fmt::format("--prefill-chunk {}: must be a multiple of {} (KDA's chunk length), e.g. 512; 0 lets "
+                                 "the memory plan choose", rows, kPrefillChunkAlign));
+}
+
 GgmlType spine_tensor_type(const std::string& name, const std::vector<int64_t>& shape, SpineType t) {
   const bool matrix = shape.size() == 2 && shape[0] > 1 && shape[1] % kQK == 0;
   const bool router = name.size() >= 12 && name.compare(name.size() - 12, 12, ".gate.weight") == 0;

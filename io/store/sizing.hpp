@@ -23,6 +23,9 @@ namespace ferry {
 // plan's prefill chunk): KDA's chunked form works in chunks of 64, so every pass starts on a chunk
 // boundary and the passes compute the bits one pass would.
 constexpr int64_t kPrefillChunkAlign = 64;
+// `--prefill-chunk N` (every front-end and `ferry inspect`): 0 (the plan chooses) or a positive multiple
+// of kPrefillChunkAlign; UsageError naming the flag otherwise.
+void check_prefill_chunk(int64_t rows);
 
 enum class SpineType : uint8_t { q8_0, bf16, f32 };
 const char* to_string(SpineType t);

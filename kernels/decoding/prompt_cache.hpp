@@ -46,8 +46,6 @@ class PromptCache {
   // so its prompt rows and the snapshot are intact) or drop it (it failed).
   void end(Lease&& lease, bool ok);
 
-  bool enabled() const { return enabled_; }
-
  private:
   int64_t reusable(std::span<const int32_t> prompt) const;
 
