@@ -142,6 +142,17 @@ void validate_engine_options(const EngineOptions& o) {
   check_draft(o.draft, dir, cfg);
 }
 
+std::unique_ptr<DrafterClient> start_drafter(Runtime& rt, const DraftOptions& d, const LoadedModel& m, bool* up) {
+  DrafterBridgeOptions bo;
+  bo.sidecar = sidecar_for_spec(d.spec, d.threads, d.exe);
+  bo.target = {m.tokenizer.get(), static_cast<int32_t>(m.cfg.vocab)};
+  bo.deadline_ms = d.deadline_ms;
+  auto client = std::make_unique<DrafterClient>(rt, bo);
+  const bool came_up = client->wait_up(std::chrono::milliseconds(bo.sidecar.start_timeout_ms));
+  if (up) *up = came_up;
+  return client;
+}
+
 SpecParams draft_spec_params(const DraftOptions& d) {
   SpecParams sp;
   if (d.max < 1 || d.max > 15) refuse("--draft-max " + std::to_string(d.max) + " is outside 1..15");

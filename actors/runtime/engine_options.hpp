@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "actors/runtime/model_loader.hpp"
@@ -46,6 +47,14 @@ void validate_engine_options(const EngineOptions& o);
 
 // The verifier's parameters (drafts per block, confidence gate) of checked --draft-max / --draft-gate.
 SpecParams draft_spec_params(const DraftOptions& d);
+
+class DrafterClient;
+class Runtime;
+// The drafter of `--draft` for model m: its sidecar and bridge in rt (which restarts the bridge), up to
+// the sidecar's start timeout waited for (*up says whether it came up; a drafter that did not gives
+// plain steps until it does). ferry run, ferry chat and ferry-server start theirs here.
+std::unique_ptr<DrafterClient> start_drafter(Runtime& rt, const DraftOptions& d, const LoadedModel& m,
+                                             bool* up = nullptr);
 
 // Strict checks of the sampling flags of `ferry run` (-n, --temp, --top-p). Throws UsageError.
 void validate_sampling(int64_t n_predict, float temp, float top_p);

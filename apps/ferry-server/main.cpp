@@ -105,12 +105,8 @@ class PortHold {
 void start_drafter(ServerContext& c) {
   const DraftOptions& d = c.opt.engine.draft;
   if (d.spec.empty()) return;
-  DrafterBridgeOptions bo;
-  bo.sidecar = sidecar_for_spec(d.spec, d.threads, d.exe);
-  bo.target = {c.model.tokenizer.get(), static_cast<int32_t>(c.model.cfg.vocab)};
-  bo.deadline_ms = d.deadline_ms;
-  c.drafter = std::make_unique<DrafterClient>(*c.runtime, bo);  // the runtime restarts its bridge
-  const bool up = c.drafter->wait_up(std::chrono::milliseconds(bo.sidecar.start_timeout_ms));
+  bool up = false;
+  c.drafter = ferry::start_drafter(*c.runtime, d, c.model, &up);  // the runtime restarts its bridge
   std::fprintf(stderr, "ferry-server: drafter %s %s (up to %d drafts per block, gate %s, cost gate %s)\n",
                d.spec.c_str(), up ? "up" : "not up yet (requests run plain steps until it is)", d.max, d.gate.c_str(),
                d.cost_gate ? "on" : "off");
@@ -134,8 +130,7 @@ void load(ServerContext& c) {
   for (const auto& name : missing_specials(c.tmpl, *c.model.tokenizer))
     std::fprintf(stderr, "ferry-server: warning: the vocabulary has no special token %s; template '%s' encodes it "
                  "as plain text\n", name.c_str(), c.tmpl.name.c_str());
-  if (c.model.cfg.eos_id >= 0) c.chat_stop_ids.push_back(static_cast<int32_t>(c.model.cfg.eos_id));
-  for (int32_t id : stop_token_ids(c.tmpl, *c.model.tokenizer)) c.chat_stop_ids.push_back(id);
+  c.chat_stop_ids = chat_stop_ids(c.tmpl, *c.model.tokenizer, c.model.cfg.eos_id);
   start_drafter(c);
 }
 

@@ -5,7 +5,8 @@
 // only its new tokens through the model: the same logits as passing the whole conversation.
 //
 // Lines starting with '/' are commands: /reset (a new conversation), /system TEXT (set the system
-// message and start over), /exit (or end of input).
+// message and start over), /exit (or end of input). With --draft one drafter serves the whole session
+// (the tokens stay the plain ones).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include <string>
 #include <unistd.h>
 
+#include "actors/drafter/drafter_bridge.hpp"
 #include "actors/runtime/engine.hpp"
 #include "actors/runtime/runtime.hpp"
 #include "actors/server/chat_stream.hpp"
@@ -25,6 +27,7 @@
 #include "io/tokenizers/chat_template.hpp"
 #include "io/tokenizers/tokenizer.hpp"
 #include "kernels/decoding/generate.hpp"
+#include "kernels/decoding/verify.hpp"
 
 namespace ferry::cli {
 namespace {
@@ -39,13 +42,14 @@ struct ChatOptions {
 
 class ChatSession {
  public:
-  ChatSession(ChatOptions& o, LoadedModel& m)
+  // drafter: --draft's, kept for the session (nullptr: plain steps).
+  ChatSession(ChatOptions& o, LoadedModel& m, std::unique_ptr<DrafterClient> drafter)
       : o_(o),
         m_(m),
         tmpl_(choose_chat_template(o.chat_template, o.engine.model.dir, m.cfg.model_type)),
-        cache_(*m.model, o.engine.ctx, true) {
-    if (m.cfg.eos_id >= 0) stop_ids_.push_back(static_cast<int32_t>(m.cfg.eos_id));
-    for (int32_t id : stop_token_ids(tmpl_, *m.tokenizer)) stop_ids_.push_back(id);
+        cache_(*m.model, o.engine.ctx, true),
+        stop_ids_(chat_stop_ids(tmpl_, *m.tokenizer, m.cfg.eos_id)),
+        drafter_(std::move(drafter)) {
     if (!o.trace_hash.empty()) {
       hashes_ = std::make_unique<std::ofstream>(o.trace_hash);
       if (!*hashes_) throw UsageError("--trace-hash " + o.trace_hash + ": cannot open the file for writing");
@@ -90,8 +94,14 @@ class ChatSession {
       return !pipe.stopped();
     };
     GenerateMetrics g;
+    SpecStats st;
     try {
-      generate(*m_.model, *lease.state, prompt, gp, g, on_token);
+      if (drafter_) {
+        generate_speculative(*m_.model, *lease.state, prompt, gp, draft_spec_params(o_.engine.draft),
+                             drafter_->propose_fn(), g, st, on_token);
+      } else {
+        generate(*m_.model, *lease.state, prompt, gp, g, on_token);
+      }
     } catch (...) {
       cache_.end(PromptCache::Lease{}, false);
       messages_.pop_back();
@@ -103,9 +113,13 @@ class ChatSession {
     std::fflush(stdout);
     if (hashes_) hashes_->flush();
     messages_.push_back(std::move(reply));  // the model's own ids, special tokens included
-    std::fprintf(stderr, "[prompt %lld tokens (%lld cached) in %.2f s | %lld tokens, %.2f tok/s]\n",
+    std::string drafts;
+    if (drafter_)
+      drafts = " | blocks " + std::to_string(st.blocks) + ", accepted " + std::to_string(st.accepted) + " of " +
+               std::to_string(st.drafts) + " drafts";
+    std::fprintf(stderr, "[prompt %lld tokens (%lld cached) in %.2f s | %lld tokens, %.2f tok/s%s]\n",
                  static_cast<long long>(g.prompt_tokens), static_cast<long long>(g.prompt_cached), g.prompt_s,
-                 static_cast<long long>(g.generated), g.steady_tok_s());
+                 static_cast<long long>(g.generated), g.steady_tok_s(), drafts.c_str());
     return true;
   }
 
@@ -116,18 +130,17 @@ class ChatSession {
   PromptCache cache_;
   std::vector<int32_t> stop_ids_;
   std::vector<ChatMessage> messages_;
+  std::unique_ptr<DrafterClient> drafter_;
   std::unique_ptr<std::ofstream> hashes_;
 };
 
 void chat_main(ChatOptions& o) {
   validate_sampling(o.n_predict, o.temp, o.top_p);
-  if (!o.engine.draft.spec.empty())
-    throw UsageError("ferry chat does not draft: drop --draft (ferry-server and ferry run do)");
   o.engine.prompt_cache = true;  // the plan counts the cache's snapshot
   Runtime rt;
   Engine e = start_engine(o.engine, &rt);
   if (!e.model.tokenizer) throw UsageError("-m " + o.engine.model.dir + ": ferry chat needs the model's tokenizer files");
-  ChatSession s(o, e.model);
+  ChatSession s(o, e.model, o.engine.draft.spec.empty() ? nullptr : start_drafter(rt, o.engine.draft, e.model));
   const bool tty = ::isatty(0) == 1;
   if (tty) std::fputs("ferry chat: type a message; /reset, /system TEXT, /exit\n", stderr);
   for (std::string line;;) {

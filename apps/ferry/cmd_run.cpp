@@ -168,9 +168,10 @@ void run_main(RunOptions& o) {
   gp.n_predict = o.n_predict;
   gp.sampling = {o.temp, o.top_p, o.seed};
   gp.logprobs = o.logprobs;
-  if (!o.ignore_eos && m.cfg.eos_id >= 0) gp.stop_ids.push_back(static_cast<int32_t>(m.cfg.eos_id));
   if (!o.ignore_eos && o.chat)
-    for (int32_t id : stop_token_ids(chat_template_of(o, m), *m.tokenizer)) gp.stop_ids.push_back(id);
+    gp.stop_ids = chat_stop_ids(chat_template_of(o, m), *m.tokenizer, m.cfg.eos_id);
+  else if (!o.ignore_eos && m.cfg.eos_id >= 0)
+    gp.stop_ids.push_back(static_cast<int32_t>(m.cfg.eos_id));
   std::unique_ptr<std::ofstream> hash_out;
   if (!o.trace_hash.empty()) {
     hash_out = std::make_unique<std::ofstream>(o.trace_hash);

@@ -13,18 +13,10 @@ std::vector<GeneratedToken> generate_with_drafter(Runtime& rt, const DraftOption
                                                   GenerateMetrics& g, DraftRun& out,
                                                   const std::function<bool(const GeneratedToken&)>& on_token) {
   const SpecParams sp = draft_spec_params(f);
-  DrafterBridgeOptions bo;
-  bo.sidecar = sidecar_for_spec(f.spec, f.threads, f.exe);
-  bo.target = {m.tokenizer.get(), static_cast<int32_t>(m.cfg.vocab)};
-  bo.deadline_ms = f.deadline_ms;
-  std::vector<GeneratedToken> toks;
-  {
-    DrafterClient client(rt, bo);
-    // Give the sidecar its start-up time before the clock of the run starts; it may still fail.
-    client.wait_up(std::chrono::milliseconds(bo.sidecar.start_timeout_ms));
-    toks = generate_speculative(*m.model, state, prompt, gp, sp, client.propose_fn(), g, out.spec, on_token);
-    out.bridge = client.status();
-  }
+  // The sidecar gets its start-up time before the clock of the run starts; it may still fail.
+  const std::unique_ptr<DrafterClient> client = start_drafter(rt, f, m);
+  std::vector<GeneratedToken> toks = generate_speculative(*m.model, state, prompt, gp, sp, client->propose_fn(), g, out.spec, on_token);
+  out.bridge = client->status();
   return toks;
 }
 

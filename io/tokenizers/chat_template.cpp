@@ -156,4 +156,11 @@ std::vector<int32_t> stop_token_ids(const ChatTemplate& t, const Tokenizer& tok)
   return ids;
 }
 
+std::vector<int32_t> chat_stop_ids(const ChatTemplate& t, const Tokenizer& tok, int64_t eos_id) {
+  std::vector<int32_t> ids;
+  if (eos_id >= 0) ids.push_back(static_cast<int32_t>(eos_id));
+  for (int32_t id : stop_token_ids(t, tok)) ids.push_back(id);
+  return ids;
+}
+
 }  // namespace ferry

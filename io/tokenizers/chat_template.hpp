@@ -70,5 +70,8 @@ std::string resolve_aliases(const ChatTemplate& t, const Tokenizer& tok, std::st
 
 // Stop strings of the template that are single special tokens of the vocabulary (aliases resolved), as ids.
 std::vector<int32_t> stop_token_ids(const ChatTemplate& t, const Tokenizer& tok);
+// The ids that end a chat reply: the model's end-of-text id (eos_id, when >= 0) and the template's stop
+// tokens. `ferry run --chat`, `ferry chat` and ferry-server stop on these.
+std::vector<int32_t> chat_stop_ids(const ChatTemplate& t, const Tokenizer& tok, int64_t eos_id);
 
 }  // namespace ferry

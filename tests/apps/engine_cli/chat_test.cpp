@@ -57,10 +57,29 @@ TEST(Chat, ATurnIsFerryRunChatLogitForLogitAndTheNextTurnsReuseThePromptPass) {
   fs::remove_all(dir);
 }
 
-TEST(Chat, ADrafterIsRefusedBeforeLoading) {
-  const Proc r = sh("echo hi | " + kFerry + " chat -m " + prepared_tiny().string() + " --draft ngram");
-  EXPECT_EQ(r.rc, 2) << r.out;
-  EXPECT_NE(r.out.find("ferry chat does not draft"), std::string::npos) << r.out;
+// --draft in the chat as in ferry run and the server: one drafter for the session, its blocks verified
+// on the prompt cache's state, and every turn's logits those of the plain chat.
+TEST(Chat, WithADrafterEveryTurnHasThePlainChatsLogits) {
+  const fs::path model = prepared_tiny();
+  const fs::path dir = fs::temp_directory_path() / ("ferry-chat-draft-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::string first;
+  for (int i = 0; i < 6; ++i) first += "The ferry crosses the strait and the ferry crosses back. ";
+  std::ofstream(dir / "in.txt") << first << "\nAnd then?\n";
+  const std::string flags = " -t 1 -c 512 -n 8 --quiet < " + (dir / "in.txt").string();
+  const Proc plain = sh(kFerry + " chat -m " + model.string() + " --trace-hash " + (dir / "plain.hash").string() + flags);
+  ASSERT_EQ(plain.rc, 0) << plain.out;
+  const Proc drafted = sh(kFerry + " chat -m " + model.string() + " --draft ngram:1 --draft-gate 0 --draft-cost-gate off" +
+                          " --trace-hash " + (dir / "drafted.hash").string() + flags);
+  ASSERT_EQ(drafted.rc, 0) << drafted.out;
+  const auto p = lines_of(dir / "plain.hash"), d = lines_of(dir / "drafted.hash");
+  ASSERT_EQ(p.size(), 16u) << plain.out;
+  EXPECT_EQ(d, p) << drafted.out;
+  int64_t blocks = 0;
+  for (size_t at = 0; (at = drafted.out.find("| blocks ", at)) != std::string::npos; ++at)
+    blocks += std::stoll(drafted.out.substr(at + 9));
+  EXPECT_GT(blocks, 0) << "the drafter's blocks ran\n" << drafted.out;
+  fs::remove_all(dir);
 }
 
 }  // namespace
