@@ -165,7 +165,18 @@ void request_expert(sched self, uint64_t id, const expert_key& k, uint32_t rows,
   auto& st = self->state;
   const uint32_t block_rows = st.calls.at(id).req.block_rows;
   if (auto it = st.fills.find(k); it != st.fills.end()) {  // a prefetch is bringing it in: wait for that
-    if (it->second.reading && st.calls.at(id).prefetched.count(k.expert)) ++st.calls.at(id).sum.prefetch_hits;
+    // Before the grant, on_grant counts this call with the fill's others. After it the read is under
+    // way: this call's own prefetch is a prefetch hit; anything else (a warm-start read, another
+    // call's prefetch or a guess) is a disk read this call waits for, and the trace says so.
+    if (it->second.reading) {
+      auto& c = st.calls.at(id);
+      if (c.prefetched.count(k.expert)) {
+        ++c.sum.prefetch_hits;
+      } else {
+        ++c.sum.disk_reads;
+        st.trace(trace::MISS, id, k, {.rows = rows});
+      }
+    }
     it->second.calls.push_back(id);
     it->second.rows = rows;
     it->second.block_rows = block_rows;

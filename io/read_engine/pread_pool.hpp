@@ -27,6 +27,8 @@ class PreadPool final : public ReadEngine {
  private:
   void work();
 
+  uint64_t check_chunk_ = 0;
+
   mutable std::mutex mu_;
   std::condition_variable pending_cv_;
   std::condition_variable done_cv_;
@@ -38,6 +40,13 @@ class PreadPool final : public ReadEngine {
 };
 
 // Reads op into op.dst with pread, retrying short reads until EOF. Shared with the bench's baseline.
-ReadResult pread_fully(const ReadOp& op);
+// With op.check, every part wholly inside the op is hashed: with check_chunk > 0 the reads go
+// check_chunk bytes at a time (never across a part boundary) and each is hashed as it lands, so the hash
+// reads from cache what the copy wrote; with 0, one pread and check_parts after it. Same results either way.
+ReadResult pread_fully(const ReadOp& op, uint64_t check_chunk = kCheckChunk);
+
+// The check_chunk a PreadPool uses for cfg (its field, else FERRY_PREAD_CHECK_CHUNK: bytes or "whole",
+// else kCheckChunk).
+uint64_t pread_check_chunk(const EngineConfig& cfg);
 
 }  // namespace ferry::io

@@ -18,7 +18,8 @@ using Clock = std::chrono::steady_clock;
 
 // Expected xxh64 (seed 0) of each consecutive part_bytes of the whole file (the last part ends at
 // file_bytes). An engine that copies with a CPU (the pread pool) hashes every part that lies wholly
-// inside an op right after its copy, while the bytes are in cache; io_uring checks nothing.
+// inside an op as it copies it: check_chunk_bytes at a time, each hashed right after its pread, while it
+// is in the worker's L2 (EngineConfig::check_chunk_bytes); io_uring checks nothing.
 struct PartCheck {
   uint64_t part_bytes = 0;
   uint64_t file_bytes = 0;
@@ -56,7 +57,14 @@ struct EngineConfig {
   unsigned max_inflight = 8;   // concurrency cap: more ops wait in the engine's FIFO
   unsigned pool_threads = 0;   // pread pool workers (0 = 4; concurrency is min(threads, max_inflight))
   uint64_t split_bytes = 0;    // reads longer than this go as parts (0 = auto: see split_engine.hpp)
+  // Pread pool with a PartCheck: bytes per pread, each hashed right after it lands (0 = kCheckChunk;
+  // the environment's FERRY_PREAD_CHECK_CHUNK overrides 0, for measurements; "whole" = one pread per op
+  // and the hashes after it, the old way).
+  uint64_t check_chunk_bytes = 0;
 };
+
+// 256 KiB: well inside a core's L2, so the hash reads what the copy just wrote; 8 preads per 2 MiB part.
+inline constexpr uint64_t kCheckChunk = 256 << 10;
 
 class ReadEngine {
  public:

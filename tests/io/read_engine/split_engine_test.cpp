@@ -126,6 +126,57 @@ TEST(SplitEngine, PoolWorkersCheckThePartsTheyCopyAndNameTheFirstBadOne) {
   EXPECT_EQ(bad.parts_ok, 5u);
 }
 
+// The pool's worker reads check_chunk bytes at a time and hashes each as it lands (the bytes still in
+// its cache). Whatever the chunk, it must check exactly the parts that one pread and check_parts after
+// it check, and name the same bad part: ops that start mid-part, end mid-part or run past the file's
+// end, chunks that do not divide a part, a bad part and a wrong last part.
+TEST(PreadCheck, ChunkedHashingChecksTheSamePartsAsHashingAfterTheWholeRead) {
+  const auto dir = test::temp_dir("pread-chunk");
+  const uint64_t part = 8192, n = 6 * part + 1000;  // 7 parts, the last short
+  std::vector<std::byte> data(n);
+  for (uint64_t i = 0; i < n; ++i) data[i] = std::byte(i * 131 + (i >> 9));
+  const std::string path = (dir / "e.bin").string();
+  { std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(data.data()), std::streamsize(n)); }
+  auto good = std::make_shared<io::PartCheck>();
+  good->part_bytes = part;
+  good->file_bytes = n;
+  good->xxh64 = xxh64_parts(data.data(), n, part);
+  ASSERT_EQ(good->xxh64.size(), 7u);
+  auto bad3 = std::make_shared<io::PartCheck>(*good), bad_last = std::make_shared<io::PartCheck>(*good);
+  bad3->xxh64[3] ^= 1;
+  bad_last->xxh64[6] ^= 1;
+  int compared = 0;
+  for (const auto& check : {good, bad3, bad_last})
+    for (auto [offset, bytes] : {std::pair<uint64_t, uint64_t>{0, n}, {0, 8 * part}, {4096, 3 * part},
+                                 {part, 2 * part + 4096}, {2 * part, n - 2 * part}, {5 * part, 4 * part}})
+      for (uint64_t chunk : {uint64_t(4096), uint64_t(12288), part, uint64_t(3) * part}) {
+        SCOPED_TRACE(testing::Message() << "offset " << offset << " bytes " << bytes << " chunk " << chunk);
+        std::vector<std::byte> d0(bytes), d1(bytes);
+        io::ReadOp op{1, path, offset, bytes, d0.data(), false, check};
+        const auto whole = io::pread_fully(op, 0);
+        op.dst = d1.data();
+        const auto chunked = io::pread_fully(op, chunk);
+        EXPECT_EQ(chunked.err, 0);
+        EXPECT_EQ(chunked.bytes_read, whole.bytes_read);
+        EXPECT_EQ(chunked.parts_ok, whole.parts_ok);
+        EXPECT_EQ(chunked.bad_part, whole.bad_part);
+        EXPECT_EQ(std::memcmp(d0.data(), d1.data(), whole.bytes_read), 0);
+        ++compared;
+      }
+  EXPECT_EQ(compared, 3 * 6 * 4);
+  // And the counts themselves, for the whole file: every part, or up to the bad one.
+  std::vector<std::byte> d(n);
+  EXPECT_EQ(io::pread_fully({1, path, 0, n, d.data(), false, good}, 4096).parts_ok, 7u);
+  const auto r3 = io::pread_fully({1, path, 0, n, d.data(), false, bad3}, 4096);
+  EXPECT_EQ(r3.bad_part, 3);
+  EXPECT_EQ(r3.parts_ok, 3u);
+  const auto r6 = io::pread_fully({1, path, 0, n, d.data(), false, bad_last}, 12288);
+  EXPECT_EQ(r6.bad_part, 6);
+  EXPECT_EQ(r6.parts_ok, 6u);
+  const auto mid = io::pread_fully({1, path, 4096, 3 * part, d.data(), false, good}, 4096);
+  EXPECT_EQ(mid.parts_ok, 2u) << "parts 1 and 2 lie wholly inside [4096, 28672); parts 0 and 3 do not";
+}
+
 TEST(EngineChoice, AutoPicksTheSplittingPoolOnTmpfsAndIoUringWithODirectElsewhere) {
   if (io::storage_kind("/dev/shm") != io::StorageKind::memory) GTEST_SKIP() << "/dev/shm is not tmpfs here";
   const auto mem = io::choose_engine("/dev/shm", io::EngineKind::automatic, {}, 4);
