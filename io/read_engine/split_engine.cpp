@@ -143,7 +143,12 @@ EngineChoice choose_engine(const std::string& dir, EngineKind requested, EngineC
   const bool pool = requested == EngineKind::pread_pool || (requested == EngineKind::automatic && !c.direct);
   c.kind = pool ? EngineKind::pread_pool : requested == EngineKind::uring ? EngineKind::uring : EngineKind::automatic;
   if (pool && requested == EngineKind::automatic) {
-    if (cfg.pool_threads == 0) cfg.pool_threads = std::max(2u, cores / std::max(1u, dirs));
+    // Twice the cores over the directories: on memory-backed storage every directory's reads are CPU
+    // copies on the same cores, and one layer's experts fall unevenly over the directories, so the
+    // busiest one needs more than its share. Measured on the H200 (16 cores, 4 tmpfs directories, 3 MoE
+    // layers, docs/BENCHMARKS.md "verified reads hashed as they land"): 4 workers each 27.7 tok/s
+    // verified / 34.8 unverified, 8 each 31.7 / 36.1, 16 each 31.4.
+    if (cfg.pool_threads == 0) cfg.pool_threads = std::max(2u, 2 * cores / std::max(1u, dirs));
     if (cfg.split_bytes == 0) cfg.split_bytes = kDefaultMemoryPart;
     cfg.max_inflight = std::max(cfg.max_inflight, cfg.pool_threads);
   }

@@ -35,7 +35,7 @@ struct EngineChoice {
 
 // `--io-engine auto` per directory: memory-backed storage, or a directory that refuses O_DIRECT
 // (buffered reads come from the page cache), gets the pread pool with `cfg.pool_threads` workers
-// (0 = the machine's cores / `dirs`, at least 2) and reads split into cfg.split_bytes parts (0 = 2 MiB);
+// (0 = twice the machine's cores / `dirs`, at least 2) and reads split into cfg.split_bytes parts (0 = 2 MiB);
 // block storage gets io_uring with O_DIRECT (falling back to the pool where io_uring is unavailable).
 // An explicit kind is kept (with the same O_DIRECT probe); split_bytes 0 then means no splitting.
 EngineChoice choose_engine(const std::string& dir, EngineKind requested, EngineConfig cfg, unsigned dirs);
