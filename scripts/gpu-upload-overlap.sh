@@ -4,7 +4,8 @@
 # device cache holds 17 (the reference machine's 1.9 %), so each token uploads its missing experts.
 # Floor per token = upload bytes / the pinned H2D rate (measured here with torch) + the all-resident time
 # per token (same model, every expert on the GPU). Target: time per token <= 1.15 x floor.
-# `bash scripts/gpu-bundle.sh` here, then carry [".bundle"] and run `bash scripts/gpu-upload-overlap.sh`.
+# `bash scripts/gpu-bundle.sh` here, then carry [".bundle"] and run `bash scripts/gpu-upload-overlap.sh`
+# (UPLOAD_STREAMS="8 2 1" by default: the --upload-streams settings tried).
 set -uo pipefail
 source "$(dirname "$0")/gpu-env.sh"
 F="$B/bin/ferry"; D=$PWD/.benchdata-upload; R=$D/results; S=/dev/shm/ferry-upload
@@ -27,14 +28,14 @@ run() {  # name, flags...
 }
 run resident --no-ssd-streaming
 HP=$((896 * 17547264))B
-for u in 8 2 1; do run "host-u$u" --ssd-streaming --cache-experts 17 --host-pool "$HP" --upload-streams "$u"; done
-python3 - "$R" <<'PY' | tee "$OUT/upload-overlap.txt"
+for u in ${UPLOAD_STREAMS:-8 2 1}; do run "host-u$u" --ssd-streaming --cache-experts 17 --host-pool "$HP" --upload-streams "$u"; done
+python3 - "$R" ${UPLOAD_STREAMS:-8 2 1} <<'PY' | tee "$OUT/upload-overlap.txt"
 import json, sys, filecmp
 R = sys.argv[1]
 h2d = float(open(f"{R}/h2d.txt").read()) * 1e9
 res = json.load(open(f"{R}/resident.json")); t_res = 1 / res["steady"]
 print(f"resident: {res['steady']:.1f} tok/s ({1e3 * t_res:.2f} ms/token); pinned H2D {h2d / 1e9:.1f} GB/s")
-for u in (8, 2, 1):
+for u in map(int, sys.argv[2:]):
     try: j = json.load(open(f"{R}/host-u{u}.json"))
     except Exception as e: print(u, "no result", e); continue
     s = j["streaming"]; toks = j["generated"] + j["prompt_tokens"]

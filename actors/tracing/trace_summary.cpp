@@ -205,7 +205,7 @@ std::string format_cache_report(const CacheReport& c) {
   if (!c.present) return "cache vs offline bounds: no LAYER_CALL events in this trace\n";
   const auto& b = c.bounds;
   auto line = [&](const char* what, double rate) {
-    return fmt::format("  {:<44} {:6.1f}%  ({:.2f} of the best static set)\n", what, 100 * rate,
+    return fmt::format("  {:<44} {:6.2f}%  ({:.3f} of the best static set)\n", what, 100 * rate,
                        b.best_static.rate() > 0 ? rate / b.best_static.rate() : 0.0);
   };
   std::string o = fmt::format(

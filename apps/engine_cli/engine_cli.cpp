@@ -84,7 +84,8 @@ void add_cache_flags(CLI::App* c, EngineOptions& o) {
       ->capture_default_str();
   c->add_flag("--prefetch-router,!--no-prefetch-router", s.prefetch_router,
               "Router prefetch: predict the next MoE layer's experts with its router on this layer's input and "
-              "read those not cached while this layer computes (decode steps and blocks; off by default)");
+              "read those not cached while this layer computes (decode steps and blocks; off by default: 0.93-1.04x "
+              "the default on the H200 bench, docs/BENCHMARKS.md)");
   c->add_option("--upload-streams", s.upload_streams, "CUDA: streams copying expert bytes from the host pool to the GPU")
       ->capture_default_str();
 }
@@ -112,7 +113,8 @@ void add_io_flags(CLI::App* c, EngineOptions& o) {
               "silent corruption from a failing drive)");
   c->add_flag("--verify-late,!--no-verify-late", s.verify_late,
               "Verified reads off the critical path: compute each expert as its bytes land and hash them meanwhile; "
-              "a layer whose expert then fails its check runs again from another copy (same output)");
+              "a layer whose expert then fails its check runs again from another copy (same output; off by default: "
+              "slower than checking in the readers on the H200 bench, docs/BENCHMARKS.md)");
   c->add_option("--hash-threads", s.hash_threads,
                 "Threads hashing verified reads (0 = auto: half the cores, 1..8)")
       ->capture_default_str();
