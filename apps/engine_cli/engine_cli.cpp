@@ -103,7 +103,8 @@ void add_io_flags(CLI::App* c, EngineOptions& o) {
       "over several workers on tmpfs or where O_DIRECT is refused), uring, pread")
       ->check(CLI::IsMember({"auto", "uring", "pread"}));
   c->add_option("--io-depth", s.engine_cfg.max_inflight, "Reads in flight per drive (at least 1)")->capture_default_str();
-  c->add_option("--io-threads", s.engine_cfg.pool_threads, "pread pool workers per directory (0 = auto: twice the cores / the directories on memory-backed storage)")
+  c->add_option("--io-threads", s.engine_cfg.pool_threads,
+                "pread pool workers per directory (0 = auto: twice the cores / the directories on memory-backed storage)")
       ->capture_default_str();
   c->add_option("--read-split", s.engine_cfg.split_bytes,
                 "Split expert reads into parts of this many bytes (0 = auto: 2 MiB parts on tmpfs)")
