@@ -59,6 +59,8 @@ struct Fill {
   uint32_t parts_ok = 0;        // this round's parts the readers checked against the manifest
   int64_t bad_dir = -1;         // a reader found a part of this copy wrong (its directory)
   int32_t bad_part = -1;
+  uint32_t hashing = 0;         // part hashes asked of the hashers, not answered yet
+  int32_t hash_bad_part = -1;   // the first part whose hasher's xxh64 differed, or -1
   caf::error error;
 };
 
@@ -314,6 +316,7 @@ void on_part(sched self, const expert_key& k, const caf::expected<read_done>& r)
 
 void check_hash(sched self, const expert_key& k, uint64_t got);
 void bad_copy(sched self, const expert_key& k, uint32_t dir, const std::string& detail);
+void ask_part_hashes(sched self, const expert_key& k);
 
 // Every part has answered. With a verifier the landed bytes are hashed first (on a hasher thread; this
 // actor serves other fills meanwhile). A failed fill gives its slot back (ok = false drops the cache
@@ -338,6 +341,8 @@ void finish_fill(sched self, const expert_key& k) {
     if (n_parts > 0 && f.parts_ok == n_parts) {
       f.verified = true;  // every part checked by the reader that copied it: no second pass over the slot
       st.cfg.verifier->counters().in_reader.fetch_add(1, std::memory_order_relaxed);
+    } else if (n_parts > 1 && st.cfg.verifier->threads() > 1) {
+      return ask_part_hashes(self, k);
     } else {
       ask_hash(self, f.where)
           .then([=](uint64_t got) { check_hash(self, k, got); },
@@ -428,6 +433,59 @@ void on_release(sched self, const expert_key& k, bool ok) {
   it->second.released = true;
   if (!ok) it->second.lease.fail();
   settle(self, k);
+}
+
+// A fill no reader checked (io_uring's reads land without a CPU touching them) whose manifest has part
+// hashes: every part goes to the next hasher at once, so the layer waits for the hash of one part
+// after the last byte lands (a 17.5 MB expert in 2 MiB parts: ~0.4 ms instead of ~3 ms for the whole
+// file at ~6 GB/s). The verdict waits for every part's answer: none may still be reading the slot when
+// a mismatch sends new reads into it.
+void on_part_hash(sched self, const expert_key& k, int32_t part, uint64_t got, caf::error e);
+
+void ask_part_hashes(sched self, const expert_key& k) {
+  auto& st = self->state;
+  Fill& f = st.fills.at(k);
+  const auto& want = st.cfg.catalog->part_hashes_of(k);
+  const uint64_t pb = st.cfg.catalog->part_bytes, fb = st.cfg.catalog->file_bytes;
+  const auto base = uint64_t(reinterpret_cast<uintptr_t>(st.cfg.arena->slot(f.where.slot) + f.where.offset));
+  f.hashing = uint32_t(want.size());
+  f.hash_bad_part = -1;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const uint64_t at = i * pb, n = std::min(pb, fb - at);
+    self->request(st.cfg.verifier->next(), st.cfg.timeout, caf::get_atom_v, base + at, n)
+        .then([=](uint64_t got) { on_part_hash(self, k, int32_t(i), got, caf::error{}); },
+              [=](caf::error& e) { on_part_hash(self, k, int32_t(i), 0, std::move(e)); });
+  }
+}
+
+void on_part_hash(sched self, const expert_key& k, int32_t part, uint64_t got, caf::error e) {
+  auto& st = self->state;
+  Fill& f = st.fills.at(k);  // a fill lives until its hashes have answered
+  if (e) {
+    if (!f.error) {
+      f.error = std::move(e);
+      for (uint64_t id : f.calls) fail_call(self, id, f.error);
+    }
+  } else if (got != st.cfg.catalog->part_hashes_of(k)[size_t(part)] && (f.hash_bad_part < 0 || part < f.hash_bad_part)) {
+    f.hash_bad_part = part;
+  }
+  if (--f.hashing > 0) return;
+  if (f.error || f.hash_bad_part < 0) {
+    f.verified = true;  // checked (or failed: nothing left to check)
+    return finish_fill(self, k);
+  }
+  st.cfg.verifier->counters().mismatches.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t pb = st.cfg.catalog->part_bytes, bad = uint64_t(f.hash_bad_part);
+  auto detail = fmt::format("part {} (bytes {}..{}) differs from the manifest's part xxh64", bad, bad * pb,
+                            std::min((bad + 1) * pb, st.cfg.catalog->file_bytes));
+  f.used = distinct(std::move(f.used));
+  if (f.used.size() > 1) {
+    spdlog::warn("layer scheduler: {}: {} (read in halves); re-reading whole copies",
+                 expert_file_name(int(k.layer), int(k.expert)), detail);
+    f.whole = true;
+    return issue_reads(self, k);
+  }
+  bad_copy(self, k, f.used.at(0), detail);
 }
 
 // A mismatch drops the copy that served the bytes and reads another; with none left the fill fails

@@ -6,6 +6,8 @@
 
 #include "actors/readers/reader_actor.hpp"
 #include "io/errors.hpp"
+#include "io/read_engine/uring_reader.hpp"
+#include "io/store/expert_store.hpp"
 #include "tests/actors/streaming/streaming_support.hpp"
 
 using namespace ferry;
@@ -112,8 +114,10 @@ enum class Damage { flip_byte, zero_file };
 // Copies a prepared layout so a test can corrupt files without touching the shared ones: one byte of
 // every expert file in `victim_dir` flipped, or every one zeroed (what a failing drive returns).
 // `tag` keeps the copies of tests that ctest runs in parallel apart.
+// part_bytes > 0: the copy's manifest gets part hashes of that span, computed from the files before the
+// damage (the test stores' experts are 16 KiB: smaller parts give them several).
 fs::path corrupted_copy(const std::string& name, int primaries, bool replica, const std::string& victim_dir,
-                        Damage damage = Damage::flip_byte, const std::string& tag = "") {
+                        Damage damage = Damage::flip_byte, const std::string& tag = "", uint64_t part_bytes = 0) {
   const fs::path src_root = prepared(name, primaries, replica).parent_path();
   const fs::path root = kRoot / (name + (damage == Damage::flip_byte ? "-corrupt" : "-zeroed") + tag);
   fs::remove_all(root);
@@ -127,6 +131,16 @@ fs::path corrupted_copy(const std::string& name, int primaries, bool replica, co
   for (size_t at; (at = m.find(src_root.string() + "/")) != std::string::npos;)
     m.replace(at, src_root.string().size(), root.string());
   std::ofstream(root / "model/manifest.json") << m;
+  if (part_bytes > 0) {
+    Manifest man = read_manifest(root / "model/manifest.json");
+    man.part_bytes = int64_t(part_bytes);
+    for (auto& e : man.experts) {
+      std::ifstream f(fs::path(man.dirs.at(e.dirs.at(0))) / expert_file_name(e.layer, e.expert), std::ios::binary);
+      const std::string bytes(std::istreambuf_iterator<char>(f), {});
+      e.part_xxh64 = xxh64_parts(bytes.data(), bytes.size(), part_bytes);
+    }
+    write_manifest(root / "model/manifest.json", man);
+  }
   for (auto& f : fs::directory_iterator(root / victim_dir)) {
     if (damage == Damage::zero_file) {
       const std::string zeros(fs::file_size(f.path()), '\0');
@@ -174,6 +188,35 @@ TEST(StreamingFaults, PreadWorkersCheckEveryPartAndABadCopyIsReadFromAnother) {
   const std::string msg = error_of(bad, {}, "a damaged expert reached the output");
   EXPECT_NE(msg.find("/nvme0/L"), std::string::npos) << msg;
   EXPECT_NE(msg.find("part 0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("xxh64"), std::string::npos) << msg;
+}
+
+// io_uring's reads land without a CPU touching them, so the hashers check them: with part hashes in
+// the manifest each part goes to its own hasher at once (the layer waits for one part's hash, not the
+// whole file's), with the same bad-copy handling and the same output, and the error names the part.
+TEST(StreamingFaults, HashersCheckTheManifestsPartsOfAnIoUringReadInParallel) {
+  std::string why;
+  if (!io::probe_io_uring(&why)) GTEST_SKIP() << "io_uring unavailable here: " << why;
+  constexpr uint64_t kPart = 4096;  // 4 parts of each 16 KiB test expert
+  auto o = streaming_options(corrupted_copy("replicated", 2, true, "nvme0", Damage::flip_byte, "-uring-parts", kPart), 0);
+  o.streaming.verify_reads = true;
+  o.streaming.engine = io::EngineKind::uring;
+  o.streaming.hash_threads = 4;
+  for (bool split : {false, true}) {
+    SCOPED_TRACE(split ? "split reads" : "whole-file reads");
+    o.streaming.split_reads = split;
+    const RunResult r = generate_run(o);
+    expect_same_output(r, reference());
+    EXPECT_EQ(r.metrics.verify_in_reader, 0u) << "io_uring checks nothing itself";
+    EXPECT_GT(r.metrics.verify_mismatches, 0u) << "the flipped byte was found";
+    EXPECT_GE(r.metrics.verify_hashes, 4 * r.metrics.disk_reads) << "every read hashed as its 4 parts";
+  }
+  auto bad = streaming_options(corrupted_copy("one", 1, false, "nvme0", Damage::flip_byte, "-uring-parts", kPart), 0);
+  bad.streaming.engine = io::EngineKind::uring;
+  bad.streaming.hash_threads = 4;
+  const std::string msg = error_of(bad, {}, "a damaged expert reached the output");
+  EXPECT_NE(msg.find("/nvme0/L"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("part 0 (bytes 0..4096)"), std::string::npos) << msg;
   EXPECT_NE(msg.find("xxh64"), std::string::npos) << msg;
 }
 
