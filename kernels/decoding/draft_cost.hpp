@@ -50,6 +50,7 @@ class DraftCostModel {
   double block_seconds(size_t k) const;    // measured or estimated T(k); 0 when nothing is measured
   double plain_seconds() const { return plain_; }
   double offer_rate() const;               // q: share of calls that offered drafts (1 before any call)
+  double block_gain(size_t k) const;       // E(k) T0 / max(T(k), T0): a block's promise when drafts come
 
  private:
   double rate(size_t k) const;  // expected tokens per second of a block of k drafts
