@@ -317,6 +317,7 @@ void on_part(sched self, const expert_key& k, const caf::expected<read_done>& r)
 void check_hash(sched self, const expert_key& k, uint64_t got);
 void bad_copy(sched self, const expert_key& k, uint32_t dir, const std::string& detail);
 void ask_part_hashes(sched self, const expert_key& k);
+void hash_mismatch(sched self, const expert_key& k, const std::string& detail);
 
 // Every part has answered. With a verifier the landed bytes are hashed first (on a hasher thread; this
 // actor serves other fills meanwhile). A failed fill gives its slot back (ok = false drops the cache
@@ -474,22 +475,13 @@ void on_part_hash(sched self, const expert_key& k, int32_t part, uint64_t got, c
     f.verified = true;  // checked (or failed: nothing left to check)
     return finish_fill(self, k);
   }
-  st.cfg.verifier->counters().mismatches.fetch_add(1, std::memory_order_relaxed);
   const uint64_t pb = st.cfg.catalog->part_bytes, bad = uint64_t(f.hash_bad_part);
-  auto detail = fmt::format("part {} (bytes {}..{}) differs from the manifest's part xxh64", bad, bad * pb,
-                            std::min((bad + 1) * pb, st.cfg.catalog->file_bytes));
-  f.used = distinct(std::move(f.used));
-  if (f.used.size() > 1) {
-    spdlog::warn("layer scheduler: {}: {} (read in halves); re-reading whole copies",
-                 expert_file_name(int(k.layer), int(k.expert)), detail);
-    f.whole = true;
-    return issue_reads(self, k);
-  }
-  bad_copy(self, k, f.used.at(0), detail);
+  hash_mismatch(self, k, fmt::format("part {} (bytes {}..{}) differs from the manifest's part xxh64", bad, bad * pb,
+                                     std::min((bad + 1) * pb, st.cfg.catalog->file_bytes)));
 }
 
 // A mismatch drops the copy that served the bytes and reads another; with none left the fill fails
-// naming the bad file. Halves read from two drives are re-read whole to find which copy is bad.
+// naming the bad file (hash_mismatch).
 void check_hash(sched self, const expert_key& k, uint64_t got) {
   auto& st = self->state;
   Fill& f = st.fills.at(k);
@@ -498,8 +490,15 @@ void check_hash(sched self, const expert_key& k, uint64_t got) {
     f.verified = true;
     return finish_fill(self, k);
   }
+  hash_mismatch(self, k, fmt::format("xxh64 {:016x} != manifest {:016x}", got, want));
+}
+
+// A hasher found the landed bytes wrong (`detail` says how): the copy that served them is bad. Halves
+// read from two drives are re-read whole to find which copy is bad.
+void hash_mismatch(sched self, const expert_key& k, const std::string& detail) {
+  auto& st = self->state;
+  Fill& f = st.fills.at(k);
   st.cfg.verifier->counters().mismatches.fetch_add(1, std::memory_order_relaxed);
-  auto detail = fmt::format("xxh64 {:016x} != manifest {:016x}", got, want);
   f.used = distinct(std::move(f.used));
   if (f.used.size() > 1) {
     spdlog::warn("layer scheduler: {}: {} (read in halves); re-reading whole copies", expert_file_name(int(k.layer), int(k.expert)), detail);
