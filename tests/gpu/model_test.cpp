@@ -3,6 +3,7 @@
 // of 16 rows bit-identical to 16 plain steps on the GPU, and CPU vs CUDA greedy ids identical.
 #include "tests/gpu/gpu_util.hpp"
 #include "tests/kernels/model/fixture_util.hpp"
+#include "tests/kernels/model/prompt_pass_util.hpp"
 
 namespace ferry::test {
 namespace {
@@ -147,19 +148,10 @@ TEST_P(GpuPrefillChunk, PassesOfSixtyFourRowsGiveEveryLogitTheBitsOfOnePass) {
   for (const int64_t n : {129, 200}) {
     std::vector<int32_t> prompt(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) prompt[static_cast<size_t>(i)] = static_cast<int32_t>((i * 37 + n) % v);
-    ForwardOptions o;
-    o.prefill = true;
-    o.all_logits = true;
-    m.model->set_prefill_chunk(0);
-    auto one = m.model->new_state(256);
-    const auto whole = m.model->forward(*one, prompt, o);
-    m.model->set_prefill_chunk(64);
-    auto st = m.model->new_state(256);
-    const auto chunked = m.model->forward(*st, prompt, o);
+    const auto whole = prompt_pass_logits(*m.model, prompt, 0);
+    const auto chunked = prompt_pass_logits(*m.model, prompt, 64);
     ASSERT_EQ(chunked.size(), whole.size());
-    int64_t bad = -1;
-    for (int64_t r = 0; r < n && bad < 0; ++r)
-      if (std::memcmp(chunked.data() + r * v, whole.data() + r * v, static_cast<size_t>(v) * sizeof(float)) != 0) bad = r;
+    const int64_t bad = first_differing_row(chunked, whole, v);
     std::printf("[gpu-model %s] %lld-token prompt in passes of 64: %s\n", GetParam().c_str(), static_cast<long long>(n),
                 bad < 0 ? "bit-identical" : ("row " + std::to_string(bad) + " differs").c_str());
     EXPECT_EQ(bad, -1) << n << "-token prompt";
@@ -175,17 +167,9 @@ TEST_P(GpuPrefillChunk, ASnapshotInsideOnePromptPassEqualsTheSnapshotAfterAPassO
   std::vector<int32_t> prompt(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) prompt[static_cast<size_t>(i)] = static_cast<int32_t>((i * 53 + 7) % v);
   const std::span<const int32_t> ids(prompt);
-  ForwardOptions all;
-  all.prefill = true;
-  all.all_logits = true;
-  auto ref = m.model->new_state(256);
-  const auto whole = m.model->forward(*ref, prompt, all);
-  auto part = m.model->new_state(256);
-  ForwardOptions quiet;
-  quiet.prefill = true;
-  quiet.no_logits = true;
-  m.model->forward(*part, ids.first(128), quiet);
-  const auto want = m.model->download(m.model->snapshot(*part));
+  const ForwardOptions all = prompt_pass(true);
+  const auto whole = prompt_pass_logits(*m.model, prompt, 0);
+  const auto want = snapshot_after(*m.model, ids, 128);
   auto st = m.model->new_state(256);
   SeqSnapshot snap;
   ForwardOptions o = all;

@@ -8,6 +8,7 @@
 
 #include "io/errors.hpp"
 #include "tests/kernels/model/fixture_util.hpp"
+#include "tests/kernels/model/prompt_pass_util.hpp"
 
 namespace ferry::test {
 namespace {
@@ -22,15 +23,6 @@ std::vector<int32_t> random_prompt(int64_t n, int64_t vocab, uint32_t seed) {
   return ids;
 }
 
-// The first row whose bits differ, or -1.
-int64_t first_differing_row(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab) {
-  for (size_t r = 0; r * static_cast<size_t>(vocab) < a.size(); ++r)
-    if (std::memcmp(a.data() + r * static_cast<size_t>(vocab), b.data() + r * static_cast<size_t>(vocab),
-                    static_cast<size_t>(vocab) * sizeof(float)) != 0)
-      return static_cast<int64_t>(r);
-  return -1;
-}
-
 class PrefillChunk : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PrefillChunk, PassesOfSixtyFourRowsGiveEveryLogitAndTheNextStepTheBitsOfOnePass) {
@@ -39,15 +31,9 @@ TEST_P(PrefillChunk, PassesOfSixtyFourRowsGiveEveryLogitAndTheNextStepTheBitsOfO
   for (const int64_t n : {129, 200}) {
     SCOPED_TRACE("prompt of " + std::to_string(n) + " tokens");
     const auto prompt = random_prompt(n, v, static_cast<uint32_t>(n));
-    ForwardOptions o;
-    o.prefill = true;
-    o.all_logits = true;
-    m.model->set_prefill_chunk(0);
-    auto one = m.model->new_state(256);
-    const auto whole = m.model->forward(*one, prompt, o);
-    m.model->set_prefill_chunk(64);
-    auto st = m.model->new_state(256);
-    const auto chunked = m.model->forward(*st, prompt, o);
+    std::unique_ptr<SeqState> one, st;
+    const auto whole = prompt_pass_logits(*m.model, prompt, 0, &one);
+    const auto chunked = prompt_pass_logits(*m.model, prompt, 64, &st);
     ASSERT_EQ(chunked.size(), whole.size());
     EXPECT_EQ(first_differing_row(chunked, whole, v), -1) << "row of the prompt whose logits differ";
     EXPECT_EQ(st->len, n);
@@ -75,22 +61,15 @@ TEST_P(PrefillChunk, APromptContinuedFromASnapshotAtAMultipleOfSixtyFourGivesThe
   for (const int64_t n : {129, 200}) {
     SCOPED_TRACE("prompt of " + std::to_string(n) + " tokens");
     const auto prompt = random_prompt(n, v, static_cast<uint32_t>(n) + 7);
-    ForwardOptions all;
-    all.prefill = true;
-    all.all_logits = true;
-    auto one = m.model->new_state(256);
-    const auto whole = m.model->forward(*one, prompt, all);
+    const auto whole = prompt_pass_logits(*m.model, prompt, 0);
     auto st = m.model->new_state(256);
-    ForwardOptions quiet;
-    quiet.prefill = true;
-    quiet.no_logits = true;
     const std::span<const int32_t> ids(prompt);
-    m.model->forward(*st, ids.first(128), quiet);
+    m.model->forward(*st, ids.first(128), prompt_pass(false));
     const SeqSnapshot snap = m.model->snapshot(*st);
     for (int32_t id : random_prompt(6, v, 99)) m.model->forward(*st, std::vector<int32_t>{id});  // another reply
     m.model->restore(*st, snap);
     ASSERT_EQ(st->len, 128);
-    const auto rest = m.model->forward(*st, ids.subspan(128), all);
+    const auto rest = m.model->forward(*st, ids.subspan(128), prompt_pass(true));
     const std::vector<float> tail(whole.begin() + 128 * v, whole.end());
     EXPECT_EQ(first_differing_row(rest, tail, v), -1) << "row (from 128) whose logits differ";
   }
@@ -104,18 +83,9 @@ TEST_P(PrefillChunk, ASnapshotInsideOnePromptPassEqualsTheSnapshotAfterAPassOver
   const int64_t v = m.cfg.vocab, n = 200;
   const auto prompt = random_prompt(n, v, 31);
   const std::span<const int32_t> ids(prompt);
-  ForwardOptions all;
-  all.prefill = true;
-  all.all_logits = true;
-  m.model->set_prefill_chunk(0);
-  auto ref = m.model->new_state(256);
-  const auto whole = m.model->forward(*ref, prompt, all);
-  auto part = m.model->new_state(256);
-  ForwardOptions quiet;
-  quiet.prefill = true;
-  quiet.no_logits = true;
-  m.model->forward(*part, ids.first(128), quiet);
-  const auto want = m.model->download(m.model->snapshot(*part));
+  const ForwardOptions all = prompt_pass(true);
+  const auto whole = prompt_pass_logits(*m.model, prompt, 0);
+  const auto want = snapshot_after(*m.model, ids, 128);
   for (const int64_t chunk : {0, 64, 192}) {
     SCOPED_TRACE("prefill chunk " + std::to_string(chunk));
     m.model->set_prefill_chunk(chunk);
