@@ -18,3 +18,22 @@ synth_slice() {
   timeout 300 "$B/bin/ferry" synth --arch kimi_k31 --preset full --layers "$layers" --quiet \
     --usage tests/fixtures/k3-expert-usage-2026-09-03.json --prepared "$model" "${dirs[@]}" --threads "$(nproc)"
 }
+
+# reference_caches NEXP: sets DC (device cache) and HPN (host pool), in experts, for a model of NEXP
+# routed experts at the reference machine's fractions (27.5 and 53.7 GB of K3.1's 1,450 GB).
+reference_caches() {
+  DC=$(python3 -c "print(round($1 * 27.5 / 1450))")
+  HPN=$(python3 -c "print(int($1 * 53.7 / 1450))")
+}
+
+# cat_ceiling DIR BYTES: sets CEIL to the GB/s of 16 parallel `cat` of every DIR/e*/*.bin (BYTES in all),
+# the read ceiling the engine's rate is compared with, and prints it.
+cat_ceiling() {
+  local t0 t1
+  sync
+  t0=$(date +%s.%N)
+  ls "$1"/e*/*.bin | xargs -P 16 -n 16 cat > /dev/null
+  t1=$(date +%s.%N)
+  CEIL=$(python3 -c "print($2 / ($t1 - $t0) / 1e9)")
+  echo "parallel cat: $CEIL GB/s"
+}

@@ -46,17 +46,11 @@ synth_slice $((NMOE + 1)) "$M" "$S"/e{0..3}
 echo "synth exit $?"; du -sh "$M" "$S"; ls "$M"
 cp "$M/usage.json" "$D/usage.orig.json" 2>/dev/null || echo "no usage.json written by synth"
 NEXP=$((896 * NMOE)); EXB=17547264
-DC=$(python3 -c "print(round($NEXP*27.5/1450))")
-HPN=$(python3 -c "print(int($NEXP*53.7/1450))")
+reference_caches "$NEXP"
 HP="$((HPN * EXB))B"
 
 stamp "ceiling: 16 parallel cat of every expert file"
-sync
-t0=$(date +%s.%N)
-ls "$S"/e*/*.bin | xargs -P 16 -n 16 cat > /dev/null
-t1=$(date +%s.%N)
-CEIL=$(python3 -c "print($NEXP*$EXB/($t1-$t0)/1e9)")
-echo "parallel cat: $CEIL GB/s"
+cat_ceiling "$S" $((NEXP * EXB))
 
 P="The three main financial statements are"
 run() {  # name, tokens, extra args

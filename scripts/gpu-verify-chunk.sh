@@ -23,12 +23,11 @@ M=$D/model
 synth_slice $((NMOE + 1)) "$M" "$S"/e{0..3} || exit 1
 cp "$M/usage.json" "$D/usage.orig.json"
 NEXP=$((896 * NMOE)); EXB=17547264
-DC=$(python3 -c "print(round($NEXP*27.5/1450))"); HPN=$(python3 -c "print(int($NEXP*53.7/1450))"); HP="$((HPN * EXB))B"
+reference_caches "$NEXP"; HP="$((HPN * EXB))B"
 CEIL=1
 if [ "${STORE:-tmpfs}" != disk ]; then
   stamp "ceiling: 16 parallel cat"
-  t0=$(date +%s.%N); ls "$S"/e*/*.bin | xargs -P 16 -n 16 cat > /dev/null; t1=$(date +%s.%N)
-  CEIL=$(python3 -c "print($NEXP*$EXB/($t1-$t0)/1e9)"); echo "parallel cat: $CEIL GB/s"
+  cat_ceiling "$S" $((NEXP * EXB))
   [ -x "$B/bin/hash-ceiling" ] && timeout 60 "$B/bin/hash-ceiling" "$S/e0" "$S/e1" | tail -8
 fi
 P="The three main financial statements are"
