@@ -54,6 +54,7 @@ class DraftCostModel {
 
  private:
   double rate(size_t k) const;  // expected tokens per second of a block of k drafts
+  double block_cost(size_t k) const;  // T(k), never under T0
 
   size_t max_;
   double plain_ = 0;             // EWMA of plain step seconds (0 = none yet)
