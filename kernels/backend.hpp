@@ -170,6 +170,12 @@ class Backend {
   }
 
   // ---- dense algebra ------------------------------------------------------------------------
+  // A prompt pass (ForwardOptions::prefill) runs between set_prompt_pass(true) and (false); Model sets
+  // it (PromptPassScope). A back-end may run the pass's matmuls and experts another way (CUDA: on the
+  // tensor cores, kernels/cuda/matmul_mma.cuh), as long as a row's bits still depend only on the row
+  // and on being in a prompt pass: never on the pass's row count or where the row sits in it. Decode
+  // steps and verify blocks (outside a prompt pass) keep the rule that a row alone = the row in a block.
+  virtual void set_prompt_pass(bool on) { (void)on; }
   // y[n, w.rows] = x[n, w.cols] @ W^T. Row-invariant (see the exactness rule above).
   virtual void matmul(const Weight& w, const float* x, int64_t n, float* y) = 0;
   // Per-head matmuls over one weight holding every head's rows (MLA's absorbed decode): for head h and
@@ -189,6 +195,11 @@ class Backend {
   // y = x / sqrt(sum(x^2) + eps) over rows of `dim`
   virtual void l2norm(const float* x, int64_t rows, int64_t dim, float eps, float* y) = 0;
   virtual void add(const float* a, const float* b, int64_t n, float* y) = 0;   // y = a + b
+  // y[r, i] = x[r, i] + b[i] for rows r < rows: add of each row and b (one launch on CUDA, where a
+  // prompt pass of 1,024 rows made 1,024 launches). The default calls add per row.
+  virtual void add_rows(const float* x, const float* b, int64_t rows, int64_t dim, float* y) {
+    for (int64_t r = 0; r < rows; ++r) add(x + r * dim, b, dim, y + r * dim);
+  }
   virtual void scale(float* x, float s, int64_t n) = 0;                        // x *= s
   virtual void axpy(float a, const float* x, int64_t n, float* y) = 0;         // y += a * x
   // 2-D strided copy of `rows` rows of `cols` floats.

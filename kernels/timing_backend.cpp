@@ -113,6 +113,9 @@ void TimingBackend::l2norm(const float* x, int64_t r, int64_t d, float e, float*
   timed("l2norm", [&] { in_->l2norm(x, r, d, e, y); });
 }
 void TimingBackend::add(const float* a, const float* b, int64_t n, float* y) { timed("add", [&] { in_->add(a, b, n, y); }); }
+void TimingBackend::add_rows(const float* x, const float* b, int64_t rows, int64_t dim, float* y) {
+  timed("add_rows", [&] { in_->add_rows(x, b, rows, dim, y); });
+}
 void TimingBackend::scale(float* x, float s, int64_t n) { timed("scale", [&] { in_->scale(x, s, n); }); }
 void TimingBackend::axpy(float a, const float* x, int64_t n, float* y) { timed("axpy", [&] { in_->axpy(a, x, n, y); }); }
 void TimingBackend::copy2d(const float* s, int64_t ss, float* d, int64_t ds, int64_t r, int64_t c) {

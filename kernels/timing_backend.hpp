@@ -58,6 +58,8 @@ class TimingBackend final : public Backend {
   Event create_timing_event() override { return in_->create_timing_event(); }
   double elapsed_ms(Event a, Event b) override { return in_->elapsed_ms(a, b); }
   void upload_async(int q, void* d, const void* s, size_t b) override { in_->upload_async(q, d, s, b); }
+  void set_prompt_pass(bool on) override { in_->set_prompt_pass(on); }
+  void add_rows(const float* x, const float* b, int64_t rows, int64_t dim, float* y) override;
 
   void matmul(const Weight& w, const float* x, int64_t n, float* y) override;
   void matmul_heads(const Weight& w, const HeadsLayout& l, const float* x, int64_t n, float* y) override;

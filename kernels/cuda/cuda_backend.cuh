@@ -45,6 +45,8 @@ class CudaBackend final : public Backend {
   double elapsed_ms(Event a, Event b) override;
   void upload_async(int queue, void* dst, const void* src_host, size_t bytes) override;
 
+  void set_prompt_pass(bool on) override { prompt_pass_ = on; }
+  bool prompt_pass() const { return prompt_pass_; }
   void matmul(const Weight& w, const float* x, int64_t n, float* y) override;
   void matmul_heads(const Weight& w, const HeadsLayout& l, const float* x, int64_t n, float* y) override;
   void embed(const Weight& table, const int32_t* ids_host, int64_t n, float* y) override;
@@ -54,6 +56,7 @@ class CudaBackend final : public Backend {
                  float* y) override;
   void l2norm(const float* x, int64_t rows, int64_t dim, float eps, float* y) override;
   void add(const float* a, const float* b, int64_t n, float* y) override;
+  void add_rows(const float* x, const float* b, int64_t rows, int64_t dim, float* y) override;
   void scale(float* x, float s, int64_t n) override;
   void axpy(float a, const float* x, int64_t n, float* y) override;
   void copy2d(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows,
@@ -86,7 +89,7 @@ class CudaBackend final : public Backend {
 
   // Grow-only device scratch buffers, one per use, reused by later calls (stream order makes the reuse
   // safe: a later op's copy into a slot runs after every earlier kernel that read it).
-  enum Slot { kIds, kPos, kFreq, kKeys, kCounts, kScores, kPtrs, kMoeAct, kMoeWts, kResScores, kNumSlots };
+  enum Slot { kIds, kPos, kFreq, kKeys, kCounts, kScores, kPtrs, kMoeAct, kMoeWts, kResScores, kMmaX, kNumSlots };
   void* scratch(Slot s, size_t bytes);
   // Host -> device copy of small host arrays into a scratch slot (returns the device copy).
   void* stage(Slot s, const void* host, size_t bytes);
@@ -95,6 +98,7 @@ class CudaBackend final : public Backend {
   void bind() const;  // make device_ current on the calling thread
   cudaStream_t queue(int q) const;  // kComputeQueue or an upload queue
   int device_ = 0;
+  bool prompt_pass_ = false;  // set_prompt_pass: matmuls and experts on the tensor cores where supported
   int sm_count_ = 0;
   cudaStream_t stream_ = nullptr;
   std::vector<cudaStream_t> uploads_;  // upload queues

@@ -9,6 +9,7 @@
 #include "kernels/cuda/cuda_backend.cuh"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/matmul.cuh"
+#include "kernels/cuda/matmul_mma_launch.cuh"
 
 namespace ferry::cuda {
 
@@ -254,6 +255,10 @@ void CudaBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
                       std::to_string(w.cols) + ")");
   if (n > 65535 * int64_t{8}) throw LimitError("cuda matmul: " + std::to_string(n) + " rows in one call (max 524280)");
   bind();
+  if (prompt_pass_ && matmul_mma_supported(w)) {
+    const mma::XPrep xp = prep_x(x, n, w.cols, scratch(kMmaX, mma_prep_bytes(n, w.cols)), stream_);
+    return launch_matmul_mma(w, xp, n, y, stream_);
+  }
   launch_matmul(w, x, n, y, stream_);
 }
 

@@ -21,6 +21,9 @@
 //    pairwise), bit-identical to the CPU back-end. A block of 4 warps stages chunks of 1024 columns of
 //    the group's x rows in shared memory, each warp stages its 2 weight rows' bytes.
 //
+// 3. Prompt passes (Backend::set_prompt_pass) run q8_0 / mxfp4 weights with cols % 128 == 0 on the
+//    tensor cores instead (matmul_mma.cuh): their own order, row-invariant within prompt passes.
+//
 // Measured on the H200 (tests/gpu MatmulBench: graph replays of 96 calls, weights rotated past L2;
 // floor = bytes / 4.8 TB/s; device copy measured 4.25 TB/s), 2026-11-29, time in us (GB/s):
 //   rows n                        1            2            4            8            16

@@ -20,6 +20,7 @@
 #include "kernels/cuda/cuda_backend.cuh"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/matmul.cuh"
+#include "kernels/cuda/matmul_mma_launch.cuh"
 #include "kernels/cuda/moe.cuh"
 
 namespace ferry::cuda {
@@ -181,6 +182,31 @@ void ffn_wave_fast(CudaBackend& be, const ExpertFfnArgs& a, const Launch* ls, si
   for (const Launch& l : Span{ls, nls}) launch_grouped_down(l.t, type, s.g, in, inter, a.y, st);
 }
 
+// A prompt pass's wave on the tensor cores: x was prepared once for the call (xp); the intermediate is
+// prepared after the activation, into `act_buf`.
+void ffn_wave_mma(CudaBackend& be, const ExpertFfnArgs& a, const Launch* ls, size_t nls, int rows,
+                  const MoeScratch& s, const mma::XPrep& xp, void* act_buf) {
+  const cudaStream_t st = be.stream();
+  const int in = static_cast<int>(a.in), inter = static_cast<int>(a.inter);
+  const WType type = a.calls[0].gate.type;
+  for (const Launch& l : Span{ls, nls}) launch_grouped_gate_up_mma(l.t, type, xp, in, inter, s.g, s.u, st);
+  expert_act(be, a.act, s.g, s.u, rows * a.inter);
+  const mma::XPrep ap = prep_x(s.g, rows, inter, act_buf, st);
+  for (const Launch& l : Span{ls, nls}) launch_grouped_down_mma(l.t, type, ap, in, inter, a.y, st);
+}
+
+// Whether a prompt pass runs every weight of the batch on the tensor cores.
+bool grouped_mma_ok(const ExpertFfnArgs& a) {
+  const WType type = a.calls[0].gate.type;
+  for (size_t i = 0; i < a.n_calls; ++i) {
+    const ExpertCall& c = a.calls[i];
+    if (c.gate.type != type || c.up.type != type || c.down.type != type || !matmul_mma_supported(c.gate) ||
+        !matmul_mma_supported(c.up) || !matmul_mma_supported(c.down))
+      return false;
+  }
+  return true;
+}
+
 void ffn_wave_generic(CudaBackend& be, const ExpertFfnArgs& a, const Launch* ls, size_t nls, int rows,
                       const MoeScratch& s) {
   const cudaStream_t st = be.stream();
@@ -216,8 +242,21 @@ void CudaBackend::expert_ffn(const ExpertFfnArgs& a) {
   std::vector<Launch> ls;
   std::vector<Wave> waves;
   plan(a, ls, waves);
-  const bool fast = grouped_fast_ok(a);
+  const bool mma = prompt_pass_ && grouped_mma_ok(a);
+  const bool fast = mma || grouped_fast_ok(a);
   const int64_t wave = std::min<int64_t>(total, kWaveRows);
+  if (mma) {
+    // One scratch for the prepared x (the whole call) and the prepared intermediate (one wave).
+    const size_t xb = (mma_prep_bytes(a.x_rows, a.in) + 255) & ~size_t{255};
+    auto* buf = static_cast<uint8_t*>(scratch(kMmaX, xb + mma_prep_bytes(wave, a.inter)));
+    const mma::XPrep xp = prep_x(a.x, a.x_rows, a.in, buf, stream_);
+    const int64_t gi = round_up(wave * a.inter);
+    MoeScratch s{};
+    s.g = static_cast<float*>(scratch(kMoeAct, static_cast<size_t>(2 * gi) * sizeof(float)));
+    s.u = s.g + gi;
+    for (const Wave& w : waves) ffn_wave_mma(*this, a, ls.data() + w.first, w.last - w.first, w.rows, s, xp, buf + xb);
+    return;
+  }
   const int64_t gi = round_up(wave * a.inter), xi = fast ? 0 : round_up(wave * a.in);
   MoeScratch s{};
   s.g = static_cast<float*>(scratch(kMoeAct, static_cast<size_t>(2 * gi + 2 * xi) * sizeof(float)));

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "kernels/backend.hpp"
+#include "kernels/cuda/matmul_mma_launch.cuh"
 
 namespace ferry::cuda {
 
@@ -39,5 +40,12 @@ void launch_grouped_gate_up(const GroupTable& t, WType type, const float* x, int
 // y[dst[i]] = act[base + i] @ down^T for every row i of the table. act [*, inter], y [*, in].
 void launch_grouped_down(const GroupTable& t, WType type, const float* act, int in, int inter, float* y,
                          cudaStream_t st);
+
+// The same two steps in a prompt pass, on the tensor cores (matmul_mma.cuh), from prepared rows: x
+// prepared as [x_rows, in] (rows t.src[i]), act as [wave rows, inter] (rows base + i).
+void launch_grouped_gate_up_mma(const GroupTable& t, WType type, const mma::XPrep& x, int in, int inter, float* g,
+                                float* u, cudaStream_t st);
+void launch_grouped_down_mma(const GroupTable& t, WType type, const mma::XPrep& act, int in, int inter, float* y,
+                             cudaStream_t st);
 
 }  // namespace ferry::cuda

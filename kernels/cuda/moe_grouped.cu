@@ -10,6 +10,7 @@
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/matmul_fast.cuh"
+#include "kernels/cuda/matmul_mma.cuh"
 #include "kernels/cuda/moe.cuh"
 
 namespace ferry::cuda {
@@ -133,7 +134,96 @@ size_t row_bytes_of(WType type, int cols) {
   return w.row_bytes();
 }
 
+// The prompt pass's grouped expert matmul on the tensor cores (matmul_mma.cuh): item j = (z, row group
+// of kMmaBN rows of a piece, 128-row weight tile), z-major as GroupArgs. x rows are prepared rows:
+// gate / up read the layer input's (t.src), down the wave's intermediate (base + i).
+constexpr int kMmaBN = 32;  // a prompt pass of 1,024 rows gives each of 896 experts ~18 rows
+
+struct GroupMma {
+  GroupTable t;
+  int which;
+  size_t row_bytes;
+  int rows, cols;
+  mma::XPrep xp;
+  float* y[2];
+  int ntiles, nb;
+  __device__ mma::Item item(int64_t j) const {
+    mma::Item it;
+    const int64_t per_z = static_cast<int64_t>(nb) * ntiles;
+    it.z = static_cast<int>(j / per_z);
+    const int rem = static_cast<int>(j - it.z * per_z);
+    const int yb = rem / ntiles, tile = rem - yb * ntiles;
+    const int c = t.piece[yb];
+    it.c = c;
+    it.r0 = (yb - t.bstart[c]) * kMmaBN;
+    it.nr = min(kMmaBN, t.m[c] - it.r0);
+    it.row0 = tile * mma::kBM;
+    it.nrows = min(mma::kBM, rows - it.row0);
+    it.w = t.w[c][which + it.z] + static_cast<size_t>(it.row0) * row_bytes;
+    return it;
+  }
+  __device__ int64_t xrow(const mma::Item& it, int r) const {
+    const int i = t.loc[it.c] + it.r0 + r;
+    return which == 0 ? static_cast<int64_t>(t.src[i]) : static_cast<int64_t>(t.base) + i;
+  }
+  __device__ float* yrow(const mma::Item& it, int r) const {
+    const int i = t.loc[it.c] + it.r0 + r;
+    return which == 0 ? y[it.z] + (static_cast<int64_t>(t.base) + i) * rows
+                      : y[0] + static_cast<int64_t>(t.dst[i]) * rows;
+  }
+};
+
+template <class F, int S, int L>
+__global__ void __launch_bounds__(mma::kThreads, 1) grouped_mma_kernel(const __grid_constant__ GroupMma a) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  mma::item_body<F, kMmaBN, S, L>(a, a.item(blockIdx.x), smem);
+}
+
+template <class F, int L>
+void launch_mma_f(GroupMma& a, int nz, cudaStream_t st) {
+  constexpr int S = kStages;
+  constexpr size_t smem = static_cast<size_t>(mma::stage_bytes<F, kMmaBN, L>()) * S;
+  static const bool once = [] {
+    FERRY_CUDA_CHECK(cudaFuncSetAttribute(grouped_mma_kernel<F, S, L>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem)));
+    return true;
+  }();
+  (void)once;
+  int nb = 0;
+  for (int c = 0; c < a.t.ncalls; ++c) {
+    a.t.bstart[c] = nb;
+    const int groups = (a.t.m[c] + kMmaBN - 1) / kMmaBN;
+    for (int g = 0; g < groups; ++g) a.t.piece[nb + g] = static_cast<uint8_t>(c);
+    nb += groups;
+  }
+  a.t.bstart[a.t.ncalls] = nb;
+  if (nb == 0) return;
+  a.nb = nb;
+  a.ntiles = (a.rows + mma::kBM - 1) / mma::kBM;
+  const int64_t items = static_cast<int64_t>(nz) * nb * a.ntiles;
+  grouped_mma_kernel<F, S, L><<<static_cast<unsigned>(items), mma::kThreads, smem, st>>>(a);
+  FERRY_CUDA_LAUNCHED(grouped_mma_kernel);
+}
+
+void launch_mma(GroupMma& a, WType type, int nz, cudaStream_t st) {
+  const bool l2 = a.xp.lo != nullptr;
+  if (type == WType::mxfp4) return l2 ? launch_mma_f<mma::Mx, 2>(a, nz, st) : launch_mma_f<mma::Mx, 1>(a, nz, st);
+  return l2 ? launch_mma_f<mma::Q8, 2>(a, nz, st) : launch_mma_f<mma::Q8, 1>(a, nz, st);
+}
+
 }  // namespace
+
+void launch_grouped_gate_up_mma(const GroupTable& t, WType type, const mma::XPrep& x, int in, int inter, float* g,
+                                float* u, cudaStream_t st) {
+  GroupMma a{t, 0, row_bytes_of(type, in), inter, in, x, {g, u}, 0, 0};
+  launch_mma(a, type, 2, st);
+}
+
+void launch_grouped_down_mma(const GroupTable& t, WType type, const mma::XPrep& act, int in, int inter, float* y,
+                             cudaStream_t st) {
+  GroupMma a{t, 2, row_bytes_of(type, inter), in, inter, act, {y, nullptr}, 0, 0};
+  launch_mma(a, type, 1, st);
+}
 
 void launch_grouped_gate_up(const GroupTable& t, WType type, const float* x, int in, int inter, float* g, float* u,
                             cudaStream_t st) {

@@ -47,7 +47,7 @@ void Model::mixer_kda(int il, Ctx& c, const float* x, float* out) {
   Buf fa(be_, static_cast<size_t>(n * k), u), g(be_, np, u);
   be_.matmul(w.f_a, x, n, fa);
   be_.matmul(w.f_b, fa, n, t);
-  for (int64_t i = 0; i < n; ++i) be_.add(t.get() + i * p, w.dt_bias, p, t.get() + i * p);
+  be_.add_rows(t, w.dt_bias, n, p, t);
   KdaGateParams gp;
   gp.safe_gate = cfg_.kda.has_lower_bound;
   gp.lower_bound = static_cast<float>(cfg_.kda.gate_lower_bound);

@@ -238,8 +238,30 @@ std::vector<float> Model::forward(SeqState& s, std::span<const int32_t> ids, con
   return out;
 }
 
+namespace {
+
+// Backend::set_prompt_pass for the duration of one pass (also when the pass throws).
+class PromptPassScope {
+ public:
+  PromptPassScope(Backend& be, bool on) : be_(be), on_(on) {
+    if (on_) be_.set_prompt_pass(true);
+  }
+  ~PromptPassScope() {
+    if (on_) be_.set_prompt_pass(false);
+  }
+  PromptPassScope(const PromptPassScope&) = delete;
+  PromptPassScope& operator=(const PromptPassScope&) = delete;
+
+ private:
+  Backend& be_;
+  bool on_;
+};
+
+}  // namespace
+
 std::vector<float> Model::forward_rows(SeqState& s, std::span<const int32_t> ids, const ForwardOptions& opt) {
   const int64_t n = static_cast<int64_t>(ids.size()), d = cfg_.hidden;
+  const PromptPassScope prompt_pass(be_, opt.prefill);
   Ctx c;
   c.s = &s;
   c.n = n;

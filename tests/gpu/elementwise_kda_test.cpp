@@ -39,6 +39,41 @@ TEST_F(Ops, NormsMatchCpu) {
   }
 }
 
+// Head-sized rows (<= 256 floats: one warp per row on the GPU, the block kernels' order), many rows, in
+// place as the model calls them.
+TEST_F(Ops, NormsOfHeadSizedRowsMatchCpuInPlace) {
+  for (const int64_t dim : {32, 64, 100, 128, 256}) {
+    const int64_t rows = 1003;
+    const auto xv = random_floats(static_cast<size_t>(rows * dim), 4, -3, 3);
+    auto w = both(random_floats(static_cast<size_t>(dim), 5));
+    for (int which = 0; which < 3; ++which) {
+      auto y = both(xv);
+      for (Backend* be : {cpu_, gpu_}) {
+        const bool g = be == gpu_;
+        float* yo = g ? y.gpu() : y.cpu();
+        if (which == 0) be->rmsnorm(yo, g ? w.gpu() : w.cpu(), rows, dim, 1e-6f, yo);
+        if (which == 1) be->rmsnorm(yo, nullptr, rows, dim, 1e-6f, yo);
+        if (which == 2) be->l2norm(yo, rows, dim, 1e-6f, yo);
+      }
+      auto [c, gv] = results(y);
+      const std::string what = std::string(which == 2 ? "l2norm" : which ? "rmsnorm(no weight)" : "rmsnorm") +
+                               " dim " + std::to_string(dim);
+      EXPECT_LE(rel_err(what.c_str(), c, gv), kNormTol) << what;
+    }
+  }
+}
+
+TEST_F(Ops, AddRowsIsBitIdenticalToCpu) {
+  const int64_t rows = 1025, dim = 3072;
+  auto x = both(random_floats(static_cast<size_t>(rows * dim), 6));
+  auto b = both(random_floats(static_cast<size_t>(dim), 7));
+  auto y = poisoned_pair(static_cast<size_t>(rows * dim));
+  cpu().add_rows(x.cpu(), b.cpu(), rows, dim, y.cpu());
+  gpu().add_rows(x.gpu(), b.gpu(), rows, dim, y.gpu());
+  auto [c, g] = results(y);
+  EXPECT_TRUE(bits_equal("add_rows", c, g));
+}
+
 TEST_F(Ops, RmsnormInPlaceMatchesOutOfPlace) {
   const int64_t rows = 5, dim = 4096;
   const auto xv = random_floats(rows * dim, 4);

@@ -18,6 +18,7 @@
 #if FERRY_WITH_CUDA
 #include "kernels/cuda/cuda_backend.cuh"
 #include "kernels/cuda/matmul.cuh"
+#include "kernels/cuda/matmul_mma_launch.cuh"
 #endif
 
 namespace ferry::test {
@@ -81,6 +82,111 @@ TEST_F(Ops, MatmulMatchesCpuForEveryTypeAndRowCount) {
       const std::string what = std::string("matmul ") + tname(s.t) + " " + std::to_string(s.rows) + "x" +
                                std::to_string(s.cols) + " n=" + std::to_string(n);
       EXPECT_TRUE(matches_cpu(what, fast_path(wg, x.gpu()), c, g)) << what;
+    }
+  }
+}
+
+// ---- prompt passes on the tensor cores (kernels/cuda/matmul_mma.cuh) ----------------------------------
+// Inside a prompt pass q8_0 / mxfp4 matmuls run as fp16 mma with exact weights and x as hi + lo halves
+// of a per-row power-of-two scaling: within kMmaTol of the CPU, and a row's bits independent of the
+// pass's row count and of where the row sits in it.
+constexpr double kMmaTol = 1e-5;
+
+// Backend::set_prompt_pass(true) for a scope.
+struct PromptPass {
+  Backend& be;
+  explicit PromptPass(Backend& b) : be(b) { be.set_prompt_pass(true); }
+  ~PromptPass() { be.set_prompt_pass(false); }
+};
+
+bool mma_path(const Weight& w) {
+#if FERRY_WITH_CUDA
+  return cuda::matmul_mma_supported(w);
+#else
+  (void)w;
+  return false;
+#endif
+}
+
+TEST_F(Ops, PromptPassMatmulOnTensorCoresMatchesCpuForEveryRowCount) {
+  struct Shape { WType t; int64_t rows, cols; std::vector<int64_t> ns; };
+  for (const Shape& s : {Shape{WType::q8_0, 300, 1152, {1, 2, 16, 37, 1024}}, Shape{WType::q8_0, 136, 7168, {1, 16, 65}},
+                         Shape{WType::mxfp4, 200, 3072, {1, 2, 16, 37, 1024}}, Shape{WType::mxfp4, 64, 128, {3, 70}}}) {
+    const auto bytes = random_weight(s.t, s.rows, s.cols, 5);
+    auto wb = both_bytes(bytes.data(), bytes.size());
+    const Weight wg{s.t, s.rows, s.cols, wb->g};
+    EXPECT_TRUE(mma_path(wg)) << tname(s.t) << " " << s.rows << "x" << s.cols;
+    for (int64_t n : s.ns) {
+      auto x = both(random_floats(static_cast<size_t>(n * s.cols), 6 + static_cast<uint32_t>(n)));
+      auto y = poisoned_pair(static_cast<size_t>(n * s.rows));
+      cpu().matmul(Weight{s.t, s.rows, s.cols, wb->c}, x.cpu(), n, y.cpu());
+      {
+        PromptPass on(gpu());
+        gpu().matmul(wg, x.gpu(), n, y.gpu());
+      }
+      auto [c, g] = results(y);
+      const std::string what = std::string("mma ") + tname(s.t) + " " + std::to_string(s.rows) + "x" +
+                               std::to_string(s.cols) + " n=" + std::to_string(n);
+      EXPECT_LE(rel_err(what.c_str(), c, g), kMmaTol) << what;
+    }
+  }
+}
+
+TEST_F(Ops, PromptPassMatmulRowHasTheSameBitsAloneAndAnywhereInAPassOf1024Rows) {
+  const int64_t n = 1024;
+  for (const auto& [t, rows, cols] : {std::tuple{WType::q8_0, int64_t{257}, int64_t{1536}},
+                                      std::tuple{WType::mxfp4, int64_t{384}, int64_t{1024}}}) {
+    const auto bytes = random_weight(t, rows, cols, 7);
+    auto wb = both_bytes(bytes.data(), bytes.size());
+    const Weight w{t, rows, cols, wb->g};
+    auto x = both(random_floats(static_cast<size_t>(n * cols), 8));
+    PromptPass on(gpu());
+    auto all = poisoned_pair(static_cast<size_t>(n * rows));
+    gpu().matmul(w, x.gpu(), n, all.gpu());
+    const auto a = get(gpu(), all.gpu(), all.g.size());
+    for (const auto& [r0, m] : {std::pair{0, 1}, std::pair{511, 1}, std::pair{64, 64}, std::pair{1000, 24},
+                                std::pair{333, 37}, std::pair{7, 100}}) {
+      auto part = poisoned_pair(static_cast<size_t>(m * rows));
+      gpu().matmul(w, x.gpu() + r0 * cols, m, part.gpu());
+      const auto p = get(gpu(), part.gpu(), part.g.size());
+      const int64_t d = first_bit_diff(p.data(), a.data() + r0 * rows, m * rows);
+      std::printf("[gpu-op] mma %s rows %d..%d alone vs in 1024: %s\n", tname(t), r0, r0 + m - 1,
+                  d < 0 ? "bit-identical" : "DIFFERENT");
+      EXPECT_LT(d, 0) << tname(t) << " rows " << r0 << " + " << m;
+    }
+  }
+}
+
+// Rows of zeros, of tiny and of huge values (the per-row scaling keeps each in fp16's range), and
+// mxfp4 exponents from the bottom of E8M0 (2^-127, a subnormal scale) to the top of real checkpoints'
+// range: each row within kMmaTol of the CPU's row. (Huge exponents against tiny rows can overflow the
+// scaled accumulator: matmul_mma.cuh.)
+TEST_F(Ops, PromptPassMatmulScalesEachRowIntoRange) {
+  const int64_t rows = 130, cols = 1024, n = 6;
+  const float row_scale[n] = {0.0f, 1.0f, 0x1p-20f, 0x1p20f, 1e-3f, 3e4f};
+  // x scaled with the exponents so that the products stay normal floats on the CPU.
+  for (const auto& [e_lo, e_hi, xfac] : {std::tuple{0, 3, 0x1p100f}, std::tuple{2, 16, 0x1p100f},
+                                         std::tuple{118, 130, 1.0f}, std::tuple{140, 150, 0x1p-20f}}) {
+    const auto q = random_mxfp4(static_cast<size_t>(rows * cols / kQK), 13, e_lo, e_hi);
+    auto wb = both_bytes(q.data(), q.size() * sizeof(q[0]));
+    auto xv = random_floats(static_cast<size_t>(n * cols), 14);
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < cols; ++c) xv[static_cast<size_t>(r * cols + c)] *= row_scale[r] * xfac;
+    auto x = both(xv);
+    auto y = poisoned_pair(static_cast<size_t>(n * rows));
+    const Weight wg{WType::mxfp4, rows, cols, wb->g};
+    cpu().matmul(Weight{WType::mxfp4, rows, cols, wb->c}, x.cpu(), n, y.cpu());
+    {
+      PromptPass on(gpu());
+      gpu().matmul(wg, x.gpu(), n, y.gpu());
+    }
+    auto [c, g] = results(y);
+    for (int64_t r = 0; r < n; ++r) {
+      const std::vector<float> cr(c.begin() + r * rows, c.begin() + (r + 1) * rows);
+      const std::vector<float> gr(g.begin() + r * rows, g.begin() + (r + 1) * rows);
+      const std::string what = "mma e [" + std::to_string(e_lo) + "," + std::to_string(e_hi) + "] row x" +
+                               std::to_string(row_scale[r]);
+      EXPECT_LE(rel_err(what.c_str(), cr, gr), kMmaTol) << what;
     }
   }
 }

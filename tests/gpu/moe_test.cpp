@@ -109,6 +109,21 @@ TEST_F(Ops, ExpertFfnPromptBatchesSplitIntoPiecesAndWavesMatchBitwise) {
               "prompt " + std::to_string(rows_of(m)) + " rows");
 }
 
+// A prompt pass on the tensor cores (Backend::set_prompt_pass; kernels/cuda/matmul_mma.cuh): the
+// grouped kernels give the bits of the per-expert matmuls in the same pass, within tolerance of the CPU.
+TEST_F(Ops, PromptPassExpertFfnOnTensorCoresMatchesPerExpertMatmulsBitwise) {
+  gpu().set_prompt_pass(true);
+  std::vector<int64_t> m{18, 1, 40, 3, 70, 17, 33, 300};
+  for (int i = 0; i < 20; ++i) m.push_back(1 + (i * 37) % 50);
+  check_batch(gpu(), cpu(), Shape{WType::mxfp4, 512, 384}, m, 400, 0, all_acts()[2], 60,
+              "mma prompt " + std::to_string(rows_of(m)) + " rows");
+  check_batch(gpu(), cpu(), Shape{WType::q8_0, 1024, 256}, {1, 9, 3, 64, 16}, 100, 0, all_acts()[0], 61,
+              "mma q8_0 prompt");
+  check_batch(gpu(), cpu(), Shape{WType::mxfp4, 3584, 3072}, {18, 2, 25}, 30, 0, all_acts()[1], 62,
+              "mma K3 shape prompt");
+  gpu().set_prompt_pass(false);
+}
+
 // The generic fallback: shapes the fast path does not take, and an x that is not 16-byte aligned.
 TEST_F(Ops, ExpertFfnGenericFallbackMatchesBitwise) {
   check_batch(gpu(), cpu(), Shape{WType::mxfp4, 256, 128}, {2, 5, 1, 16}, 16, 0, all_acts()[2], 40,

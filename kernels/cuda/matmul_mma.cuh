@@ -1,0 +1,276 @@
+// The prompt pass's matmul on the tensor cores (fp16 mma.sync, fp32 accumulate), for q8_0 and mxfp4
+// weights. Used only inside a prompt pass (Backend::set_prompt_pass): decode steps and verify blocks
+// keep the CUDA-core path of matmul.cuh, whose order makes a row alone equal the row in a block of 16.
+//
+// Exactness, and why a row's bits depend only on the row (the prompt pass's rule: a pass of 64 rows
+// gives every row the bits of the whole prompt in one pass):
+// - Weights enter the tensor cores exactly. A q8_0 quant is an integer in [-128, 127]; an mxfp4 E2M1
+//   value is one of 0, ±0.5 … ±6. Both are exact fp16 values. The block scale (fp16 d, or 2^(e-127))
+//   is applied after the block's products, in fp32: acc = fma(block_sum, scale, acc), blocks in K order.
+// - x is prepared per row (prep_x): x' = x * 2^k with k chosen from the row's own max |x| so that
+//   max |x'| lies in [2^14, 2^15) (inside fp16's range), then split into hi = fp16(x') and
+//   lo = fp16(x' - hi): hi + lo carries 22 of x's 24 significant bits (the kernels' knob kLevels = 1
+//   drops lo: 11 bits, half the tensor-core work). Every product of an fp16 weight value (<= 8
+//   significant bits) and hi or lo is exact in fp32. The output is multiplied by 2^-k at the end.
+// - One quant block (32 columns) is 2 k16 steps x (hi, lo) = 4 mma into a fresh accumulator; the
+//   hardware's order of additions inside an mma depends only on the output element's own row and
+//   column, and the kernel's loop order depends only on the weight's shape. So every output element
+//   is computed by the same operations whatever the number of rows in the call, and where its row sits.
+// Results differ from the CUDA-core path's and the CPU's in the last bits (x rounded to 22 bits, the
+// tensor core's own summation): 2e-7 to 7e-7 of the largest output on the H200 (tests/gpu
+// PromptPassMatmul*). The accumulator holds y * 2^k, so an output must stay below 2^(128 - k) where the
+// CPU's limit is 2^128: only rows with a tiny max |x| against huge mxfp4 block exponents (e > ~200,
+// 2^73 and up; real checkpoints use ~2^-20 .. 2^5) can overflow where the CPU would not.
+//
+// Tiling: a thread block of 8 warps computes a 128-row weight tile (16 rows per warp) against a group
+// of BN activation rows, K in stages of 128 columns (4 quant blocks): cp.async copies, in 16-byte
+// granules, the 16-aligned window over each tile row's raw quant bytes (q8_0: 136 bytes at an 8-aligned
+// start, 9 granules; mxfp4: 68 at a 4-aligned start, 5) and the group's hi / lo rows (fp16, rows padded
+// to 272 bytes so ldmatrix is conflict-free) into one of S stages. Each warp decodes its rows' A fragments
+// straight from the raw bytes (q8_0: int8 -> fp16 by the 0x6400 magic; mxfp4: a byte-permute table),
+// loads B fragments with ldmatrix, and runs 4 mma per 8 activation rows and quant block.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/matmul_mma_launch.cuh"
+
+namespace ferry::cuda::mma {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kBM = 16 * kWarps;  // weight rows per tile
+constexpr int kK = 128;           // columns per stage: 4 quant blocks
+constexpr int kXStride = kK * 2 + 16;  // bytes per activation row in a stage (fp16, padded)
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void* smem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+
+// d = a (16x16, row) * b (16x8, col) + c, fp16 inputs, fp32 accumulate.
+__device__ __forceinline__ void mma16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1, const float c[4]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%11,%12,%13};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+}
+
+// Two int8 (the low 16 bits of v) -> two exact fp16: the bytes with their sign bit flipped (q + 128)
+// under fp16's 2^10 exponent are 1024 + q + 128; subtracting 1152 leaves q.
+__device__ __forceinline__ uint32_t i8x2_to_h2(uint32_t v) {
+  const uint32_t p = __byte_perm(v, 0x64646464u, 0x5140u) ^ 0x00800080u;
+  __half2 h = *reinterpret_cast<const __half2*>(&p);
+  h = __hsub2(h, __halves2half2(__ushort_as_half(0x6480), __ushort_as_half(0x6480)));  // 1152
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// q8_0 (ggml: fp16 d, 32 int8). The thread's A fragments for quant block b of a stage row: step s
+// (k 16s..16s+15) needs k = 2t, 2t+1 (a0 / a1) and 2t+8, 2t+9 (a2 / a3) of rows g and g+8.
+struct Q8 {
+  static constexpr int kBlockBytes = 34;
+  static constexpr int kRaw = 4 * kBlockBytes;  // bytes per row per stage
+  static constexpr int kWin = 9;                // 16-byte granules covering them (they start 8-aligned)
+  // slot: the row's window in the stage; o: where the stage's bytes start in it (0 or 8).
+  __device__ static float frag(const uint8_t* slot, int o, int b, int t, uint32_t a[2][2]) {
+    const uint8_t* blk = slot + o + b * kBlockBytes;
+    const uint16_t* q = reinterpret_cast<const uint16_t*>(blk + 2);  // even offset: aligned
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      a[s][0] = i8x2_to_h2(q[8 * s + t]);
+      a[s][1] = i8x2_to_h2(q[8 * s + t + 4]);
+    }
+    return __half2float(*reinterpret_cast<const __half*>(blk));
+  }
+};
+
+// mxfp4 (ggml: e8m0 e, 16 bytes; byte j holds element j (low nibble) and j+16 (high nibble)). Step 0
+// is the low nibbles, step 1 the high ones, of bytes 2t, 2t+1 and 2t+8, 2t+9.
+struct Mx {
+  static constexpr int kBlockBytes = 17;
+  static constexpr int kRaw = 4 * kBlockBytes;  // 68
+  static constexpr int kWin = 5;                // 16-byte granules covering them (they start 4-aligned)
+  // Two bytes (nibbles lo0, hi0, lo1, hi1 in v's low 16 bits) -> fp16 pairs (lo0, lo1) and (hi0, hi1).
+  // fp16 of an E2M1 value has a zero low byte; the high byte comes from a byte-permute table of the
+  // 8 magnitudes, with the sign bit set where the nibble's is.
+  __device__ static void nibbles(uint32_t v, uint32_t& lo, uint32_t& hi) {
+    const uint32_t pos = __byte_perm(0x3E3C3800u, 0x46444240u, v);  // 0, .5, 1, 1.5 | 2, 3, 4, 6
+    const uint32_t neg = pos | 0x80808080u;
+    const uint32_t h = __byte_perm(pos, neg, ((v >> 1) & 0x4444u) | 0x3210u);
+    lo = __byte_perm(h, 0u, 0x2404u);
+    hi = __byte_perm(h, 0u, 0x3414u);
+  }
+  // The 16 bits at any byte offset of a 4-aligned buffer.
+  __device__ static uint32_t u16_at(const uint8_t* base, int off) {
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(base) + (off >> 2);
+    return __funnelshift_r(w[0], w[1], (off & 3) * 8) & 0xffffu;
+  }
+  __device__ static float frag(const uint8_t* slot, int o, int b, int t, uint32_t a[2][2]) {
+    const int off = o + b * kBlockBytes;
+    nibbles(u16_at(slot, off + 1 + 2 * t), a[0][0], a[1][0]);
+    nibbles(u16_at(slot, off + 9 + 2 * t), a[0][1], a[1][1]);
+    const unsigned e = slot[off];
+    return __uint_as_float(e ? e << 23 : 0x00400000u);  // 2^(e-127)
+  }
+};
+
+template <class F, int BN, int L>
+__host__ __device__ constexpr int stage_bytes() {
+  return kBM * F::kWin * 16 + 16 + L * BN * kXStride;  // +16: u16_at's read past the last row
+}
+
+// One work item: a 128-row weight tile against a group of nr (<= BN) activation rows.
+struct Item {
+  const uint8_t* w;  // the tile's first weight row
+  int row0;          // its first output column
+  int nrows;         // valid weight rows (128 but at the matrix's end)
+  int nr;            // activation rows in the group
+  int c, r0, z;      // the problem's coordinates
+};
+
+// Item it of problem p: out[r][row0 + i] for i < nrows, r < nr. The problem gives the prepared rows
+// (p.xp, p.xrow(it, r): a row index into it) and the output rows (p.yrow(it, r)).
+template <class F, int BN, int S, int L, class P>
+__device__ __forceinline__ void item_body(const P& p, const Item& it, uint8_t* smem) {
+  constexpr int SB = stage_bytes<F, BN, L>();
+  constexpr int kSlot = F::kWin * 16;                             // bytes per weight row in a stage
+  constexpr int KW = (kBM * F::kWin + kThreads - 1) / kThreads;   // weight granules per thread
+  constexpr int KX = (L * BN * (kK / 8) + kThreads - 1) / kThreads;  // x granules per thread
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int nst = p.cols / kK;
+  __shared__ int64_t xrow[BN];
+  if (threadIdx.x < BN) xrow[threadIdx.x] = threadIdx.x < it.nr ? p.xrow(it, threadIdx.x) : -1;
+  __syncthreads();
+
+  // This thread's copies, fixed for the item: weight granule i = threadIdx.x + k * kThreads is granule
+  // i % kWin of the 16-aligned window over row i / kWin's stage bytes; only granules holding some of
+  // those bytes are copied (the window never reaches past the matrix: matmul_mma_supported). x granule
+  // j is 8 halves of row (j / 16) % BN of level j / (16 BN).
+  const uint8_t* wrow[KW];
+  int wdst[KW], wg16[KW];
+#pragma unroll
+  for (int k = 0; k < KW; ++k) {
+    const int i = threadIdx.x + k * kThreads, r = i / F::kWin;
+    wrow[k] = i < kBM * F::kWin && r < it.nrows ? it.w + static_cast<size_t>(r) * p.row_bytes : nullptr;
+    wg16[k] = (i - r * F::kWin) * 16;
+    wdst[k] = r * kSlot + wg16[k];
+  }
+  const __half* xsrc[KX];
+  int xdst[KX];
+#pragma unroll
+  for (int k = 0; k < KX; ++k) {
+    const int j = threadIdx.x + k * kThreads, lv = j / (BN * (kK / 8)), rem = j - lv * BN * (kK / 8);
+    const int r = rem / (kK / 8), q = rem - r * (kK / 8);
+    xsrc[k] = j < L * BN * (kK / 8) && r < it.nr ? (lv ? p.xp.lo : p.xp.hi) + xrow[r] * p.xp.stride + q * 8 : nullptr;
+    xdst[k] = lv * BN * kXStride + r * kXStride + q * 16;
+  }
+  auto load = [&](int st, int c) {
+    uint8_t* base = smem + st * SB;
+    const size_t off = static_cast<size_t>(c) * F::kRaw;
+#pragma unroll
+    for (int k = 0; k < KW; ++k) {
+      if (!wrow[k]) continue;
+      const uint8_t* src = wrow[k] + off;
+      const int o = static_cast<int>(reinterpret_cast<uintptr_t>(src) & 15u);
+      if (wg16[k] < o + F::kRaw) cp_async16(base + wdst[k], src - o + wg16[k]);
+    }
+    uint8_t* xs = base + kBM * kSlot + 16;
+#pragma unroll
+    for (int k = 0; k < KX; ++k)
+      if (xsrc[k]) cp_async16(xs + xdst[k], xsrc[k] + static_cast<int64_t>(c) * kK);
+  };
+  // Where this warp's rows g and g + 8 start in their windows: (row address + stage offset) & 15.
+  const unsigned rg = static_cast<unsigned>(reinterpret_cast<uintptr_t>(it.w)) +
+                      static_cast<unsigned>((warp * 16 + g) * p.row_bytes);
+  const unsigned rh = rg + static_cast<unsigned>(8 * p.row_bytes);
+
+  float acc[BN / 8][4];
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[j][i] = 0.0f;
+  const int ntiles = (it.nr + 7) / 8;       // n8 tiles with rows
+  const bool active = warp * 16 < it.nrows;  // this warp's 16 weight rows hold any
+
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < nst) load(s, s);
+    cp_commit();
+  }
+  for (int c = 0; c < nst; ++c) {
+    cp_wait<S - 2>();
+    __syncthreads();
+    if (c + S - 1 < nst) load((c + S - 1) % S, c + S - 1);
+    cp_commit();
+    if (!active) continue;
+    const uint8_t* base = smem + (c % S) * SB;
+    const uint8_t* wg = base + (warp * 16 + g) * kSlot;
+    const uint8_t* xs = base + kBM * kSlot + 16;
+    const unsigned so = static_cast<unsigned>(c) * F::kRaw;
+    const int og = static_cast<int>((rg + so) & 15u), oh = static_cast<int>((rh + so) & 15u);
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      uint32_t ag[2][2], ah[2][2];
+      const float dg = F::frag(wg, og, b, t, ag), dh = F::frag(wg + 8 * kSlot, oh, b, t, ah);
+      uint32_t a[2][4];
+#pragma unroll
+      for (int s = 0; s < 2; ++s) a[s][0] = ag[s][0], a[s][1] = ah[s][0], a[s][2] = ag[s][1], a[s][3] = ah[s][1];
+#pragma unroll
+      for (int jp = 0; jp < BN / 16; ++jp) {
+        if (2 * jp >= ntiles) break;
+        // ldmatrix x4: (rows 16jp..+7, k lo 8), (same rows, k hi 8), (rows 16jp+8.., k lo), (.., k hi).
+        const int m = lane >> 3;
+        const int row = 16 * jp + 8 * (m >> 1) + (lane & 7);
+        uint32_t bx[L][2][4];
+#pragma unroll
+        for (int lv = 0; lv < L; ++lv)
+#pragma unroll
+          for (int s = 0; s < 2; ++s)
+            ldmatrix_x4(bx[lv][s], xs + lv * BN * kXStride + row * kXStride + (32 * b + 16 * s + 8 * (m & 1)) * 2);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int j = 2 * jp + h;
+          float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+          for (int lv = 0; lv < L; ++lv)
+#pragma unroll
+            for (int s = 0; s < 2; ++s) mma16816(sum, a[s], bx[lv][s][2 * h], bx[lv][s][2 * h + 1], sum);
+          acc[j][0] = fmaf(sum[0], dg, acc[j][0]);
+          acc[j][1] = fmaf(sum[1], dg, acc[j][1]);
+          acc[j][2] = fmaf(sum[2], dh, acc[j][2]);
+          acc[j][3] = fmaf(sum[3], dh, acc[j][3]);
+        }
+      }
+    }
+  }
+  cp_wait<0>();
+  if (active) {
+    const int r0 = warp * 16 + g;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = 8 * j + 2 * t + (i & 1), row = r0 + 8 * (i >> 1);
+        if (r < it.nr && row < it.nrows) p.yrow(it, r)[it.row0 + row] = acc[j][i] * p.xp.inv[xrow[r]];
+      }
+    }
+  }
+  __syncthreads();  // xrow and the stages are free for the next item
+}
+
+}  // namespace ferry::cuda::mma

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Issue 14 item 2 in one device call: prompt passes on the tensor cores (kernels/cuda/matmul_mma.cuh).
+# The GPU tests (TEST_FILTER narrows them), memcheck over the mma tests, then a full-width K3.1 slice
+# (LAYERS=4: 1 dense + 3 MoE layers, 2,688 experts of 17.5 MB on /dev/shm, all resident) and one
+# 1,024-token prompt pass per arm, arms interleaved over REPS rounds: cores (FERRY_MMA=0, the CUDA-core
+# kernels of before), mma (default: x as hi + lo), mma1 (FERRY_MMA_LEVELS=1: hi only). Each arm also runs
+# with --profile-ops once. Prints prompt_s per arm and the ratio to the compute target. When the bundle
+# holds ferry-before.xz (the binary before this work), the resident decode runs with both binaries,
+# the new one with FERRY_MMA=0 (its prompt pass on the CUDA cores, as before): steady rate and logit
+# hashes (ferry trace diff: identical = the CUDA-core path's bits did not move), and with the default.
+# Builds nothing: `bash scripts/gpu-bundle.sh` here, carry [".bundle"], `bash scripts/gpu-prompt-pass.sh`.
+set -uo pipefail
+source "$(dirname "$0")/gpu-env.sh"
+R=$OUT/prompt-pass
+mkdir -p "$R"
+exec > >(tee "$OUT/prompt-pass.log") 2>&1
+export FERRY_FIXTURES_DIR="$PWD/tests/fixtures"
+T0=$(date +%s); stamp() { echo "== [$(($(date +%s) - T0)) s] $*"; }
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv
+if [ "${TESTS:-1}" = 1 ]; then
+  stamp "GPU tests ${TEST_FILTER:-all}"
+  timeout ${TEST_TIMEOUT:-200} "$B/bin/ferry_test_gpu" ${TEST_FILTER:+--gtest_filter=$TEST_FILTER} > "$R/gpu_tests.log" 2>&1
+  echo "gpu tests exit $?"
+  grep -E '^\[gpu-op\] (mma e \[118|mma .*1024|mma prompt|mma q8_0 prompt|mma K3|rmsnorm|l2norm|add_rows|kda|block of)' "$R/gpu_tests.log" | head -60
+  grep -E '^\[  (FAILED|PASSED) +\]|tests? ran|Failure' "$R/gpu_tests.log" | head -30
+fi
+if [ "${MEMCHECK:-1}" = 1 ] && command -v compute-sanitizer > /dev/null; then
+  stamp "memcheck"
+  timeout 90 compute-sanitizer --tool memcheck --leak-check no "$B/bin/ferry_test_gpu" \
+    --gtest_filter='Ops.PromptPass*:Ops.NormsOfHeadSized*:Ops.AddRows*:Ops.KdaChunked*' > "$R/memcheck.log" 2>&1
+  echo "memcheck exit $? : $(grep -E 'ERROR SUMMARY' "$R/memcheck.log" | tail -1)"
+fi
+[ "${MODEL:-1}" = 1 ] || exit 0
+stamp "synth"
+D=/dev/shm/ferry; M=$D/model; E=$D/experts
+rm -rf "$D"; mkdir -p "$D"
+timeout 200 "$B/bin/ferry" synth --arch kimi_k31 --preset full --layers ${LAYERS:-4} --quiet \
+  --usage tests/fixtures/k3-expert-usage-2026-09-03.json --prepared "$M" --expert-dir "$E" --threads "$(nproc)"
+echo "synth exit $?"; du -sh "$M" "$E"
+IDS=$(python3 -c "import random; random.seed(7); print(','.join(str(random.randrange(0, 1024)) for _ in range(${NPROMPT:-1024})))")
+arm_env() { case $1 in cores) echo FERRY_MMA=0;; mma) echo FERRY_MMA=1;; mma1) echo FERRY_MMA_LEVELS=1;; esac; }
+ARMS=${ARMS:-"cores mma mma1"}
+for rep in $(seq 1 ${REPS:-2}); do
+  for arm in $ARMS; do
+    stamp "$arm round $rep"
+    env $(arm_env $arm) timeout 150 "$B/bin/ferry" run -m "$M" --backend cuda --prompt-ids "$IDS" -n 4 --ignore-eos \
+      --json > "$R/$arm-$rep.json" 2> "$R/$arm-$rep.err"
+    echo "exit $?"; tail -1 "$R/$arm-$rep.err"
+    python3 -c "import json;j=json.load(open('$R/$arm-$rep.json'));print('$arm','prompt_s',j['prompt_s'],'tokens',j['prompt_tokens'],'ids',j['ids'])"
+  done
+done
+for arm in $ARMS; do
+  env $(arm_env $arm) timeout 150 "$B/bin/ferry" run -m "$M" --backend cuda --prompt-ids "$IDS" -n 1 --ignore-eos \
+    --json --profile-ops > "$R/$arm-ops.json" 2> "$R/$arm-ops.err"
+  echo "$arm profile-ops exit $?"
+  python3 -c "
+import json
+j=json.load(open('$R/$arm-ops.json')); p=j['op_profile']
+print('$arm ops: busy %.1f ms, span %.1f ms, prompt_s %.4f' % (p['busy_ms'], p['span_ms'], j['prompt_s']))
+for k, v in sorted(p['ops'].items(), key=lambda kv: -kv[1]['ms'])[:22]: print('  %-44s %5d %9.2f ms' % (k, v['calls'], v['ms']))"
+done
+if [ -f "$B/ferry-before.xz" ] || [ -x "$B/bin/ferry-before" ]; then
+  [ -f "$B/ferry-before.xz" ] && xz -dc "$B/ferry-before.xz" > "$B/bin/ferry-before" && chmod +x "$B/bin/ferry-before" && rm "$B/ferry-before.xz"
+  for run in ferry-before:0 ferry:0 ferry:1; do
+    bin=${run%:*}; mma=${run#*:}; name=$bin-mma$mma
+    stamp "$name resident decode"
+    FERRY_MMA=$mma timeout 150 "$B/bin/$bin" run -m "$M" --backend cuda -p "The three main financial statements are" -n 65 \
+      --json --trace-hash "$R/$name.hash" > "$R/$name-decode.json" 2> "$R/$name-decode.err"
+    echo "exit $?"
+    python3 -c "import json;j=json.load(open('$R/$name-decode.json'));print('$name decode steady',j['steady'],'tok/s, prompt_s',j['prompt_s'],'ids',j['ids'][:12])"
+  done
+  echo "before vs after with FERRY_MMA=0 (the CUDA-core path):"
+  "$B/bin/ferry" trace diff "$R/ferry-before-mma0.hash" "$R/ferry-mma0.hash" | tail -3
+fi
+stamp "summary"
+python3 - "$R" $ARMS <<'PY' | tee "$OUT/prompt-pass.txt"
+import json, sys, glob, statistics
+r, arms = sys.argv[1], sys.argv[2:]
+# FLOPs of the pass (matmuls only): 2 x weights each token multiplies, from --profile-ops' weight shapes
+# is not available here; use the slice's count (docs/BENCHMARKS.md): spine 2.95 G + 3 x 16 x 33.03 M
+# expert weights per token.
+per_tok = 2 * (2.95e9 + 3 * 16 * 33.03e6)
+for a in arms:
+    ts = [json.load(open(f))['prompt_s'] for f in sorted(glob.glob(f"{r}/{a}-[0-9]*.json"))]
+    if not ts: continue
+    n = json.load(open(glob.glob(f"{r}/{a}-1.json")[0]))['prompt_tokens']
+    best = min(ts)
+    tf = per_tok * n / best / 1e12
+    print(f"{a}: prompt pass of {n} tokens: {' '.join(f'{t*1e3:.1f}' for t in ts)} ms; best {best*1e3:.1f} ms = "
+          f"{tf:.1f} TFLOP/s = {tf/989*100:.1f} % of 989 dense fp16/bf16 TFLOP/s (target 40 %)")
+PY
+rm -rf "$D"
+tar czf "$OUT/prompt-pass.tgz" -C "$R" . && rm -rf "$R"  # one file back (the device call returns few)
+stamp done
