@@ -3,7 +3,8 @@
 # The GPU tests (TEST_FILTER narrows them), memcheck over the mma tests, then a full-width K3.1 slice
 # (LAYERS=4: 1 dense + 3 MoE layers, 2,688 experts of 17.5 MB on /dev/shm, all resident) and one
 # 1,024-token prompt pass per arm, arms interleaved over REPS rounds: cores (FERRY_MMA=0, the CUDA-core
-# kernels of before), mma (default: x as hi + lo), mma1 (FERRY_MMA_LEVELS=1: hi only). Each arm also runs
+# kernels of before), mma (default: x as hi + lo), mma1 (FERRY_MMA_LEVELS=1: hi only), mmaw2
+# (FERRY_MMA_GROUP_MW=2: 256-row expert tiles). ARMS picks them (default cores mma mma1). Each arm also runs
 # with --profile-ops once. Prints prompt_s per arm and the ratio to the compute target. When the bundle
 # holds ferry-before.xz (the binary before this work), the resident decode runs with both binaries,
 # the new one with FERRY_MMA=0 (its prompt pass on the CUDA cores, as before): steady rate and logit
@@ -38,7 +39,7 @@ timeout 200 "$B/bin/ferry" synth --arch kimi_k31 --preset full --layers ${LAYERS
   --usage tests/fixtures/k3-expert-usage-2026-09-03.json --prepared "$M" --expert-dir "$E" --threads "$(nproc)"
 echo "synth exit $?"; du -sh "$M" "$E"
 IDS=$(python3 -c "import random; random.seed(7); print(','.join(str(random.randrange(0, 1024)) for _ in range(${NPROMPT:-1024})))")
-arm_env() { case $1 in cores) echo FERRY_MMA=0;; mma) echo FERRY_MMA=1;; mma1) echo FERRY_MMA_LEVELS=1;; esac; }
+arm_env() { case $1 in cores) echo FERRY_MMA=0;; mma) echo FERRY_MMA=1;; mma1) echo FERRY_MMA_LEVELS=1;; mmaw2) echo FERRY_MMA_GROUP_MW=2;; esac; }
 ARMS=${ARMS:-"cores mma mma1"}
 for rep in $(seq 1 ${REPS:-2}); do
   for arm in $ARMS; do

@@ -51,6 +51,8 @@ __global__ void __launch_bounds__(kPrepThreads) prep_x_kernel(const float* __res
   if (threadIdx.x == 0) inv[r] = down;
 }
 
+constexpr int kPlainMW = 1;  // 128-row tiles (64 activation rows per group)
+
 // Plain matmul: item j = (row group j / ntiles, weight tile j % ntiles), x prepared as [n, cols].
 struct PlainMma {
   const uint8_t* w;
@@ -67,9 +69,9 @@ struct PlainMma {
     it.c = 0;
     it.z = 0;
     it.r0 = static_cast<int>(grp * group);
-    it.row0 = tile * kBM;
+    it.row0 = tile * tile_rows(kPlainMW);
     it.w = w + static_cast<size_t>(it.row0) * row_bytes;
-    it.nrows = min(kBM, rows - it.row0);
+    it.nrows = min(tile_rows(kPlainMW), rows - it.row0);
     it.nr = static_cast<int>(min(static_cast<int64_t>(group), n - it.r0));
     return it;
   }
@@ -80,7 +82,7 @@ struct PlainMma {
 template <class F, int BN, int S, int L>
 __global__ void __launch_bounds__(kThreads, 1) plain_mma_kernel(const __grid_constant__ PlainMma p) {
   extern __shared__ __align__(16) uint8_t smem[];
-  item_body<F, BN, S, L>(p, p.item(blockIdx.x), smem);
+  item_body<F, BN, S, L, kPlainMW>(p, p.item(blockIdx.x), smem);
 }
 
 constexpr int kPlainBN = 64;
@@ -88,7 +90,7 @@ constexpr int kPlainBN = 64;
 template <class F, int L>
 void launch_plain(PlainMma p, cudaStream_t st) {
   constexpr int S = kStages;
-  constexpr size_t smem = static_cast<size_t>(stage_bytes<F, kPlainBN, L>()) * S;
+  constexpr size_t smem = static_cast<size_t>(stage_bytes<F, kPlainBN, L, kPlainMW>()) * S;
   static const bool once = [] {
     FERRY_CUDA_CHECK(cudaFuncSetAttribute(plain_mma_kernel<F, kPlainBN, S, L>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
@@ -96,7 +98,7 @@ void launch_plain(PlainMma p, cudaStream_t st) {
   }();
   (void)once;
   p.group = kPlainBN;
-  p.ntiles = (p.rows + kBM - 1) / kBM;
+  p.ntiles = (p.rows + tile_rows(kPlainMW) - 1) / tile_rows(kPlainMW);
   const int64_t items = static_cast<int64_t>(p.ntiles) * ((p.n + kPlainBN - 1) / kPlainBN);
   if (items > (int64_t{1} << 31) - 1) throw LimitError("cuda mma matmul: " + std::to_string(items) + " tiles in one call");
   plain_mma_kernel<F, kPlainBN, S, L><<<static_cast<unsigned>(items), kThreads, smem, st>>>(p);

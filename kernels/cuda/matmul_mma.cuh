@@ -22,7 +22,7 @@
 // CPU's limit is 2^128: only rows with a tiny max |x| against huge mxfp4 block exponents (e > ~200,
 // 2^73 and up; real checkpoints use ~2^-20 .. 2^5) can overflow where the CPU would not.
 //
-// Tiling: a thread block of 8 warps computes a 128-row weight tile (16 rows per warp) against a group
+// Tiling: a thread block of 8 warps computes a weight tile of 128 or 256 rows (16 MW per warp) against a group
 // of BN activation rows, K in stages of 128 columns (4 quant blocks): cp.async copies, in 16-byte
 // granules, the 16-aligned window over each tile row's raw quant bytes (q8_0: 136 bytes at an 8-aligned
 // start, 9 granules; mxfp4: 68 at a 4-aligned start, 5) and the group's hi / lo rows (fp16, rows padded
@@ -41,7 +41,9 @@ namespace ferry::cuda::mma {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr int kBM = 16 * kWarps;  // weight rows per tile
+// Weight rows per tile: MW m16 tiles per warp (the plain matmul 1: 128 rows; the grouped expert
+// matmul 2: 256 rows, so each expert row group's x, re-read by every tile, costs half as much).
+__host__ __device__ constexpr int tile_rows(int mw) { return 16 * mw * kWarps; }
 constexpr int kK = 128;           // columns per stage: 4 quant blocks
 constexpr int kXStride = kK * 2 + 16;  // bytes per activation row in a stage (fp16, padded)
 
@@ -129,25 +131,26 @@ struct Mx {
   }
 };
 
-template <class F, int BN, int L>
+template <class F, int BN, int L, int MW>
 __host__ __device__ constexpr int stage_bytes() {
-  return kBM * F::kWin * 16 + 16 + L * BN * kXStride;  // +16: u16_at's read past the last row
+  return tile_rows(MW) * F::kWin * 16 + 16 + L * BN * kXStride;  // +16: u16_at's read past the last row
 }
 
 // One work item: a 128-row weight tile against a group of nr (<= BN) activation rows.
 struct Item {
   const uint8_t* w;  // the tile's first weight row
   int row0;          // its first output column
-  int nrows;         // valid weight rows (128 but at the matrix's end)
+  int nrows;         // valid weight rows (tile_rows(MW) but at the matrix's end)
   int nr;            // activation rows in the group
   int c, r0, z;      // the problem's coordinates
 };
 
 // Item it of problem p: out[r][row0 + i] for i < nrows, r < nr. The problem gives the prepared rows
 // (p.xp, p.xrow(it, r): a row index into it) and the output rows (p.yrow(it, r)).
-template <class F, int BN, int S, int L, class P>
+template <class F, int BN, int S, int L, int MW, class P>
 __device__ __forceinline__ void item_body(const P& p, const Item& it, uint8_t* smem) {
-  constexpr int SB = stage_bytes<F, BN, L>();
+  constexpr int kBM = tile_rows(MW);
+  constexpr int SB = stage_bytes<F, BN, L, MW>();
   constexpr int kSlot = F::kWin * 16;                             // bytes per weight row in a stage
   constexpr int KW = (kBM * F::kWin + kThreads - 1) / kThreads;   // weight granules per thread
   constexpr int KX = (L * BN * (kK / 8) + kThreads - 1) / kThreads;  // x granules per thread
@@ -194,18 +197,26 @@ __device__ __forceinline__ void item_body(const P& p, const Item& it, uint8_t* s
     for (int k = 0; k < KX; ++k)
       if (xsrc[k]) cp_async16(xs + xdst[k], xsrc[k] + static_cast<int64_t>(c) * kK);
   };
-  // Where this warp's rows g and g + 8 start in their windows: (row address + stage offset) & 15.
-  const unsigned rg = static_cast<unsigned>(reinterpret_cast<uintptr_t>(it.w)) +
-                      static_cast<unsigned>((warp * 16 + g) * p.row_bytes);
-  const unsigned rh = rg + static_cast<unsigned>(8 * p.row_bytes);
+  // Where this warp's rows g and g + 8 of its m16 tile m start in their windows: (row address + stage
+  // offset) & 15. Warp w holds rows 16 MW w + 16 m + (g, g + 8).
+  const int wr0 = warp * 16 * MW;
+  unsigned ra[MW][2];
+#pragma unroll
+  for (int m = 0; m < MW; ++m)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      ra[m][h] = static_cast<unsigned>(reinterpret_cast<uintptr_t>(it.w)) +
+                 static_cast<unsigned>((wr0 + 16 * m + 8 * h + g) * p.row_bytes);
 
-  float acc[BN / 8][4];
+  float acc[MW][BN / 8][4];
 #pragma unroll
-  for (int j = 0; j < BN / 8; ++j)
+  for (int m = 0; m < MW; ++m)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) acc[j][i] = 0.0f;
-  const int ntiles = (it.nr + 7) / 8;       // n8 tiles with rows
-  const bool active = warp * 16 < it.nrows;  // this warp's 16 weight rows hold any
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[m][j][i] = 0.0f;
+  const int ntiles = (it.nr + 7) / 8;   // n8 tiles with rows
+  const bool active = wr0 < it.nrows;   // this warp's weight rows hold any
 
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
@@ -219,56 +230,65 @@ __device__ __forceinline__ void item_body(const P& p, const Item& it, uint8_t* s
     cp_commit();
     if (!active) continue;
     const uint8_t* base = smem + (c % S) * SB;
-    const uint8_t* wg = base + (warp * 16 + g) * kSlot;
     const uint8_t* xs = base + kBM * kSlot + 16;
     const unsigned so = static_cast<unsigned>(c) * F::kRaw;
-    const int og = static_cast<int>((rg + so) & 15u), oh = static_cast<int>((rh + so) & 15u);
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
-      uint32_t ag[2][2], ah[2][2];
-      const float dg = F::frag(wg, og, b, t, ag), dh = F::frag(wg + 8 * kSlot, oh, b, t, ah);
-      uint32_t a[2][4];
+      // A fragments of the warp's MW m16 tiles for quant block b, and their rows' block scales.
+      uint32_t a[MW][2][4];
+      float d[MW][2];
 #pragma unroll
-      for (int s = 0; s < 2; ++s) a[s][0] = ag[s][0], a[s][1] = ah[s][0], a[s][2] = ag[s][1], a[s][3] = ah[s][1];
+      for (int m = 0; m < MW; ++m) {
+        uint32_t af[2][2][2];  // [row g / g + 8][step][k lo / hi]
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          d[m][h] = F::frag(base + (wr0 + 16 * m + 8 * h + g) * kSlot, static_cast<int>((ra[m][h] + so) & 15u), b, t,
+                            af[h]);
+#pragma unroll
+        for (int s = 0; s < 2; ++s)
+          a[m][s][0] = af[0][s][0], a[m][s][1] = af[1][s][0], a[m][s][2] = af[0][s][1], a[m][s][3] = af[1][s][1];
+      }
 #pragma unroll
       for (int jp = 0; jp < BN / 16; ++jp) {
         if (2 * jp >= ntiles) break;
         // ldmatrix x4: (rows 16jp..+7, k lo 8), (same rows, k hi 8), (rows 16jp+8.., k lo), (.., k hi).
-        const int m = lane >> 3;
-        const int row = 16 * jp + 8 * (m >> 1) + (lane & 7);
+        const int q = lane >> 3;
+        const int row = 16 * jp + 8 * (q >> 1) + (lane & 7);
         uint32_t bx[L][2][4];
 #pragma unroll
         for (int lv = 0; lv < L; ++lv)
 #pragma unroll
           for (int s = 0; s < 2; ++s)
-            ldmatrix_x4(bx[lv][s], xs + lv * BN * kXStride + row * kXStride + (32 * b + 16 * s + 8 * (m & 1)) * 2);
+            ldmatrix_x4(bx[lv][s], xs + lv * BN * kXStride + row * kXStride + (32 * b + 16 * s + 8 * (q & 1)) * 2);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int j = 2 * jp + h;
-          float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int m = 0; m < MW; ++m)
 #pragma unroll
-          for (int lv = 0; lv < L; ++lv)
+          for (int h = 0; h < 2; ++h) {
+            const int j = 2 * jp + h;
+            float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-            for (int s = 0; s < 2; ++s) mma16816(sum, a[s], bx[lv][s][2 * h], bx[lv][s][2 * h + 1], sum);
-          acc[j][0] = fmaf(sum[0], dg, acc[j][0]);
-          acc[j][1] = fmaf(sum[1], dg, acc[j][1]);
-          acc[j][2] = fmaf(sum[2], dh, acc[j][2]);
-          acc[j][3] = fmaf(sum[3], dh, acc[j][3]);
-        }
+            for (int lv = 0; lv < L; ++lv)
+#pragma unroll
+              for (int s = 0; s < 2; ++s) mma16816(sum, a[m][s], bx[lv][s][2 * h], bx[lv][s][2 * h + 1], sum);
+            acc[m][j][0] = fmaf(sum[0], d[m][0], acc[m][j][0]);
+            acc[m][j][1] = fmaf(sum[1], d[m][0], acc[m][j][1]);
+            acc[m][j][2] = fmaf(sum[2], d[m][1], acc[m][j][2]);
+            acc[m][j][3] = fmaf(sum[3], d[m][1], acc[m][j][3]);
+          }
       }
     }
   }
   cp_wait<0>();
   if (active) {
-    const int r0 = warp * 16 + g;
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
+    for (int m = 0; m < MW; ++m)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r = 8 * j + 2 * t + (i & 1), row = r0 + 8 * (i >> 1);
-        if (r < it.nr && row < it.nrows) p.yrow(it, r)[it.row0 + row] = acc[j][i] * p.xp.inv[xrow[r]];
-      }
-    }
+      for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int r = 8 * j + 2 * t + (i & 1), row = wr0 + 16 * m + g + 8 * (i >> 1);
+          if (r < it.nr && row < it.nrows) p.yrow(it, r)[it.row0 + row] = acc[m][j][i] * p.xp.inv[xrow[r]];
+        }
   }
   __syncthreads();  // xrow and the stages are free for the next item
 }

@@ -5,6 +5,8 @@
 // bit-identical to CudaBackend::matmul of that expert's weight on that row.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.cuh"
@@ -138,6 +140,17 @@ size_t row_bytes_of(WType type, int cols) {
 // of kMmaBN rows of a piece, 128-row weight tile), z-major as GroupArgs. x rows are prepared rows:
 // gate / up read the layer input's (t.src), down the wave's intermediate (base + i).
 constexpr int kMmaBN = 32;  // a prompt pass of 1,024 rows gives each of 896 experts ~18 rows
+// Weight tiles of 128 rows (MW = 1). FERRY_MMA_GROUP_MW=2 takes 256 (each row group's x, re-read by
+// every tile, then costs half as much per weight byte): measured on the H200 in a 1,024-token prompt
+// pass it was no faster (expert_ffn 74-79 ms either way, docs/BENCHMARKS.md). 3 stages: 2 blocks per SM.
+int group_mw() {
+  static const int mw = [] {
+    const char* v = std::getenv("FERRY_MMA_GROUP_MW");
+    return v && std::string(v) == "2" ? 2 : 1;
+  }();
+  return mw;
+}
+constexpr int kMmaStages = 3;
 
 struct GroupMma {
   GroupTable t;
@@ -147,6 +160,7 @@ struct GroupMma {
   mma::XPrep xp;
   float* y[2];
   int ntiles, nb;
+  int bm;  // weight rows per tile: mma::tile_rows(MW)
   __device__ mma::Item item(int64_t j) const {
     mma::Item it;
     const int64_t per_z = static_cast<int64_t>(nb) * ntiles;
@@ -157,8 +171,8 @@ struct GroupMma {
     it.c = c;
     it.r0 = (yb - t.bstart[c]) * kMmaBN;
     it.nr = min(kMmaBN, t.m[c] - it.r0);
-    it.row0 = tile * mma::kBM;
-    it.nrows = min(mma::kBM, rows - it.row0);
+    it.row0 = tile * bm;
+    it.nrows = min(bm, rows - it.row0);
     it.w = t.w[c][which + it.z] + static_cast<size_t>(it.row0) * row_bytes;
     return it;
   }
@@ -173,18 +187,18 @@ struct GroupMma {
   }
 };
 
-template <class F, int S, int L>
-__global__ void __launch_bounds__(mma::kThreads, 1) grouped_mma_kernel(const __grid_constant__ GroupMma a) {
+template <class F, int S, int L, int MW>
+__global__ void __launch_bounds__(mma::kThreads, 2) grouped_mma_kernel(const __grid_constant__ GroupMma a) {
   extern __shared__ __align__(16) uint8_t smem[];
-  mma::item_body<F, kMmaBN, S, L>(a, a.item(blockIdx.x), smem);
+  mma::item_body<F, kMmaBN, S, L, MW>(a, a.item(blockIdx.x), smem);
 }
 
-template <class F, int L>
+template <class F, int L, int MW>
 void launch_mma_f(GroupMma& a, int nz, cudaStream_t st) {
-  constexpr int S = kStages;
-  constexpr size_t smem = static_cast<size_t>(mma::stage_bytes<F, kMmaBN, L>()) * S;
+  constexpr int S = kMmaStages;
+  constexpr size_t smem = static_cast<size_t>(mma::stage_bytes<F, kMmaBN, L, MW>()) * S;
   static const bool once = [] {
-    FERRY_CUDA_CHECK(cudaFuncSetAttribute(grouped_mma_kernel<F, S, L>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    FERRY_CUDA_CHECK(cudaFuncSetAttribute(grouped_mma_kernel<F, S, L, MW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
     return true;
   }();
@@ -199,29 +213,35 @@ void launch_mma_f(GroupMma& a, int nz, cudaStream_t st) {
   a.t.bstart[a.t.ncalls] = nb;
   if (nb == 0) return;
   a.nb = nb;
-  a.ntiles = (a.rows + mma::kBM - 1) / mma::kBM;
+  a.bm = mma::tile_rows(MW);
+  a.ntiles = (a.rows + a.bm - 1) / a.bm;
   const int64_t items = static_cast<int64_t>(nz) * nb * a.ntiles;
-  grouped_mma_kernel<F, S, L><<<static_cast<unsigned>(items), mma::kThreads, smem, st>>>(a);
+  grouped_mma_kernel<F, S, L, MW><<<static_cast<unsigned>(items), mma::kThreads, smem, st>>>(a);
   FERRY_CUDA_LAUNCHED(grouped_mma_kernel);
 }
 
 void launch_mma(GroupMma& a, WType type, int nz, cudaStream_t st) {
   const bool l2 = a.xp.lo != nullptr;
-  if (type == WType::mxfp4) return l2 ? launch_mma_f<mma::Mx, 2>(a, nz, st) : launch_mma_f<mma::Mx, 1>(a, nz, st);
-  return l2 ? launch_mma_f<mma::Q8, 2>(a, nz, st) : launch_mma_f<mma::Q8, 1>(a, nz, st);
+  const bool w2 = group_mw() == 2;
+  if (type == WType::mxfp4) {
+    if (l2) return w2 ? launch_mma_f<mma::Mx, 2, 2>(a, nz, st) : launch_mma_f<mma::Mx, 2, 1>(a, nz, st);
+    return w2 ? launch_mma_f<mma::Mx, 1, 2>(a, nz, st) : launch_mma_f<mma::Mx, 1, 1>(a, nz, st);
+  }
+  if (l2) return w2 ? launch_mma_f<mma::Q8, 2, 2>(a, nz, st) : launch_mma_f<mma::Q8, 2, 1>(a, nz, st);
+  return w2 ? launch_mma_f<mma::Q8, 1, 2>(a, nz, st) : launch_mma_f<mma::Q8, 1, 1>(a, nz, st);
 }
 
 }  // namespace
 
 void launch_grouped_gate_up_mma(const GroupTable& t, WType type, const mma::XPrep& x, int in, int inter, float* g,
                                 float* u, cudaStream_t st) {
-  GroupMma a{t, 0, row_bytes_of(type, in), inter, in, x, {g, u}, 0, 0};
+  GroupMma a{t, 0, row_bytes_of(type, in), inter, in, x, {g, u}, 0, 0, 0};
   launch_mma(a, type, 2, st);
 }
 
 void launch_grouped_down_mma(const GroupTable& t, WType type, const mma::XPrep& act, int in, int inter, float* y,
                              cudaStream_t st) {
-  GroupMma a{t, 2, row_bytes_of(type, inter), in, inter, act, {y, nullptr}, 0, 0};
+  GroupMma a{t, 2, row_bytes_of(type, inter), in, inter, act, {y, nullptr}, 0, 0, 0};
   launch_mma(a, type, 1, st);
 }
 
