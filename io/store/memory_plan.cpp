@@ -29,8 +29,12 @@ ModelFootprint model_footprint(const ModelConfig& c, SpineType spine) {
   f.state_bytes = s.kda_state_bytes + s.conv_state_bytes;
   const int64_t heads_qkv = c.n_heads * (c.qk_head_dim() + c.v_head_dim + 2 * c.head_dim);
   const int64_t ffn = std::max(c.intermediate, c.moe.moe_inter * std::max<int64_t>(c.moe.n_shared, 1));
+  // A CUDA prompt pass prepares each tensor-core matmul's x as two fp16 halves (4 bytes per element,
+  // kernels/cuda/matmul_mma.cuh) in one scratch: the widest plain input (ffn), or a routed batch's x and
+  // its intermediate (hidden + top_k x moe_inter per row).
+  const int64_t mma_prep = std::max(ffn, c.hidden + c.moe.top_k * c.moe.moe_inter);
   f.act_bytes_per_row = 4 * (8 * c.hidden + 2 * heads_qkv + c.q_lora_rank + c.kv_lora_rank + 6 * c.kda_width() +
-                             3 * c.moe.top_k * c.moe.moe_inter + 3 * ffn + 2 * c.moe.n_experts);
+                             3 * c.moe.top_k * c.moe.moe_inter + 3 * ffn + 2 * c.moe.n_experts + mma_prep);
   f.act_bytes_per_ctx = 4 * heads_qkv;
   f.top_k = c.moe.top_k;
   return f;
