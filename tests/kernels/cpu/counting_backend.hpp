@@ -26,8 +26,15 @@ class CountingBackend final : public Backend {
   void download(void* d, const void* s, size_t b) override { tick("download"), in_.download(d, s, b); }
   void copy(void* d, const void* s, size_t b) override { tick("copy"), in_.copy(d, s, b); }
   void synchronize() override { tick("synchronize"), in_.synchronize(); }
-  void set_prompt_pass(bool on) override { in_.set_prompt_pass(on); }
-  void matmul(const Weight& w, const float* x, int64_t n, float* y) override { tick("matmul"), in_.matmul(w, x, n, y); }
+  // Prompt passes are counted ("prompt_pass on" / "off"), and matmuls inside one as "matmul (prompt)".
+  void set_prompt_pass(bool on) override {
+    tick(on ? "prompt_pass on" : "prompt_pass off");
+    prompt_ = on;
+    in_.set_prompt_pass(on);
+  }
+  void matmul(const Weight& w, const float* x, int64_t n, float* y) override {
+    tick(prompt_ ? "matmul (prompt)" : "matmul"), in_.matmul(w, x, n, y);
+  }
   void embed(const Weight& t, const int32_t* ids, int64_t n, float* y) override { tick("embed"), in_.embed(t, ids, n, y); }
   void rmsnorm(const float* x, const float* w, int64_t r, int64_t d, float e, float* y) override {
     tick("rmsnorm"), in_.rmsnorm(x, w, r, d, e, y);
@@ -86,6 +93,7 @@ class CountingBackend final : public Backend {
  private:
   void tick(const char* op) { ++counts[op]; }
   Backend& in_;
+  bool prompt_ = false;
 };
 
 }  // namespace ferry::test

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "io/errors.hpp"
 #include "io/formats/checkpoint.hpp"
 #include "io/formats/model_config.hpp"
 #include "kernels/model/model.hpp"
@@ -40,6 +41,42 @@ TEST(MoeCallCount, DecodeStepRunsEachMoeLayerAsOneExpertBatchAndOneCombine) {
   EXPECT_EQ(be.counts["expert_ffn"], moe_layers);
   EXPECT_EQ(be.counts["moe_combine"], moe_layers);
   EXPECT_EQ(be.counts["axpy"], 0);
+}
+
+// Backend::set_prompt_pass brackets exactly the prompt passes (the CUDA back-end runs their matmuls on
+// the tensor cores): each pass of a chunked prompt once, never a decode step or a verify block.
+TEST(PromptPassFlag, ModelHoldsItForEachPromptPassAndNeverForDecodeStepsOrBlocks) {
+  const auto dir = std::filesystem::path(FERRY_FIXTURES) / "k3-tiny-a/hf";
+  const ModelConfig cfg = load_model_config(dir);
+  const auto src = open_safetensors_checkpoint(dir);
+  auto cpu = make_cpu_backend(1);
+  test::CountingBackend be(*cpu);
+  Model model(cfg, *src, be, LoadOptions{});
+  model.set_prefill_chunk(64);
+  auto st = model.new_state(256);
+  std::vector<int32_t> prompt(150);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(1 + i % 50);
+  ForwardOptions pre;
+  pre.prefill = true;
+  model.forward(*st, prompt, pre);  // passes of 64, 64 and 22 rows
+  EXPECT_EQ(be.counts["prompt_pass on"], 3);
+  EXPECT_EQ(be.counts["prompt_pass off"], 3);
+  EXPECT_GT(be.counts["matmul (prompt)"], 0);
+  EXPECT_EQ(be.counts["matmul"], 0) << "a matmul of the prompt pass ran outside it";
+
+  be.counts.clear();
+  model.forward(*st, std::vector<int32_t>{7});                 // a decode step
+  model.forward(*st, std::vector<int32_t>{8, 9, 10, 11});     // a verify block
+  EXPECT_EQ(be.counts["prompt_pass on"], 0);
+  EXPECT_EQ(be.counts["matmul (prompt)"], 0);
+  EXPECT_GT(be.counts["matmul"], 0);
+
+  // A refused prompt (an id outside the vocabulary) never starts a pass, and leaves the flag off.
+  be.counts.clear();
+  EXPECT_THROW(model.forward(*st, std::vector<int32_t>{1, static_cast<int32_t>(cfg.vocab)}, pre), LimitError);
+  EXPECT_EQ(be.counts["prompt_pass on"], 0);
+  model.forward(*st, std::vector<int32_t>{12});
+  EXPECT_EQ(be.counts["matmul (prompt)"], 0);
 }
 
 }  // namespace
