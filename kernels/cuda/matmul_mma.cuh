@@ -9,8 +9,8 @@
 //   is applied after the block's products, in fp32: acc = fma(block_sum, scale, acc), blocks in K order.
 // - x is prepared per row (prep_x): x' = x * 2^k with k chosen from the row's own max |x| so that
 //   max |x'| lies in [2^14, 2^15) (inside fp16's range), then split into hi = fp16(x') and
-//   lo = fp16(x' - hi): hi + lo carries 22 of x's 24 significant bits (the kernels' knob kLevels = 1
-//   drops lo: 11 bits, half the tensor-core work). Every product of an fp16 weight value (<= 8
+//   lo = fp16(x' - hi): hi + lo carries 22 of x's 24 significant bits (the template's L = 1, chosen by
+//   FERRY_MMA_LEVELS=1 for measurements, drops lo: 11 bits, half the tensor-core work). Every product of an fp16 weight value (<= 8
 //   significant bits) and hi or lo is exact in fp32. The output is multiplied by 2^-k at the end.
 // - One quant block (32 columns) is 2 k16 steps x (hi, lo) = 4 mma into a fresh accumulator; the
 //   hardware's order of additions inside an mma depends only on the output element's own row and
@@ -22,8 +22,8 @@
 // CPU's limit is 2^128: only rows with a tiny max |x| against huge mxfp4 block exponents (e > ~200,
 // 2^73 and up; real checkpoints use ~2^-20 .. 2^5) can overflow where the CPU would not.
 //
-// Tiling: a thread block of 8 warps computes a weight tile of 128 or 256 rows (16 MW per warp) against a group
-// of BN activation rows, K in stages of 128 columns (4 quant blocks): cp.async copies, in 16-byte
+// Tiling: a thread block of 8 warps computes a weight tile of 16 MW rows per warp (128 rows; 256 with
+// MW = 2) against a group of BN activation rows, K in stages of 128 columns (4 quant blocks): cp.async copies, in 16-byte
 // granules, the 16-aligned window over each tile row's raw quant bytes (q8_0: 136 bytes at an 8-aligned
 // start, 9 granules; mxfp4: 68 at a 4-aligned start, 5) and the group's hi / lo rows (fp16, rows padded
 // to 272 bytes so ldmatrix is conflict-free) into one of S stages. Each warp decodes its rows' A fragments
@@ -41,8 +41,9 @@ namespace ferry::cuda::mma {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-// Weight rows per tile: MW m16 tiles per warp (the plain matmul 1: 128 rows; the grouped expert
-// matmul 2: 256 rows, so each expert row group's x, re-read by every tile, costs half as much).
+// Weight rows per tile: MW m16 tiles per warp. 1 (128 rows) for both launchers; the grouped expert
+// matmul takes 2 (256 rows: each row group's x, re-read by every tile, then costs half as much per
+// weight byte) under FERRY_MMA_GROUP_MW=2, measured no faster on the H200.
 __host__ __device__ constexpr int tile_rows(int mw) { return 16 * mw * kWarps; }
 constexpr int kK = 128;           // columns per stage: 4 quant blocks
 constexpr int kXStride = kK * 2 + 16;  // bytes per activation row in a stage (fp16, padded)
