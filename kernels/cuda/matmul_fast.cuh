@@ -17,21 +17,13 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/common.cuh"
+
 namespace ferry::cuda::fast {
 
 constexpr int kTileRows = 16;  // weight rows per thread block: O rows per warp, 16 / O warps
 constexpr int kChunk = 512;  // columns per chunk: 32 lanes x 16 weights
 constexpr size_t kStageBudget = 88 * 1024;  // shared memory aimed at per block (2 blocks per SM)
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 __device__ __forceinline__ float2 half2_bits_to_float2(uint32_t u) {
   return __half22float2(__halves2half2(__ushort_as_half(static_cast<unsigned short>(u & 0xffffu)),

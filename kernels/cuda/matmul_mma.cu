@@ -86,10 +86,11 @@ __global__ void __launch_bounds__(kThreads, 1) plain_mma_kernel(const __grid_con
 }
 
 constexpr int kPlainBN = 64;
+constexpr int kPlainStages = 4;  // 213 KB for q8_0: one block of 8 warps per SM
 
 template <class F, int L>
 void launch_plain(PlainMma p, cudaStream_t st) {
-  constexpr int S = kStages;
+  constexpr int S = kPlainStages;
   constexpr size_t smem = static_cast<size_t>(stage_bytes<F, kPlainBN, L, kPlainMW>()) * S;
   static const bool once = [] {
     FERRY_CUDA_CHECK(cudaFuncSetAttribute(plain_mma_kernel<F, kPlainBN, S, L>,
@@ -105,24 +106,14 @@ void launch_plain(PlainMma p, cudaStream_t st) {
   FERRY_CUDA_LAUNCHED(plain_mma_kernel);
 }
 
-int env_levels() {
-  const char* v = std::getenv("FERRY_MMA_LEVELS");
-  return v && std::string(v) == "1" ? 1 : 2;
+bool env_is(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v && std::string(v) == value;
 }
-int g_levels = env_levels();
-bool g_enabled = [] {
-  const char* v = std::getenv("FERRY_MMA");
-  return !(v && std::string(v) == "0");
-}();
+const int g_levels = env_is("FERRY_MMA_LEVELS", "1") ? 1 : 2;
+const bool g_enabled = !env_is("FERRY_MMA", "0");
 
 }  // namespace
-
-int mma_levels() { return g_levels; }
-bool mma_enabled() { return g_enabled; }
-void matmul_mma_tune(int levels, bool enabled) {
-  g_levels = levels == 1 ? 1 : 2;
-  g_enabled = enabled;
-}
 
 bool matmul_mma_supported(const Weight& w) {
   if (!g_enabled || (w.type != WType::q8_0 && w.type != WType::mxfp4)) return false;

@@ -35,6 +35,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/matmul_mma_launch.cuh"
 
 namespace ferry::cuda::mma {
@@ -48,15 +49,6 @@ __host__ __device__ constexpr int tile_rows(int mw) { return 16 * mw * kWarps; }
 constexpr int kK = 128;           // columns per stage: 4 quant blocks
 constexpr int kXStride = kK * 2 + 16;  // bytes per activation row in a stage (fp16, padded)
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void* smem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -222,13 +214,13 @@ __device__ __forceinline__ void item_body(const P& p, const Item& it, uint8_t* s
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
     if (s < nst) load(s, s);
-    cp_commit();
+    cp_async_commit();
   }
   for (int c = 0; c < nst; ++c) {
-    cp_wait<S - 2>();
+    cp_async_wait<S - 2>();
     __syncthreads();
     if (c + S - 1 < nst) load((c + S - 1) % S, c + S - 1);
-    cp_commit();
+    cp_async_commit();
     if (!active) continue;
     const uint8_t* base = smem + (c % S) * SB;
     const uint8_t* xs = base + kBM * kSlot + 16;
@@ -279,7 +271,7 @@ __device__ __forceinline__ void item_body(const P& p, const Item& it, uint8_t* s
       }
     }
   }
-  cp_wait<0>();
+  cp_async_wait<0>();
   if (active) {
 #pragma unroll
     for (int m = 0; m < MW; ++m)

@@ -22,16 +22,11 @@ struct XPrep {
 };
 }  // namespace mma
 
-constexpr int kStages = 4;  // cp.async stages of the mma kernels
-
 // Whether a prompt pass runs this weight on the tensor cores (q8_0 / mxfp4, cols % 128 == 0, data
 // 16-byte aligned and a multiple of 16 bytes long, and the path not switched off).
 bool matmul_mma_supported(const Weight& w);
-// Knobs for measurements: levels 2 (x as hi + lo, the default) or 1 (hi only: FERRY_MMA_LEVELS=1),
-// and the whole path on or off (FERRY_MMA=0: prompt passes use the CUDA-core kernels).
-void matmul_mma_tune(int levels, bool enabled);
-int mma_levels();
-bool mma_enabled();
+// Measurement switches, read once from the environment: FERRY_MMA=0 (prompt passes on the CUDA-core
+// kernels) and FERRY_MMA_LEVELS=1 (x as hi only; the default is hi + lo).
 
 // Device bytes prep_x needs for n rows of cols.
 size_t mma_prep_bytes(int64_t n, int64_t cols);

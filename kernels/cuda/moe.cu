@@ -245,26 +245,26 @@ void CudaBackend::expert_ffn(const ExpertFfnArgs& a) {
   const bool mma = prompt_pass_ && grouped_mma_ok(a);
   const bool fast = mma || grouped_fast_ok(a);
   const int64_t wave = std::min<int64_t>(total, kWaveRows);
-  if (mma) {
-    // One scratch for the prepared x (the whole call) and the prepared intermediate (one wave).
-    const size_t xb = (mma_prep_bytes(a.x_rows, a.in) + 255) & ~size_t{255};
-    auto* buf = static_cast<uint8_t*>(scratch(kMmaX, xb + mma_prep_bytes(wave, a.inter)));
-    const mma::XPrep xp = prep_x(a.x, a.x_rows, a.in, buf, stream_);
-    const int64_t gi = round_up(wave * a.inter);
-    MoeScratch s{};
-    s.g = static_cast<float*>(scratch(kMoeAct, static_cast<size_t>(2 * gi) * sizeof(float)));
-    s.u = s.g + gi;
-    for (const Wave& w : waves) ffn_wave_mma(*this, a, ls.data() + w.first, w.last - w.first, w.rows, s, xp, buf + xb);
-    return;
-  }
   const int64_t gi = round_up(wave * a.inter), xi = fast ? 0 : round_up(wave * a.in);
   MoeScratch s{};
   s.g = static_cast<float*>(scratch(kMoeAct, static_cast<size_t>(2 * gi + 2 * xi) * sizeof(float)));
   s.u = s.g + gi;
   s.xg = s.u + gi;
   s.yg = s.xg + xi;
+  // The tensor-core path: one scratch for the prepared x (the whole call) and the prepared
+  // intermediate (one wave).
+  mma::XPrep xp;
+  uint8_t* act_buf = nullptr;
+  if (mma) {
+    const size_t xb = (mma_prep_bytes(a.x_rows, a.in) + 255) & ~size_t{255};
+    auto* buf = static_cast<uint8_t*>(scratch(kMmaX, xb + mma_prep_bytes(wave, a.inter)));
+    xp = prep_x(a.x, a.x_rows, a.in, buf, stream_);
+    act_buf = buf + xb;
+  }
   for (const Wave& w : waves) {
-    if (fast)
+    if (mma)
+      ffn_wave_mma(*this, a, ls.data() + w.first, w.last - w.first, w.rows, s, xp, act_buf);
+    else if (fast)
       ffn_wave_fast(*this, a, ls.data() + w.first, w.last - w.first, w.rows, s);
     else
       ffn_wave_generic(*this, a, ls.data() + w.first, w.last - w.first, w.rows, s);

@@ -91,17 +91,24 @@ void launch_s(GroupArgs& a, int nz, cudaStream_t st) {
   FERRY_CUDA_LAUNCHED(grouped_kernel);
 }
 
+// Cuts each piece of t into row groups of `group` rows: bstart[c] = piece c's first group, piece[] =
+// each group's piece. Returns the number of groups.
+int tabulate_row_groups(GroupTable& t, int group) {
+  int nb = 0;
+  for (int c = 0; c < t.ncalls; ++c) {
+    t.bstart[c] = nb;
+    const int groups = (t.m[c] + group - 1) / group;
+    for (int g = 0; g < groups; ++g) t.piece[nb + g] = static_cast<uint8_t>(c);
+    nb += groups;
+  }
+  t.bstart[t.ncalls] = nb;
+  return nb;
+}
+
 // Row groups per piece, then the launch with the plain path's stage depth and grid (matmul_fast.cu).
 template <class F, int NR>
 void launch_nr(GroupArgs& a, int nz, cudaStream_t st) {
-  int nb = 0;
-  for (int c = 0; c < a.t.ncalls; ++c) {
-    a.t.bstart[c] = nb;
-    const int groups = (a.t.m[c] + NR - 1) / NR;
-    for (int g = 0; g < groups; ++g) a.t.piece[nb + g] = static_cast<uint8_t>(c);
-    nb += groups;
-  }
-  a.t.bstart[a.t.ncalls] = nb;
+  const int nb = tabulate_row_groups(a.t, NR);
   if (nb == 0) return;
   a.nb = nb;
   a.group = NR;
@@ -203,14 +210,7 @@ void launch_mma_f(GroupMma& a, int nz, cudaStream_t st) {
     return true;
   }();
   (void)once;
-  int nb = 0;
-  for (int c = 0; c < a.t.ncalls; ++c) {
-    a.t.bstart[c] = nb;
-    const int groups = (a.t.m[c] + kMmaBN - 1) / kMmaBN;
-    for (int g = 0; g < groups; ++g) a.t.piece[nb + g] = static_cast<uint8_t>(c);
-    nb += groups;
-  }
-  a.t.bstart[a.t.ncalls] = nb;
+  const int nb = tabulate_row_groups(a.t, kMmaBN);
   if (nb == 0) return;
   a.nb = nb;
   a.bm = mma::tile_rows(MW);

@@ -16,13 +16,21 @@
 namespace ferry {
 namespace {
 
+// k3-tiny-a on the CPU back-end behind a CountingBackend.
+struct CountedK3 {
+  std::filesystem::path dir = std::filesystem::path(FERRY_FIXTURES) / "k3-tiny-a/hf";
+  ModelConfig cfg = load_model_config(dir);
+  std::unique_ptr<TensorSource> src = open_safetensors_checkpoint(dir);
+  std::unique_ptr<Backend> cpu = make_cpu_backend(1);
+  test::CountingBackend be{*cpu};
+  Model model{cfg, *src, be, LoadOptions{}};
+};
+
 TEST(MoeCallCount, DecodeStepRunsEachMoeLayerAsOneExpertBatchAndOneCombine) {
-  const auto dir = std::filesystem::path(FERRY_FIXTURES) / "k3-tiny-a/hf";
-  const ModelConfig cfg = load_model_config(dir);
-  const auto src = open_safetensors_checkpoint(dir);
-  auto cpu = make_cpu_backend(1);
-  test::CountingBackend be(*cpu);
-  Model model(cfg, *src, be, LoadOptions{});
+  CountedK3 k3;
+  const ModelConfig& cfg = k3.cfg;
+  test::CountingBackend& be = k3.be;
+  Model& model = k3.model;
   auto st = model.new_state(64);
   ForwardOptions pre;
   pre.prefill = true;
@@ -46,12 +54,10 @@ TEST(MoeCallCount, DecodeStepRunsEachMoeLayerAsOneExpertBatchAndOneCombine) {
 // Backend::set_prompt_pass brackets exactly the prompt passes (the CUDA back-end runs their matmuls on
 // the tensor cores): each pass of a chunked prompt once, never a decode step or a verify block.
 TEST(PromptPassFlag, ModelHoldsItForEachPromptPassAndNeverForDecodeStepsOrBlocks) {
-  const auto dir = std::filesystem::path(FERRY_FIXTURES) / "k3-tiny-a/hf";
-  const ModelConfig cfg = load_model_config(dir);
-  const auto src = open_safetensors_checkpoint(dir);
-  auto cpu = make_cpu_backend(1);
-  test::CountingBackend be(*cpu);
-  Model model(cfg, *src, be, LoadOptions{});
+  CountedK3 k3;
+  const ModelConfig& cfg = k3.cfg;
+  test::CountingBackend& be = k3.be;
+  Model& model = k3.model;
   model.set_prefill_chunk(64);
   auto st = model.new_state(256);
   std::vector<int32_t> prompt(150);
