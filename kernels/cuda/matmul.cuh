@@ -24,6 +24,10 @@
 // 3. Prompt passes (Backend::set_prompt_pass) run q8_0 / mxfp4 weights with cols % 128 == 0 on the
 //    tensor cores instead (matmul_mma.cuh): their own order, row-invariant within prompt passes.
 //
+// 4. Decode steps and verify blocks run the weights matmul_dec_supported() picks (mxfp4, q8_0 of 12,288
+//    rows and more) on the tensor cores (matmul_dec.cuh), the others on path 1: a choice by weight,
+//    never by row count, so a row alone still equals the row in a block of 16.
+//
 // Measured on the H200 (tests/gpu MatmulBench: graph replays of 96 calls, weights rotated past L2;
 // floor = bytes / 4.8 TB/s; device copy measured 4.25 TB/s), 2026-11-29, time in us (GB/s):
 //   rows n                        1            2            4            8            16

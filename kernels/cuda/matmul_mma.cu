@@ -1,4 +1,5 @@
-// The prompt pass's tensor-core matmul (matmul_mma.cuh): x preparation and the plain matmul's launch.
+// The tensor-core matmuls: x preparation, the prompt pass's plain matmul (matmul_mma.cuh) and the decode
+// steps' / verify blocks' plain matmul (matmul_dec.cuh).
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -6,6 +7,7 @@
 
 #include "io/errors.hpp"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/matmul_dec.cuh"
 #include "kernels/cuda/matmul_mma.cuh"
 #include "kernels/cuda/matmul_mma_launch.cuh"
 
@@ -18,9 +20,17 @@ using namespace mma;
 // One block per row: the row's max |x| picks k (max |x * 2^k| in [2^14, 2^15)), then hi / lo.
 constexpr int kPrepThreads = 256;
 
+// Position of element c of a row in the mx order (matmul_dec.cuh's Mx): within each 16 elements, 4t + j
+// goes to 2t + (j & 1) + 8 (j >> 1).
+__device__ __forceinline__ int64_t mx_pos(int64_t c) {
+  const int r = static_cast<int>(c & 15), t = r >> 2, j = r & 3;
+  return (c & ~int64_t{15}) + 2 * t + (j & 1) + 8 * (j >> 1);
+}
+
 __global__ void __launch_bounds__(kPrepThreads) prep_x_kernel(const float* __restrict__ x, int64_t cols,
                                                               __half* __restrict__ hi, __half* __restrict__ lo,
-                                                              float* __restrict__ inv) {
+                                                              float* __restrict__ inv, bool mx) {
+  dec::allow_dependents();  // a decode matmul after this may start its weight copies now
   const int64_t r = blockIdx.x;
   const float* xr = x + r * cols;
   float m = 0.0f;
@@ -45,10 +55,72 @@ __global__ void __launch_bounds__(kPrepThreads) prep_x_kernel(const float* __res
   for (int64_t c = threadIdx.x; c < cols; c += kPrepThreads) {
     const float v = xr[c] * up;  // exact: a power of two, inside the float range
     const __half h = __float2half_rn(v);
-    hr[c] = h;
-    if (lr) lr[c] = __float2half_rn(v - __half2float(h));  // v - h is exact
+    const int64_t d = mx ? mx_pos(c) : c;
+    hr[d] = h;
+    if (lr) lr[d] = __float2half_rn(v - __half2float(h));  // v - h is exact
   }
   if (threadIdx.x == 0) inv[r] = down;
+}
+
+// The same for rows of up to 4 V kPrepThreads floats (16-byte aligned, cols % 16 == 0) in one pass: each
+// thread loads its V float4 at once and keeps them in registers for the conversion. The loop kernel
+// waits a load latency per step (~6.5 us for one row of 7168 on the H200, as much as a decode
+// matmul's own time for small matrices); this one waits for one round of loads. Same k, hi and lo.
+template <int V>
+__global__ void __launch_bounds__(kPrepThreads) prep_x_reg_kernel(const float* __restrict__ x, int64_t cols,
+                                                                  __half* __restrict__ hi, __half* __restrict__ lo,
+                                                                  float* __restrict__ inv, bool mx) {
+  dec::allow_dependents();
+  const int64_t r = blockIdx.x;
+  const int nv = static_cast<int>(cols / 4);
+  const float4* xr = reinterpret_cast<const float4*>(x + r * cols);
+  float4 v[V];
+  float m = 0.0f;
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const int j = threadIdx.x + i * kPrepThreads;
+    v[i] = j < nv ? xr[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    m = fmaxf(m, fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)), fmaxf(fabsf(v[i].z), fabsf(v[i].w))));
+  }
+  __shared__ float part[kPrepThreads / 32];
+#pragma unroll
+  for (int o = 16; o >= 1; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = m;
+  __syncthreads();
+  m = part[0];
+#pragma unroll
+  for (int i = 1; i < kPrepThreads / 32; ++i) m = fmaxf(m, part[i]);
+  int k = 0;
+  if (m > 0.0f && isfinite(m)) {
+    int e = 0;
+    frexpf(m, &e);
+    k = max(-125, min(125, 15 - e));  // as prep_x_kernel
+  }
+  const float up = __int_as_float((k + 127) << 23);
+  __half* hr = hi + r * cols;
+  __half* lr = lo ? lo + r * cols : nullptr;
+  // 4 elements 4j .. 4j + 3 as two half2: at 4j and 4j + 2, or in the mx order at 2t and 8 + 2t of
+  // their 16 (t = j & 3).
+  const auto put = [mx](__half* row, int j, __half a, __half b, __half c, __half d) {
+    const int64_t p0 = mx ? 16 * (j >> 2) + 2 * (j & 3) : 4 * j, p1 = mx ? p0 + 8 : p0 + 2;
+    *reinterpret_cast<__half2*>(row + p0) = __halves2half2(a, b);
+    *reinterpret_cast<__half2*>(row + p1) = __halves2half2(c, d);
+  };
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const int j = threadIdx.x + i * kPrepThreads;
+    if (j >= nv) break;
+    const float a[4] = {v[i].x * up, v[i].y * up, v[i].z * up, v[i].w * up};
+    __half h[4], l[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      h[q] = __float2half_rn(a[q]);
+      l[q] = __float2half_rn(a[q] - __half2float(h[q]));
+    }
+    put(hr, j, h[0], h[1], h[2], h[3]);
+    if (lr) put(lr, j, l[0], l[1], l[2], l[3]);
+  }
+  if (threadIdx.x == 0) inv[r] = __int_as_float((127 - k) << 23);
 }
 
 constexpr int kPlainMW = 1;  // 128-row tiles (64 activation rows per group)
@@ -112,15 +184,112 @@ bool env_is(const char* name, const char* value) {
 }
 const int g_levels = env_is("FERRY_MMA_LEVELS", "1") ? 1 : 2;
 const bool g_enabled = !env_is("FERRY_MMA", "0");
+// Which weights decode steps and verify blocks run on the tensor cores: FERRY_DEC_MMA=0 none, =1 every
+// shape the kernels take, default the measured winners (dec_wins).
+DecMode g_dec_mode = env_is("FERRY_DEC_MMA", "0") ? DecMode::off : env_is("FERRY_DEC_MMA", "1") ? DecMode::all : DecMode::auto_;
+
+// Decode steps and verify blocks (matmul_dec.cuh): item j = (row group j / ntiles, 16-row tile j % ntiles).
+struct PlainDec {
+  const uint8_t* w;
+  size_t row_bytes;
+  int rows, cols;
+  XPrep xp;
+  float* y;
+  int64_t n;
+  int ntiles, group;
+  __device__ Item item(int64_t j) const {
+    Item it;
+    const int64_t grp = j / ntiles;
+    const int tile = static_cast<int>(j - grp * ntiles);
+    it.c = 0;
+    it.z = 0;
+    it.r0 = static_cast<int>(grp * group);
+    it.row0 = tile * dec::kRows;
+    it.w = w + static_cast<size_t>(it.row0) * row_bytes;
+    it.nrows = min(dec::kRows, rows - it.row0);
+    it.nr = static_cast<int>(min(static_cast<int64_t>(group), n - it.r0));
+    return it;
+  }
+  __device__ int64_t xrow(const Item& it, int r) const { return it.r0 + r; }
+  __device__ float* yrow(const Item& it, int r) const { return y + static_cast<int64_t>(it.r0 + r) * rows; }
+};
+
+template <class F, int KB, int NRA, int S>
+__global__ void __launch_bounds__(dec::kThreads, 4) plain_dec_kernel(const __grid_constant__ PlainDec p) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  dec::item_body<F, KB, NRA, S>(p, p.item(blockIdx.x), smem);
+}
+
+template <class F, int KB, int NRA>
+void launch_dec(PlainDec p, cudaStream_t st) {
+  constexpr int S = dec::stages<F, KB, NRA>();
+  constexpr size_t smem = static_cast<size_t>(dec::Geo<F, KB, NRA>::kStage) * S;
+  static const bool once = [] {
+    FERRY_CUDA_CHECK(cudaFuncSetAttribute(plain_dec_kernel<F, KB, NRA, S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem)));
+    return true;
+  }();
+  (void)once;
+  p.group = NRA;
+  p.ntiles = (p.rows + dec::kRows - 1) / dec::kRows;
+  const int64_t items = static_cast<int64_t>(p.ntiles) * ((p.n + NRA - 1) / NRA);
+  if (items > (int64_t{1} << 31) - 1) throw LimitError("cuda matmul: " + std::to_string(items) + " tiles in one call");
+  dec::launch_dependent(plain_dec_kernel<F, KB, NRA, S>, static_cast<unsigned>(items), smem, st, p);
+}
+
+// Rows per weight read (1, 4, 8 or 16) and the stage width (dec_stage_blocks: quant blocks per warp per
+// stage): speed only, never a row's arithmetic (matmul_dec.cuh).
+template <class F>
+void launch_dec_f(const PlainDec& p, cudaStream_t st) {
+  const int kb = p.n <= 4 ? dec_stage_blocks(p.cols) : 1;
+  if (p.n <= 1) return kb == 8 ? launch_dec<F, 8, 1>(p, st) : kb == 4 ? launch_dec<F, 4, 1>(p, st) : launch_dec<F, 1, 1>(p, st);
+  if (p.n <= 4) return kb == 8 ? launch_dec<F, 8, 4>(p, st) : kb == 4 ? launch_dec<F, 4, 4>(p, st) : launch_dec<F, 1, 4>(p, st);
+  if (p.n <= 8) return launch_dec<F, 1, 8>(p, st);
+  return launch_dec<F, 1, 16>(p, st);
+}
 
 }  // namespace
 
-bool matmul_mma_supported(const Weight& w) {
-  if (!g_enabled || (w.type != WType::q8_0 && w.type != WType::mxfp4)) return false;
+namespace {
+bool tensor_core_shape(const Weight& w) {
+  if (w.type != WType::q8_0 && w.type != WType::mxfp4) return false;
   if (w.cols % kK != 0 || w.cols > (int64_t{1} << 30) || w.rows > (int64_t{1} << 30)) return false;
   // 16-byte windows over each row's stage bytes: the last one ends inside the matrix when it starts
   // and ends 16-aligned.
   return (reinterpret_cast<uintptr_t>(w.data) & 15u) == 0 && w.nbytes() % 16 == 0;
+}
+}  // namespace
+
+bool matmul_mma_supported(const Weight& w) { return g_enabled && tensor_core_shape(w); }
+
+int dec_stage_blocks(int64_t cols) {
+  // FERRY_DEC_KB=1|4|8 (measurements) caps it; the default takes the widest the columns allow.
+  static const int cap = [] {
+    const char* v = std::getenv("FERRY_DEC_KB");
+    const int k = v ? std::atoi(v) : 8;
+    return k >= 8 ? 8 : k >= 4 ? 4 : 1;
+  }();
+  if (cap >= 8 && cols % 1024 == 0) return 8;
+  if (cap >= 4 && cols % 512 == 0) return 4;
+  return 1;
+}
+// Where the decode kernels beat the CUDA-core ones at one row and in blocks (H200, 2026-12-01,
+// docs/BENCHMARKS.md): every mxfp4 weight (a 16-expert batch at one row 163 vs 184 us, at 2-16 rows
+// 1.1-2.2x), and q8_0 matrices of 12,288 rows and more (12288x7168 at one row 37.1 vs 40.2 us; 16 rows
+// 109 vs 138 us). Narrower q8_0 matrices (7,168 rows and fewer: 448 tiles or less for 132 SMs) are
+// faster on the CUDA cores at one row (7168x7168 25.2 vs 28.3 us), though not in blocks of 16. A
+// function of the weight alone: a row has the same bits alone and in a block, and an expert batch the
+// bits of its per-expert matmuls.
+bool dec_wins(const Weight& w) { return w.type == WType::mxfp4 || w.rows >= 12288; }
+
+bool matmul_dec_supported(const Weight& w) {
+  if (g_dec_mode == DecMode::off || !tensor_core_shape(w)) return false;
+  return g_dec_mode == DecMode::all || dec_wins(w);
+}
+DecMode matmul_dec_mode(DecMode m) {
+  const DecMode old = g_dec_mode;
+  g_dec_mode = m;
+  return old;
 }
 
 size_t mma_prep_bytes(int64_t n, int64_t cols) {
@@ -128,14 +297,29 @@ size_t mma_prep_bytes(int64_t n, int64_t cols) {
   return 2 * halves * sizeof(__half) + static_cast<size_t>(n) * sizeof(float) + 512;
 }
 
-XPrep prep_x(const float* x, int64_t n, int64_t cols, void* buf, cudaStream_t st) {
+XPrep prep_x(const float* x, int64_t n, int64_t cols, void* buf, cudaStream_t st, bool both_levels, XOrder order) {
   XPrep p;
   const size_t halves = static_cast<size_t>(n) * static_cast<size_t>(cols);
   auto* hi = static_cast<__half*>(buf);
-  __half* lo = g_levels == 2 ? hi + halves : nullptr;
+  __half* lo = both_levels || g_levels == 2 ? hi + halves : nullptr;
   auto* inv = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(buf) + ((2 * halves * sizeof(__half) + 255) & ~size_t{255}));
   if (n > 0) {
-    prep_x_kernel<<<static_cast<unsigned>(n), kPrepThreads, 0, st>>>(x, cols, hi, lo, inv);
+    const unsigned grid = static_cast<unsigned>(n);
+    const int64_t nv = cols / 4;  // float4 per row, when the rows are 16-byte aligned
+    const bool vec = cols % 16 == 0 && (reinterpret_cast<uintptr_t>(x) & 15u) == 0;
+    const bool mx = order == XOrder::mx;
+    if (vec && nv <= kPrepThreads)
+      prep_x_reg_kernel<1><<<grid, kPrepThreads, 0, st>>>(x, cols, hi, lo, inv, mx);
+    else if (vec && nv <= 2 * kPrepThreads)
+      prep_x_reg_kernel<2><<<grid, kPrepThreads, 0, st>>>(x, cols, hi, lo, inv, mx);
+    else if (vec && nv <= 4 * kPrepThreads)
+      prep_x_reg_kernel<4><<<grid, kPrepThreads, 0, st>>>(x, cols, hi, lo, inv, mx);
+    else if (vec && nv <= 8 * kPrepThreads)
+      prep_x_reg_kernel<8><<<grid, kPrepThreads, 0, st>>>(x, cols, hi, lo, inv, mx);
+    else if (vec && nv <= 16 * kPrepThreads)
+      prep_x_reg_kernel<16><<<grid, kPrepThreads, 0, st>>>(x, cols, hi, lo, inv, mx);
+    else
+      prep_x_kernel<<<grid, kPrepThreads, 0, st>>>(x, cols, hi, lo, inv, mx);
     FERRY_CUDA_LAUNCHED(prep_x_kernel);
   }
   p.hi = hi;
@@ -152,6 +336,14 @@ void launch_matmul_mma(const Weight& w, const XPrep& xp, int64_t n, float* y, cu
   const bool l2 = xp.lo != nullptr;
   if (w.type == WType::mxfp4) return l2 ? launch_plain<Mx, 2>(p, st) : launch_plain<Mx, 1>(p, st);
   return l2 ? launch_plain<Q8, 2>(p, st) : launch_plain<Q8, 1>(p, st);
+}
+
+void launch_matmul_dec(const Weight& w, const XPrep& xp, int64_t n, float* y, cudaStream_t st) {
+  PlainDec p{static_cast<const uint8_t*>(w.data), w.row_bytes(), static_cast<int>(w.rows), static_cast<int>(w.cols),
+             xp, y, n, 0, 0};
+  if (n > (int64_t{1} << 30)) throw LimitError("cuda matmul: " + std::to_string(n) + " rows in one call");
+  if (w.type == WType::mxfp4) return launch_dec_f<dec::Mx>(p, st);
+  launch_dec_f<dec::Q8>(p, st);
 }
 
 }  // namespace ferry::cuda

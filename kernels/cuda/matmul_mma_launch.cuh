@@ -1,4 +1,5 @@
-// Host side of the prompt pass's tensor-core matmul (matmul_mma.cuh has the kernels and the rules).
+// Host side of the tensor-core matmuls: the prompt pass's (matmul_mma.cuh) and the decode steps' and
+// verify blocks' (matmul_dec.cuh); those files have the kernels and the rules.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -28,11 +29,32 @@ bool matmul_mma_supported(const Weight& w);
 // Measurement switches, read once from the environment: FERRY_MMA=0 (prompt passes on the CUDA-core
 // kernels) and FERRY_MMA_LEVELS=1 (x as hi only; the default is hi + lo).
 
+// Whether decode steps and verify blocks (every matmul outside a prompt pass) run this weight on the
+// tensor cores (matmul_dec.cuh) rather than on the CUDA-core kernels of matmul_fast.cuh: by default
+// the weights where they were measured faster (mxfp4, and q8_0 of 12,288 rows and more; matmul_mma.cu
+// dec_wins); FERRY_DEC_MMA=1 every shape the kernels take (cols % 128 == 0, aligned), =0 none. Always a
+// function of the weight alone.
+bool matmul_dec_supported(const Weight& w);
+enum class DecMode { off, auto_, all };
+// Sets the mode (tests, benchmarks) and returns the previous one. A run keeps one mode throughout:
+// the two kernel families give different last bits.
+DecMode matmul_dec_mode(DecMode m);
+// Quant blocks per warp per stage of the decode kernels for a row of cols (8 when cols % 1024 == 0,
+// 4 when cols % 512 == 0, else 1; FERRY_DEC_KB caps it for measurements): the stage width, speed only.
+int dec_stage_blocks(int64_t cols);
+
 // Device bytes prep_x needs for n rows of cols.
 size_t mma_prep_bytes(int64_t n, int64_t cols);
-// x [n, cols] (contiguous) prepared into buf (mma_prep_bytes(n, cols) bytes) on stream st.
-mma::XPrep prep_x(const float* x, int64_t n, int64_t cols, void* buf, cudaStream_t st);
-// y [n, w.rows] = x @ W^T from x prepared by prep_x.
+// x [n, cols] (contiguous) prepared into buf (mma_prep_bytes(n, cols) bytes) on stream st: hi + lo, or
+// hi only under FERRY_MMA_LEVELS=1 unless both_levels (the decode kernels always take both).
+// order: natural, or mx (the decode kernels' mxfp4 order: within each 16 columns, 4t + j at 2t + (j & 1)
+// + 8 (j >> 1); matmul_dec.cuh).
+enum class XOrder { natural, mx };
+mma::XPrep prep_x(const float* x, int64_t n, int64_t cols, void* buf, cudaStream_t st, bool both_levels = false,
+                  XOrder order = XOrder::natural);
+// y [n, w.rows] = x @ W^T from x prepared by prep_x: a prompt pass's kernel (matmul_mma.cuh).
 void launch_matmul_mma(const Weight& w, const mma::XPrep& xp, int64_t n, float* y, cudaStream_t st);
+// The same for decode steps and verify blocks (matmul_dec.cuh; x prepared with both levels).
+void launch_matmul_dec(const Weight& w, const mma::XPrep& xp, int64_t n, float* y, cudaStream_t st);
 
 }  // namespace ferry::cuda

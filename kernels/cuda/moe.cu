@@ -182,26 +182,42 @@ void ffn_wave_fast(CudaBackend& be, const ExpertFfnArgs& a, const Launch* ls, si
   for (const Launch& l : Span{ls, nls}) launch_grouped_down(l.t, type, s.g, in, inter, a.y, st);
 }
 
-// A prompt pass's wave on the tensor cores: x was prepared once for the call (xp); the intermediate is
-// prepared after the activation, into `act_buf`.
-void ffn_wave_mma(CudaBackend& be, const ExpertFfnArgs& a, const Launch* ls, size_t nls, int rows,
-                  const MoeScratch& s, const mma::XPrep& xp, void* act_buf) {
+// The order prep_x writes for a weight type: the decode kernels read mxfp4's x permuted (matmul_dec.cuh).
+XOrder x_order(WType type, bool prompt) { return !prompt && type == WType::mxfp4 ? XOrder::mx : XOrder::natural; }
+
+// A wave on the tensor cores: x was prepared once for the call (xp); the intermediate is prepared after
+// the activation, into `act_buf`. A prompt pass's kernels (prompt: matmul_mma.cuh) or the decode
+// steps' and verify blocks' (matmul_dec.cuh).
+void ffn_wave_tc(CudaBackend& be, const ExpertFfnArgs& a, const Launch* ls, size_t nls, int rows,
+                 const MoeScratch& s, const mma::XPrep& xp, void* act_buf, bool prompt) {
   const cudaStream_t st = be.stream();
   const int in = static_cast<int>(a.in), inter = static_cast<int>(a.inter);
   const WType type = a.calls[0].gate.type;
-  for (const Launch& l : Span{ls, nls}) launch_grouped_gate_up_mma(l.t, type, xp, in, inter, s.g, s.u, st);
+  for (const Launch& l : Span{ls, nls}) {
+    if (prompt)
+      launch_grouped_gate_up_mma(l.t, type, xp, in, inter, s.g, s.u, st);
+    else
+      launch_grouped_gate_up_dec(l.t, type, xp, in, inter, s.g, s.u, st);
+  }
   expert_act(be, a.act, s.g, s.u, rows * a.inter);
-  const mma::XPrep ap = prep_x(s.g, rows, inter, act_buf, st);
-  for (const Launch& l : Span{ls, nls}) launch_grouped_down_mma(l.t, type, ap, in, inter, a.y, st);
+  const mma::XPrep ap = prep_x(s.g, rows, inter, act_buf, st, !prompt, x_order(type, prompt));
+  for (const Launch& l : Span{ls, nls}) {
+    if (prompt)
+      launch_grouped_down_mma(l.t, type, ap, in, inter, a.y, st);
+    else
+      launch_grouped_down_dec(l.t, type, ap, in, inter, a.y, st);
+  }
 }
 
-// Whether a prompt pass runs every weight of the batch on the tensor cores.
-bool grouped_mma_ok(const ExpertFfnArgs& a) {
+// Whether every weight of the batch runs on the tensor cores: a prompt pass's kernels (prompt) or the
+// decode kernels. The same test as CudaBackend::matmul's for each weight, so the batch has the bits of
+// the per-expert matmuls.
+bool grouped_tc_ok(const ExpertFfnArgs& a, bool prompt) {
   const WType type = a.calls[0].gate.type;
+  const auto ok = [prompt](const Weight& w) { return prompt ? matmul_mma_supported(w) : matmul_dec_supported(w); };
   for (size_t i = 0; i < a.n_calls; ++i) {
     const ExpertCall& c = a.calls[i];
-    if (c.gate.type != type || c.up.type != type || c.down.type != type || !matmul_mma_supported(c.gate) ||
-        !matmul_mma_supported(c.up) || !matmul_mma_supported(c.down))
+    if (c.gate.type != type || c.up.type != type || c.down.type != type || !ok(c.gate) || !ok(c.up) || !ok(c.down))
       return false;
   }
   return true;
@@ -214,15 +230,15 @@ void ffn_wave_generic(CudaBackend& be, const ExpertFfnArgs& a, const Launch* ls,
     launch_row_copy(l.t, a.x, s.xg, a.in, true, st);
     for (int p = 0; p < l.t.ncalls; ++p) {
       const int64_t off = l.t.base + l.t.loc[p];
-      launch_matmul(l.call[p]->gate, s.xg + off * a.in, l.t.m[p], s.g + off * a.inter, st);
-      launch_matmul(l.call[p]->up, s.xg + off * a.in, l.t.m[p], s.u + off * a.inter, st);
+      be.matmul(l.call[p]->gate, s.xg + off * a.in, l.t.m[p], s.g + off * a.inter);
+      be.matmul(l.call[p]->up, s.xg + off * a.in, l.t.m[p], s.u + off * a.inter);
     }
   }
   expert_act(be, a.act, s.g, s.u, rows * a.inter);
   for (const Launch& l : Span{ls, nls}) {
     for (int p = 0; p < l.t.ncalls; ++p) {
       const int64_t off = l.t.base + l.t.loc[p];
-      launch_matmul(l.call[p]->down, s.g + off * a.inter, l.t.m[p], s.yg + off * a.in, st);
+      be.matmul(l.call[p]->down, s.g + off * a.inter, l.t.m[p], s.yg + off * a.in);
     }
     launch_row_copy(l.t, s.yg, a.y, a.in, false, st);
   }
@@ -242,7 +258,9 @@ void CudaBackend::expert_ffn(const ExpertFfnArgs& a) {
   std::vector<Launch> ls;
   std::vector<Wave> waves;
   plan(a, ls, waves);
-  const bool mma = prompt_pass_ && grouped_mma_ok(a);
+  // Tensor cores (a prompt pass's kernels, or the decode kernels) where every weight allows them, else
+  // the CUDA-core grouped kernels, else per-expert matmuls.
+  const bool mma = grouped_tc_ok(a, prompt_pass_);
   const bool fast = mma || grouped_fast_ok(a);
   const int64_t wave = std::min<int64_t>(total, kWaveRows);
   const int64_t gi = round_up(wave * a.inter), xi = fast ? 0 : round_up(wave * a.in);
@@ -258,12 +276,12 @@ void CudaBackend::expert_ffn(const ExpertFfnArgs& a) {
   if (mma) {
     const size_t xb = (mma_prep_bytes(a.x_rows, a.in) + 255) & ~size_t{255};
     auto* buf = static_cast<uint8_t*>(scratch(kMmaX, xb + mma_prep_bytes(wave, a.inter)));
-    xp = prep_x(a.x, a.x_rows, a.in, buf, stream_);
+    xp = prep_x(a.x, a.x_rows, a.in, buf, stream_, !prompt_pass_, x_order(a.calls[0].gate.type, prompt_pass_));
     act_buf = buf + xb;
   }
   for (const Wave& w : waves) {
     if (mma)
-      ffn_wave_mma(*this, a, ls.data() + w.first, w.last - w.first, w.rows, s, xp, act_buf);
+      ffn_wave_tc(*this, a, ls.data() + w.first, w.last - w.first, w.rows, s, xp, act_buf, prompt_pass_);
     else if (fast)
       ffn_wave_fast(*this, a, ls.data() + w.first, w.last - w.first, w.rows, s);
     else

@@ -47,5 +47,11 @@ void launch_grouped_gate_up_mma(const GroupTable& t, WType type, const mma::XPre
                                 float* u, cudaStream_t st);
 void launch_grouped_down_mma(const GroupTable& t, WType type, const mma::XPrep& act, int in, int inter, float* y,
                              cudaStream_t st);
+// And outside prompt passes (decode steps, verify blocks), on matmul_dec.cuh's kernel: the bits of
+// CudaBackend::matmul on each expert's weight.
+void launch_grouped_gate_up_dec(const GroupTable& t, WType type, const mma::XPrep& x, int in, int inter, float* g,
+                                float* u, cudaStream_t st);
+void launch_grouped_down_dec(const GroupTable& t, WType type, const mma::XPrep& act, int in, int inter, float* y,
+                             cudaStream_t st);
 
 }  // namespace ferry::cuda

@@ -12,6 +12,7 @@
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/matmul_fast.cuh"
+#include "kernels/cuda/matmul_dec.cuh"
 #include "kernels/cuda/matmul_mma.cuh"
 #include "kernels/cuda/moe.cuh"
 
@@ -231,7 +232,100 @@ void launch_mma(GroupMma& a, WType type, int nz, cudaStream_t st) {
   return w2 ? launch_mma_f<mma::Q8, 1, 2>(a, nz, st) : launch_mma_f<mma::Q8, 1, 1>(a, nz, st);
 }
 
+// Decode steps and verify blocks on the tensor cores (matmul_dec.cuh): item j = (z, row group of NRA
+// rows of a piece, 16-row weight tile), z-major as GroupArgs; x rows are prepared rows as GroupMma's.
+struct GroupDec {
+  GroupTable t;
+  int which;
+  size_t row_bytes;
+  int rows, cols;
+  mma::XPrep xp;
+  float* y[2];
+  int ntiles, nb, group;
+  __device__ mma::Item item(int64_t j) const {
+    mma::Item it;
+    const int64_t per_z = static_cast<int64_t>(nb) * ntiles;
+    it.z = static_cast<int>(j / per_z);
+    const int rem = static_cast<int>(j - it.z * per_z);
+    const int yb = rem / ntiles, tile = rem - yb * ntiles;
+    const int c = t.piece[yb];
+    it.c = c;
+    it.r0 = (yb - t.bstart[c]) * group;
+    it.nr = min(group, t.m[c] - it.r0);
+    it.row0 = tile * dec::kRows;
+    it.nrows = min(dec::kRows, rows - it.row0);
+    it.w = t.w[c][which + it.z] + static_cast<size_t>(it.row0) * row_bytes;
+    return it;
+  }
+  __device__ int64_t xrow(const mma::Item& it, int r) const {
+    const int i = t.loc[it.c] + it.r0 + r;
+    return which == 0 ? static_cast<int64_t>(t.src[i]) : static_cast<int64_t>(t.base) + i;
+  }
+  __device__ float* yrow(const mma::Item& it, int r) const {
+    const int i = t.loc[it.c] + it.r0 + r;
+    return which == 0 ? y[it.z] + (static_cast<int64_t>(t.base) + i) * rows
+                      : y[0] + static_cast<int64_t>(t.dst[i]) * rows;
+  }
+};
+
+template <class F, int KB, int NRA, int S>
+__global__ void __launch_bounds__(dec::kThreads, 4) grouped_dec_kernel(const __grid_constant__ GroupDec a) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  dec::item_body<F, KB, NRA, S>(a, a.item(blockIdx.x), smem);
+}
+
+template <class F, int KB, int NRA>
+void launch_dec_nr(GroupDec& a, int nz, cudaStream_t st) {
+  constexpr int S = dec::stages<F, KB, NRA>();
+  constexpr size_t smem = static_cast<size_t>(dec::Geo<F, KB, NRA>::kStage) * S;
+  static const bool once = [] {
+    FERRY_CUDA_CHECK(cudaFuncSetAttribute(grouped_dec_kernel<F, KB, NRA, S>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    return true;
+  }();
+  (void)once;
+  const int nb = tabulate_row_groups(a.t, NRA);
+  if (nb == 0) return;
+  a.nb = nb;
+  a.group = NRA;
+  a.ntiles = (a.rows + dec::kRows - 1) / dec::kRows;
+  const int64_t items = static_cast<int64_t>(nz) * nb * a.ntiles;
+  dec::launch_dependent(grouped_dec_kernel<F, KB, NRA, S>, static_cast<unsigned>(items), smem, st, a);
+}
+
+// Rows per weight read from the largest piece, stage width from the columns, as the plain launcher
+// (matmul_mma.cu launch_dec_f) picks them: speed only.
+template <class F>
+void launch_dec_f(GroupDec& a, int nz, cudaStream_t st) {
+  int m = 0;
+  for (int c = 0; c < a.t.ncalls; ++c) m = std::max(m, a.t.m[c]);
+  const int kb = m <= 4 ? dec_stage_blocks(a.cols) : 1;
+  if (m <= 1)
+    return kb == 8 ? launch_dec_nr<F, 8, 1>(a, nz, st) : kb == 4 ? launch_dec_nr<F, 4, 1>(a, nz, st) : launch_dec_nr<F, 1, 1>(a, nz, st);
+  if (m <= 4)
+    return kb == 8 ? launch_dec_nr<F, 8, 4>(a, nz, st) : kb == 4 ? launch_dec_nr<F, 4, 4>(a, nz, st) : launch_dec_nr<F, 1, 4>(a, nz, st);
+  if (m <= 8) return launch_dec_nr<F, 1, 8>(a, nz, st);
+  launch_dec_nr<F, 1, 16>(a, nz, st);
+}
+
+void launch_dec(GroupDec& a, WType type, int nz, cudaStream_t st) {
+  if (type == WType::mxfp4) return launch_dec_f<dec::Mx>(a, nz, st);
+  launch_dec_f<dec::Q8>(a, nz, st);
+}
+
 }  // namespace
+
+void launch_grouped_gate_up_dec(const GroupTable& t, WType type, const mma::XPrep& x, int in, int inter, float* g,
+                                float* u, cudaStream_t st) {
+  GroupDec a{t, 0, row_bytes_of(type, in), inter, in, x, {g, u}, 0, 0, 0};
+  launch_dec(a, type, 2, st);
+}
+
+void launch_grouped_down_dec(const GroupTable& t, WType type, const mma::XPrep& act, int in, int inter, float* y,
+                             cudaStream_t st) {
+  GroupDec a{t, 2, row_bytes_of(type, inter), in, inter, act, {y, nullptr}, 0, 0, 0};
+  launch_dec(a, type, 1, st);
+}
 
 void launch_grouped_gate_up_mma(const GroupTable& t, WType type, const mma::XPrep& x, int in, int inter, float* g,
                                 float* u, cudaStream_t st) {

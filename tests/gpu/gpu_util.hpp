@@ -17,6 +17,7 @@
 #include "kernels/backend.hpp"
 #include "tests/kernels/cpu/test_util.hpp"
 #if FERRY_WITH_CUDA
+#include "kernels/cuda/matmul_mma_launch.cuh"
 #include "kernels/cuda_backend.hpp"
 #endif
 
@@ -46,6 +47,16 @@ inline std::filesystem::path gpu_fixture(const std::string& rel) {
   const char* env = std::getenv("FERRY_FIXTURES_DIR");
   return std::filesystem::path(env && *env ? env : FERRY_FIXTURES) / rel;
 }
+
+// The decode kernels on the tensor cores (kernels/cuda/matmul_dec.cuh) for every shape they take, for a
+// scope (by default they run only where they were measured faster).
+struct DecodeOnTensorCores {
+#if FERRY_WITH_CUDA
+  cuda::DecMode old;
+  DecodeOnTensorCores() : old(cuda::matmul_dec_mode(cuda::DecMode::all)) {}
+  ~DecodeOnTensorCores() { cuda::matmul_dec_mode(old); }
+#endif
+};
 
 // A buffer of the same contents on the CPU and on the GPU back-end.
 struct Pair {

@@ -9,6 +9,7 @@
 // keeps the CPU order and stays bit-identical to it. Block-vs-single stays bitwise on both paths.
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -46,10 +47,11 @@ std::vector<uint8_t> random_weight(WType t, int64_t rows, int64_t cols, uint32_t
 
 const char* tname(WType t) { return t == WType::f32 ? "f32" : t == WType::q8_0 ? "q8_0" : "mxfp4"; }
 
-// Whether the CUDA back-end runs this matmul on its fast path (own order: tolerance, not bits).
+// Whether the CUDA back-end runs this matmul (outside a prompt pass) in its own order: on the tensor
+// cores (matmul_dec.cuh) or on the CUDA-core fast path. Tolerance, not bits.
 bool fast_path(const Weight& w, const float* x) {
 #if FERRY_WITH_CUDA
-  return cuda::matmul_fast_supported(w, x);
+  return cuda::matmul_dec_supported(w) || cuda::matmul_fast_supported(w, x);
 #else
   (void)w, (void)x;
   return false;
@@ -159,36 +161,118 @@ TEST_F(Ops, PromptPassMatmulRowHasTheSameBitsAloneAndAnywhereInAPassOf1024Rows) 
 
 // Rows of zeros, of tiny and of huge values (the per-row scaling keeps each in fp16's range), and
 // mxfp4 exponents from the bottom of E8M0 (2^-127, a subnormal scale) to the top of real checkpoints'
-// range: each row within kMmaTol of the CPU's row. (Huge exponents against tiny rows can overflow the
-// scaled accumulator: matmul_mma.cuh.)
-TEST_F(Ops, PromptPassMatmulScalesEachRowIntoRange) {
+// range: each row within kMmaTol of the CPU's row. A prompt pass's kernel keeps y * 2^k in its
+// accumulator, so huge exponents against tiny rows can overflow it (matmul_mma.cuh); the decode kernel
+// undoes the scaling per block and also takes exponents up to 252 against rows of 2^-100.
+template <class Both, class BothBytes>
+void check_row_scaling(Backend& cpu, Backend& gpu, bool prompt, Both both, BothBytes both_bytes) {
   const int64_t rows = 130, cols = 1024, n = 6;
   const float row_scale[n] = {0.0f, 1.0f, 0x1p-20f, 0x1p20f, 1e-3f, 3e4f};
   // x scaled with the exponents so that the products stay normal floats on the CPU.
-  for (const auto& [e_lo, e_hi, xfac] : {std::tuple{0, 3, 0x1p100f}, std::tuple{2, 16, 0x1p100f},
-                                         std::tuple{118, 130, 1.0f}, std::tuple{140, 150, 0x1p-20f}}) {
+  std::vector<std::tuple<int, int, float>> ranges{{0, 3, 0x1p100f}, {2, 16, 0x1p100f}, {118, 130, 1.0f},
+                                                  {140, 150, 0x1p-20f}};
+  if (!prompt) ranges.emplace_back(236, 252, 0x1p-100f);
+  for (const auto& [e_lo, e_hi, xfac] : ranges) {
     const auto q = random_mxfp4(static_cast<size_t>(rows * cols / kQK), 13, e_lo, e_hi);
     auto wb = both_bytes(q.data(), q.size() * sizeof(q[0]));
     auto xv = random_floats(static_cast<size_t>(n * cols), 14);
     for (int64_t r = 0; r < n; ++r)
       for (int64_t c = 0; c < cols; ++c) xv[static_cast<size_t>(r * cols + c)] *= row_scale[r] * xfac;
     auto x = both(xv);
-    auto y = poisoned_pair(static_cast<size_t>(n * rows));
+    auto y = both(poisoned(static_cast<size_t>(n * rows)));
     const Weight wg{WType::mxfp4, rows, cols, wb->g};
-    cpu().matmul(Weight{WType::mxfp4, rows, cols, wb->c}, x.cpu(), n, y.cpu());
-    {
-      PromptPass on(gpu());
-      gpu().matmul(wg, x.gpu(), n, y.gpu());
-    }
-    auto [c, g] = results(y);
+    cpu.matmul(Weight{WType::mxfp4, rows, cols, wb->c}, x.cpu(), n, y.cpu());
+    gpu.set_prompt_pass(prompt);
+    gpu.matmul(wg, x.gpu(), n, y.gpu());
+    gpu.set_prompt_pass(false);
+    std::vector<float> c(y.c.size()), g(y.g.size());
+    cpu.download(c.data(), y.cpu(), c.size() * 4);
+    gpu.download(g.data(), y.gpu(), g.size() * 4);
     for (int64_t r = 0; r < n; ++r) {
       const std::vector<float> cr(c.begin() + r * rows, c.begin() + (r + 1) * rows);
       const std::vector<float> gr(g.begin() + r * rows, g.begin() + (r + 1) * rows);
-      const std::string what = "mma e [" + std::to_string(e_lo) + "," + std::to_string(e_hi) + "] row x" +
-                               std::to_string(row_scale[r]);
+      const std::string what = std::string(prompt ? "mma" : "dec") + " e [" + std::to_string(e_lo) + "," +
+                               std::to_string(e_hi) + "] row x" + std::to_string(row_scale[r]);
       EXPECT_LE(rel_err(what.c_str(), cr, gr), kMmaTol) << what;
     }
   }
+}
+
+TEST_F(Ops, PromptPassMatmulScalesEachRowIntoRange) {
+  check_row_scaling(cpu(), gpu(), true, [](const std::vector<float>& v) { return both(v); },
+                    [](const void* p, size_t n) { return both_bytes(p, n); });
+}
+
+// ---- decode steps and verify blocks on the tensor cores (kernels/cuda/matmul_dec.cuh) ------------------
+// Outside prompt passes q8_0 / mxfp4 matmuls with cols % 128 == 0 run as fp16 mma with the prompt pass's
+// exact arithmetic but their own order: within kMmaTol of the CPU, and a row's bits the same alone, in
+// a verify block of up to 16 rows, and in larger calls (groups of 16).
+
+bool dec_path(const Weight& w) {
+#if FERRY_WITH_CUDA
+  return cuda::matmul_dec_supported(w);
+#else
+  (void)w;
+  return false;
+#endif
+}
+
+TEST_F(Ops, DecodeMatmulOnTensorCoresMatchesCpuForEveryRowCount) {
+  DecodeOnTensorCores on;
+  struct Shape { WType t; int64_t rows, cols; };
+  // cols % 512 (512-column stages for up to 4 rows) and cols % 128 only; rows not a multiple of 16.
+  for (const Shape& s : {Shape{WType::q8_0, 300, 1152}, Shape{WType::q8_0, 136, 7168}, Shape{WType::q8_0, 37, 512},
+                         Shape{WType::mxfp4, 200, 3072}, Shape{WType::mxfp4, 64, 128}, Shape{WType::mxfp4, 48, 1664}}) {
+    const auto bytes = random_weight(s.t, s.rows, s.cols, 15);
+    auto wb = both_bytes(bytes.data(), bytes.size());
+    const Weight wg{s.t, s.rows, s.cols, wb->g};
+    EXPECT_TRUE(dec_path(wg)) << tname(s.t) << " " << s.rows << "x" << s.cols;
+    for (int64_t n : {1, 2, 3, 4, 5, 8, 9, 16, 17, 40}) {
+      auto x = both(random_floats(static_cast<size_t>(n * s.cols), 16 + static_cast<uint32_t>(n)));
+      auto y = poisoned_pair(static_cast<size_t>(n * s.rows));
+      cpu().matmul(Weight{s.t, s.rows, s.cols, wb->c}, x.cpu(), n, y.cpu());
+      gpu().matmul(wg, x.gpu(), n, y.gpu());
+      auto [c, g] = results(y);
+      const std::string what = std::string("dec ") + tname(s.t) + " " + std::to_string(s.rows) + "x" +
+                               std::to_string(s.cols) + " n=" + std::to_string(n);
+      EXPECT_LE(rel_err(what.c_str(), c, g), kMmaTol) << what;
+    }
+  }
+}
+
+// The stage width (512 columns for up to 4 rows, 128 above) and the rows per weight read (1, 4, 8, 16)
+// change with the row count: neither may change a row's bits.
+TEST_F(Ops, DecodeMatmulRowHasTheSameBitsAloneAndInEveryBlockUpTo16AndBeyond) {
+  DecodeOnTensorCores on;
+  const int64_t n = 40;
+  for (const auto& [t, rows, cols] : {std::tuple{WType::q8_0, int64_t{257}, int64_t{1536}},
+                                      std::tuple{WType::q8_0, int64_t{96}, int64_t{1152}},
+                                      std::tuple{WType::mxfp4, int64_t{384}, int64_t{1024}}}) {
+    const auto bytes = random_weight(t, rows, cols, 17);
+    auto wb = both_bytes(bytes.data(), bytes.size());
+    const Weight w{t, rows, cols, wb->g};
+    auto x = both(random_floats(static_cast<size_t>(n * cols), 18));
+    auto all = poisoned_pair(static_cast<size_t>(n * rows));
+    gpu().matmul(w, x.gpu(), n, all.gpu());
+    const auto a = get(gpu(), all.gpu(), all.g.size());
+    for (const auto& [r0, m] : {std::pair{0, 1}, std::pair{5, 1}, std::pair{39, 1}, std::pair{0, 2}, std::pair{3, 4},
+                                std::pair{7, 5}, std::pair{9, 8}, std::pair{11, 9}, std::pair{0, 16}, std::pair{20, 16},
+                                std::pair{2, 17}}) {
+      auto part = poisoned_pair(static_cast<size_t>(m * rows));
+      gpu().matmul(w, x.gpu() + r0 * cols, m, part.gpu());
+      const auto p = get(gpu(), part.gpu(), part.g.size());
+      const int64_t d = first_bit_diff(p.data(), a.data() + r0 * rows, m * rows);
+      std::printf("[gpu-op] dec %s %lldx%lld rows %d..%d alone vs in 40: %s\n", tname(t), static_cast<long long>(rows),
+                  static_cast<long long>(cols), r0, r0 + m - 1, d < 0 ? "bit-identical" : "DIFFERENT");
+      EXPECT_LT(d, 0) << tname(t) << " rows " << r0 << " + " << m;
+    }
+  }
+}
+
+TEST_F(Ops, DecodeMatmulScalesEachRowIntoRangeAndTakesHugeExponents) {
+  DecodeOnTensorCores on;
+  check_row_scaling(cpu(), gpu(), false, [](const std::vector<float>& v) { return both(v); },
+                    [](const void* p, size_t n) { return both_bytes(p, n); });
 }
 
 // The shapes of the real models take the fast path (a fallback would silently cost 10x).
@@ -359,6 +443,9 @@ void bench_matrices(Backend& be, const std::string& label) {
                        Case{"q8_0 spine 7168x7168", WType::q8_0, 7168, 7168, 3},
                        Case{"q8_0 spine 12288x7168", WType::q8_0, 12288, 7168, 2},
                        Case{"q8_0 ffn 7168x33792", WType::q8_0, 7168, 33792, 1}}) {
+    // FERRY_BENCH_CASE=substring times one matrix only (profilers: scripts/gpu-decode-ncu.sh).
+    const char* only = std::getenv("FERRY_BENCH_CASE");
+    if (only && !std::string(c.name).starts_with(only)) continue;
     const auto bytes = random_weight(c.t, c.rows, c.cols, 9);
     std::vector<void*> bufs;
     std::vector<Weight> ws;

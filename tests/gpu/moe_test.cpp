@@ -124,6 +124,23 @@ TEST_F(Ops, PromptPassExpertFfnOnTensorCoresMatchesPerExpertMatmulsBitwise) {
   gpu().set_prompt_pass(false);
 }
 
+// Decode steps and verify blocks on the tensor cores (kernels/cuda/matmul_dec.cuh): the grouped kernels
+// give the bits of the per-expert matmuls (which take the same kernel), for 1 to 16 rows per expert,
+// both formats and the K3 shape, within tolerance of the CPU.
+TEST_F(Ops, DecodeExpertFfnOnTensorCoresMatchesPerExpertMatmulsBitwise) {
+  DecodeOnTensorCores on;
+  for (const auto& m : {std::vector<int64_t>{1}, std::vector<int64_t>(16, 1), std::vector<int64_t>{4, 1, 3, 2},
+                        std::vector<int64_t>{1, 3, 16, 2, 7, 1, 1, 4, 9, 1, 1, 12, 1, 2, 5, 16}})
+    check_batch(gpu(), cpu(), Shape{WType::mxfp4, 512, 1024}, m, 16, 0, all_acts()[2], 90,
+                "dec mxfp4 " + std::to_string(m.size()) + " experts");
+  check_batch(gpu(), cpu(), Shape{WType::mxfp4, 3584, 3072}, std::vector<int64_t>(16, 1), 1, 0, all_acts()[1], 91,
+              "dec K3 decode: 16 mxfp4 experts 3072x3584, 1 row");
+  check_batch(gpu(), cpu(), Shape{WType::q8_0, 1024, 512}, {1, 9, 3, 8, 16}, 16, 0, all_acts()[0], 92,
+              "dec q8_0 5 experts");
+  check_batch(gpu(), cpu(), Shape{WType::mxfp4, 512, 384}, {2, 5, 1}, 8, 1, all_acts()[2], 93,
+              "dec: unaligned x, inter % 512 != 0");
+}
+
 // The generic fallback: shapes the fast path does not take, and an x that is not 16-byte aligned.
 TEST_F(Ops, ExpertFfnGenericFallbackMatchesBitwise) {
   check_batch(gpu(), cpu(), Shape{WType::mxfp4, 256, 128}, {2, 5, 1, 16}, 16, 0, all_acts()[2], 40,

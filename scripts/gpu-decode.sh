@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Issue 14 item 1 in one device call: decode steps and verify blocks on the tensor cores
+# (kernels/cuda/matmul_dec.cuh) against the CUDA-core kernels of before (FERRY_DEC_MMA=0).
+# 1. The GPU tests (TEST_FILTER narrows them; TESTS=0 skips) and memcheck over the decode-kernel tests.
+# 2. The kernel benchmarks with both arms in this call (BENCH=0 skips): plain matmuls at 1..16 rows
+#    (MatmulBenchWeightBandwidth) and 16-expert batches (MoeBenchExpertBatchBandwidth).
+# 3. A full-width K3.1 slice (LAYERS=4: 1 dense + 3 MoE layers, 2,688 experts of 17.5 MB on /dev/shm, all
+#    resident): the resident decode (-n 65) per arm, arms interleaved over REPS rounds, then each arm with
+#    --profile-ops (-n 17); the steady rate against the HBM floor of the step (docs/BENCHMARKS.md: the
+#    4-layer slice reads 3.977 GB per step; FLOOR_GB overrides) over the device copy rate measured here.
+# Builds nothing: `bash scripts/gpu-bundle.sh` here, carry [".bundle"], `bash scripts/gpu-decode.sh`.
+set -uo pipefail
+source "$(dirname "$0")/gpu-env.sh"
+R=$OUT/decode
+mkdir -p "$R"
+exec > >(tee "$OUT/decode.log") 2>&1
+export FERRY_FIXTURES_DIR="$PWD/tests/fixtures"
+T0=$(date +%s); stamp() { echo "== [$(($(date +%s) - T0)) s] $*"; }
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv
+if [ "${TESTS:-1}" = 1 ]; then
+  stamp "GPU tests ${TEST_FILTER:-all}"
+  timeout ${TEST_TIMEOUT:-240} "$B/bin/ferry_test_gpu" ${TEST_FILTER:+--gtest_filter=$TEST_FILTER} > "$R/gpu_tests.log" 2>&1
+  echo "gpu tests exit $?"
+  grep -E '^\[gpu-op\] (dec |K3|q8_0 5|mxfp4 16|.*block vs plain|.*vs cuda sequence)' "$R/gpu_tests.log" | head -70
+  grep -E '^\[  (FAILED|PASSED) +\]|tests? ran|Failure' "$R/gpu_tests.log" | head -30
+fi
+if [ "${MEMCHECK:-1}" = 1 ] && command -v compute-sanitizer > /dev/null; then
+  stamp "memcheck"
+  timeout 120 compute-sanitizer --tool memcheck --leak-check no "$B/bin/ferry_test_gpu" \
+    --gtest_filter='Ops.Decode*:Ops.ExpertFfnDecode*:Ops.ExpertFfnK3*:Ops.MatmulSixteen*' > "$R/memcheck.log" 2>&1
+  echo "memcheck exit $? : $(grep -E 'ERROR SUMMARY' "$R/memcheck.log" | tail -1)"
+fi
+# Arms: cores (FERRY_DEC_MMA=0: the CUDA-core kernels), auto (the default: the tensor-core decode kernels for
+# the weights where they were measured faster), dec (FERRY_DEC_MMA=1: the tensor-core decode kernels for all),
+# dec4 / dec1 (FERRY_DEC_KB: their stage width capped at 512 / 128 columns; speed only, same bits as dec),
+# decnp (FERRY_DEC_PDL=0: without programmatic dependent launch; same bits).
+arm_env() {
+  case $1 in
+    cores) echo FERRY_DEC_MMA=0;; auto) echo FERRY_DEC_MMA=auto;; dec) echo FERRY_DEC_MMA=1;; dec4) echo FERRY_DEC_MMA=1 FERRY_DEC_KB=4;;
+    dec1) echo FERRY_DEC_MMA=1 FERRY_DEC_KB=1;; decnp) echo FERRY_DEC_MMA=1 FERRY_DEC_PDL=0;;
+  esac
+}
+ARMS=${ARMS:-"cores dec"}
+if [ "${NCU:-0}" = 1 ] && command -v ncu > /dev/null; then
+  S="--clock-control none --section SpeedOfLight --section WarpStateStats --section Occupancy --section SchedulerStats --section MemoryWorkloadAnalysis --section LaunchStats"
+  K="Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Theoretical Occ|Issued Warp|No Eligible|Registers Per|Block Limit|L2 Hit|Warp Cycles Per Issued|Grid Size|Dynamic Shared|Mem Pipes|dec_kernel|fast_kernel|prep_x|grouped"
+  for run in "dec:plain_dec|prep_x:16:2" "cores:matmul_fast:8:1"; do
+    IFS=: read -r arm re skip count <<< "$run"
+    stamp "ncu $arm $re (q8_0 7168x7168, 1 row)"
+    env $(arm_env $arm) FERRY_BENCH_CASE="q8_0 spine 7168x7168" timeout 120 ncu $S --kernel-name regex:"$re" --launch-skip $skip \
+      --launch-count $count "$B/bin/ferry_test_gpu" --gtest_filter=Ops.MatmulBenchWeightBandwidth > "$R/ncu-$arm-q8.txt" 2>&1
+    grep -E "$K" "$R/ncu-$arm-q8.txt" | head -40
+  done
+  for arm in dec cores; do
+    re=grouped_dec; [ $arm = cores ] && re=grouped_kernel
+    stamp "ncu $arm $re (16 mxfp4 experts, 1 row)"
+    env $(arm_env $arm) timeout 120 ncu $S --kernel-name regex:"$re" --launch-count 2 "$B/bin/ferry_test_gpu" \
+      --gtest_filter=Ops.MoeBenchExpertBatchBandwidth > "$R/ncu-$arm-experts.txt" 2>&1
+    grep -E "$K" "$R/ncu-$arm-experts.txt" | head -40
+  done
+fi
+if [ "${BENCH:-1}" = 1 ]; then
+  for arm in $ARMS $ARMS; do
+    stamp "kernel benchmarks, $arm ($(arm_env $arm))"
+    env $(arm_env $arm) timeout 120 "$B/bin/ferry_test_gpu" --gtest_filter='Ops.MatmulBenchWeightBandwidth:Ops.MoeBenchExpertBatchBandwidth' \
+      > "$R/bench-$arm.log" 2>&1
+    echo "exit $?"; grep -E "^\[bench\]" "$R/bench-$arm.log" | grep -v "depth=[12]" | head -40
+  done
+fi
+[ "${MODEL:-1}" = 1 ] || { tar czf "$OUT/decode.tgz" -C "$R" . && rm -rf "$R"; exit 0; }
+stamp "synth"
+D=/dev/shm/ferry; M=$D/model; E=$D/experts
+rm -rf "$D"; mkdir -p "$D"
+synth_slice ${LAYERS:-4} "$M" "$E"; echo "synth exit $?"; du -sh "$M" "$E"
+for rep in $(seq 1 ${REPS:-2}); do
+  for arm in $ARMS; do
+    stamp "$arm decode round $rep"
+    env $(arm_env $arm) timeout 150 "$B/bin/ferry" run -m "$M" --backend cuda -p "The three main financial statements are" \
+      -n 65 --json --trace-hash "$R/$arm-$rep.hash" > "$R/$arm-$rep.json" 2> "$R/$arm-$rep.err"
+    echo "exit $?"
+    python3 -c "import json;j=json.load(open('$R/$arm-$rep.json'));print('$arm decode steady',j['steady'],'tok/s, prompt_s',j['prompt_s'],'ids',j['ids'][:16])"
+  done
+done
+for arm in $ARMS; do
+  [ "${PROFILE:-1}" = 1 ] || continue
+  env $(arm_env $arm) timeout 150 "$B/bin/ferry" run -m "$M" --backend cuda -p "The three main financial statements are" \
+    -n 17 --json --profile-ops > "$R/$arm-ops.json" 2> "$R/$arm-ops.err"
+  echo "$arm profile-ops exit $?"
+  python3 -c "
+import json
+j=json.load(open('$R/$arm-ops.json')); p=j['op_profile']
+print('$arm ops: busy %.1f ms, span %.1f ms' % (p['busy_ms'], p['span_ms']))
+for k, v in sorted(p['ops'].items(), key=lambda kv: -kv[1]['ms'])[:26]: print('  %-44s %5d %9.3f ms %8.1f us/call' % (k, v['calls'], v['ms'], 1e3 * v['ms'] / v['calls']))"
+done
+echo "same run, two arms: logit hashes (the tensor cores change the last bits, not the greedy ids):"
+for a in auto dec; do [ -f "$R/$a-1.hash" ] && "$B/bin/ferry" trace diff "$R/cores-1.hash" "$R/$a-1.hash" | tail -3; done
+for a in auto dec; do
+  [ -f "$R/$a-2.hash" ] && echo "$a vs $a (two runs): must be identical:" && "$B/bin/ferry" trace diff "$R/$a-1.hash" "$R/$a-2.hash" | tail -3
+done
+for a in dec4 dec1 decnp; do
+  [ -f "$R/$a-1.hash" ] && echo "dec vs $a (the stage width): must be identical:" && "$B/bin/ferry" trace diff "$R/dec-1.hash" "$R/$a-1.hash" | tail -3
+done
+stamp "summary"
+COPY=$(grep -ho 'device copy (read+write): [0-9]*' "$R"/bench-*.log 2>/dev/null | head -1 | grep -o '[0-9]*$')
+python3 - "$R" "${COPY:-4175}" "${FLOOR_GB:-3.977}" $ARMS <<'PY' | tee "$OUT/decode.txt"
+import json, sys, glob
+r, copy, gb, arms = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4:]
+floor = gb / (copy / 1e3)  # ms
+print(f"HBM floor of a decode step: {gb} GB / {copy:.0f} GB/s = {floor:.3f} ms")
+for a in arms:
+    ts = [json.load(open(f))['steady'] for f in sorted(glob.glob(f"{r}/{a}-[0-9]*.json"))]
+    if not ts: continue
+    best = max(ts)
+    print(f"{a}: steady decode {' '.join(f'{t:.1f}' for t in ts)} tok/s; best {best:.1f} tok/s = "
+          f"{1e3/best:.3f} ms/token = {1e3/best/floor:.2f} x the floor (target 1.5)")
+PY
+rm -rf "$D"
+tar czf "$OUT/decode.tgz" -C "$R" . && rm -rf "$R"  # one file back (the device call returns few)
+stamp done
