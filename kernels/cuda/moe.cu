@@ -81,15 +81,18 @@ void plan(const ExpertFfnArgs& a, std::vector<Launch>& ls, std::vector<Wave>& wa
   }
 }
 
-// Whether every weight takes the fast path. The intermediate (down's input) is scratch, 256-byte
-// aligned, and its rows are inter floats apart (inter % 512 == 0 when down qualifies): nullptr
-// stands for that aligned input.
-bool grouped_fast_ok(const ExpertFfnArgs& a) {
+// Whether every weight takes the fast path, as CudaBackend::matmul would: outside a prompt pass that
+// also means no weight of the batch is one the decode kernels take (matmul_dec_supported; a batch with
+// some goes per expert). The intermediate (down's input) is scratch, 256-byte aligned, and its rows are
+// inter floats apart (inter % 512 == 0 when down qualifies): nullptr stands for that aligned input.
+bool grouped_fast_ok(const ExpertFfnArgs& a, bool prompt) {
   const WType type = a.calls[0].gate.type;
+  const auto dec = [prompt](const Weight& w) { return !prompt && matmul_dec_supported(w); };
   for (size_t i = 0; i < a.n_calls; ++i) {
     const ExpertCall& c = a.calls[i];
     if (c.gate.type != type || c.up.type != type || c.down.type != type || !matmul_fast_supported(c.gate, a.x) ||
-        !matmul_fast_supported(c.up, a.x) || !matmul_fast_supported(c.down, nullptr))
+        !matmul_fast_supported(c.up, a.x) || !matmul_fast_supported(c.down, nullptr) || dec(c.gate) ||
+        dec(c.up) || dec(c.down))
       return false;
   }
   return true;
@@ -261,7 +264,7 @@ void CudaBackend::expert_ffn(const ExpertFfnArgs& a) {
   // Tensor cores (a prompt pass's kernels, or the decode kernels) where every weight allows them, else
   // the CUDA-core grouped kernels, else per-expert matmuls.
   const bool mma = grouped_tc_ok(a, prompt_pass_);
-  const bool fast = mma || grouped_fast_ok(a);
+  const bool fast = mma || grouped_fast_ok(a, prompt_pass_);
   const int64_t wave = std::min<int64_t>(total, kWaveRows);
   const int64_t gi = round_up(wave * a.inter), xi = fast ? 0 : round_up(wave * a.in);
   MoeScratch s{};

@@ -1,8 +1,9 @@
 // CUDA expert_ffn and moe_combine (kernels/cuda/moe.cu, moe_grouped.cu):
 //  - bit-identical to the CUDA per-expert op sequence the MoE layer used to issue (copies, matmul,
-//    activation, matmul), on the grouped fast path (q8_0 / mxfp4, cols % 512 == 0) and on the generic
-//    fallback (other shapes, unaligned x), for decode batches and prompt batches whose experts are cut
-//    into pieces and waves;
+//    activation, matmul), on the grouped tensor-core paths (prompt passes; decode steps and verify
+//    blocks), the grouped CUDA-core path (q8_0 / mxfp4, cols % 512 == 0) and the generic fallback
+//    (other shapes, unaligned x, batches whose weights take different paths), for decode batches and
+//    prompt batches whose experts are cut into pieces and waves;
 //  - each row of a 16-expert batch bit-identical to that row alone;
 //  - against the CPU back-end within tolerance (the fast matmul sums in its own order, matmul_test.cpp:
 //    1e-5 relative per matmul; through gate/up, the activation and down the differences compound and
@@ -149,6 +150,10 @@ TEST_F(Ops, ExpertFfnGenericFallbackMatchesBitwise) {
               "generic: unaligned x");
   check_batch(gpu(), cpu(), Shape{WType::mxfp4, 512, 544}, {3, 1}, 4, 0, all_acts()[0], 42,
               "mixed: down not %512");
+  // By default the decode kernels take q8_0 weights of 12,288 rows and more (matmul_dec_supported):
+  // down here, gate and up not, so the batch goes per expert.
+  check_batch(gpu(), cpu(), Shape{WType::q8_0, 12288, 512}, {2, 1, 3}, 4, 0, all_acts()[0], 43,
+              "mixed: down on the decode tensor cores, gate / up on the CUDA cores");
 }
 
 TEST_F(Ops, ExpertFfnRowInABatchOfSixteenEqualsTheRowAlone) {
