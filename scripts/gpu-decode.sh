@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 14 item 1 in one device call: decode steps and verify blocks on the tensor cores
 # (kernels/cuda/matmul_dec.cuh) against the CUDA-core kernels of before (FERRY_DEC_MMA=0).
-# 1. The GPU tests (TEST_FILTER narrows them; TESTS=0 skips) and memcheck over the decode-kernel tests.
+# 1. The GPU tests (TEST_FILTER narrows them, e.g. 'Ops.Decode*:Ops.ExpertFfn*:*GpuHf*:*GpuK3*': the fixture
+#    suites are parameterized, their names carry a prefix; TESTS=0 skips) and memcheck over the decode tests.
 # 2. The kernel benchmarks with both arms in this call (BENCH=0 skips): plain matmuls at 1..16 rows
 #    (MatmulBenchWeightBandwidth) and 16-expert batches (MoeBenchExpertBatchBandwidth).
 # 3. A full-width K3.1 slice (LAYERS=4: 1 dense + 3 MoE layers, 2,688 experts of 17.5 MB on /dev/shm, all
