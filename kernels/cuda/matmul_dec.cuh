@@ -37,7 +37,7 @@
 // (row-major [row][level][columns], padded so that ldmatrix is conflict-free). B fragments come from
 // ldmatrix.x4 (both k16 steps of a quant block for 8 columns in one instruction). The kernel is a
 // programmatic dependent of prep_x (launch_dependent): it issues its first stages' weight copies while
-// prep_x runs and waits for x only then (1-5 % faster, FERRY_DEC_PDL=0 turns it off).
+// prep_x runs and waits for x only then (1-6 % faster, FERRY_DEC_PDL=0 turns it off).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -68,7 +68,7 @@ struct Geo {
   static constexpr int kWin = (kRaw + 16 - kAlign + 15) / 16;  // 16-byte granules per row window
   static constexpr int kSlot = kWin * 16;
   static constexpr int kXS = (kCols + 8) * 2;  // bytes per (row, level) of x in a stage
-  static constexpr int kXOff = kRows * kSlot + 16;  // +16: Mx::u16_at reads a word past the last row
+  static constexpr int kXOff = kRows * kSlot + 16;  // +16: Mx::frag reads a word past the last row
   static constexpr int kStage = kXOff + NRA * 2 * kXS;
   static constexpr int kNT = (NRA + 3) / 4;  // n8 tiles: 4 rows each
 };
@@ -85,7 +85,6 @@ __host__ __device__ constexpr int stages(int budget = 56 * 1024) {
 // q8_0: mma::Q8 as the prompt kernel (natural k order).
 struct Q8 : mma::Q8 {
   static constexpr float kXScale = 1.0f;
-  static constexpr bool kPermuted = false;
 };
 // mxfp4 with x in prep_x's permuted order (XOrder::mx): thread t's 8 weights of a row are the nibbles of
 // the 4 bytes 4t..4t+3 (one unaligned word, where the natural order needs two 16-bit pieces a step):
@@ -96,7 +95,6 @@ struct Q8 : mma::Q8 {
 struct Mx {
   static constexpr int kBlockBytes = 17;
   static constexpr float kXScale = 16384.0f;  // 2^14: the decoded values are value * 2^-14
-  static constexpr bool kPermuted = true;
   __device__ static float frag(const uint8_t* slot, int o, int b, int t, uint32_t a[2][2]) {
     const int off = o + b * kBlockBytes + 1 + 4 * t;
     const uint32_t* w = reinterpret_cast<const uint32_t*>(slot) + (off >> 2);
