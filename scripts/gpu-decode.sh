@@ -88,10 +88,15 @@ for arm in $ARMS; do
     -n 17 --json --profile-ops > "$R/$arm-ops.json" 2> "$R/$arm-ops.err"
   echo "$arm profile-ops exit $?"
   python3 -c "
-import json
-j=json.load(open('$R/$arm-ops.json')); p=j['op_profile']
+import json, re
+j=json.load(open('$R/$arm-ops.json')); p=j['op_profile']; tot=sum(v['ms'] for v in p['ops'].values())
 print('$arm ops: busy %.1f ms, span %.1f ms' % (p['busy_ms'], p['span_ms']))
-for k, v in sorted(p['ops'].items(), key=lambda kv: -kv[1]['ms'])[:26]: print('  %-44s %5d %9.3f ms %8.1f us/call' % (k, v['calls'], v['ms'], 1e3 * v['ms'] / v['calls']))"
+def gbs(k, us):  # weight bytes of a matmul op over its time per call
+    m = re.match(r'matmul (q8_0|mxfp4|f32) (\d+)x(\d+)', k)
+    return '%6.0f GB/s' % (int(m.group(2)) * int(m.group(3)) * {'q8_0': 34 / 32, 'mxfp4': 17 / 32, 'f32': 4}[m.group(1)] / us / 1e3) if m else ''
+for k, v in sorted(p['ops'].items(), key=lambda kv: -kv[1]['ms'])[:26]:
+    us = 1e3 * v['ms'] / v['calls']
+    print('  %-44s %5d %9.3f ms %5.1f %% %8.1f us/call %s' % (k, v['calls'], v['ms'], 100 * v['ms'] / tot, us, gbs(k, us)))"
 done
 echo "same run, two arms: logit hashes (the tensor cores change the last bits, not the greedy ids):"
 for a in auto dec; do [ -f "$R/$a-1.hash" ] && "$B/bin/ferry" trace diff "$R/cores-1.hash" "$R/$a-1.hash" | tail -3; done
