@@ -260,8 +260,8 @@ void CudaBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
     return launch_matmul_mma(w, xp, n, y, stream_);
   }
   if (!prompt_pass_ && matmul_dec_supported(w)) {
-    const mma::XPrep xp = prep_x(x, n, w.cols, scratch(kMmaX, mma_prep_bytes(n, w.cols)), stream_, true,
-                                 w.type == WType::mxfp4 ? XOrder::mx : XOrder::natural);
+    const mma::XPrep xp =
+        prep_x(x, n, w.cols, scratch(kMmaX, mma_prep_bytes(n, w.cols)), stream_, true, x_order(w.type, false));
     return launch_matmul_dec(w, xp, n, y, stream_);
   }
   launch_matmul(w, x, n, y, stream_);

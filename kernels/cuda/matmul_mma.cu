@@ -27,14 +27,9 @@ __device__ __forceinline__ int64_t mx_pos(int64_t c) {
   return (c & ~int64_t{15}) + 2 * t + (j & 1) + 8 * (j >> 1);
 }
 
-__global__ void __launch_bounds__(kPrepThreads) prep_x_kernel(const float* __restrict__ x, int64_t cols,
-                                                              __half* __restrict__ hi, __half* __restrict__ lo,
-                                                              float* __restrict__ inv, bool mx) {
-  dec::allow_dependents();  // a decode matmul after this may start its weight copies now
-  const int64_t r = blockIdx.x;
-  const float* xr = x + r * cols;
-  float m = 0.0f;
-  for (int64_t c = threadIdx.x; c < cols; c += kPrepThreads) m = fmaxf(m, fabsf(xr[c]));
+// The row's k from each thread's max |x| over its share of the row (the block's kPrepThreads threads
+// together): max |x * 2^k| in [2^14, 2^15), 0 for a row of zeros or non-finite values.
+__device__ __forceinline__ int row_scale_exp(float m) {
   __shared__ float part[kPrepThreads / 32];
 #pragma unroll
   for (int o = 16; o >= 1; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
@@ -43,12 +38,21 @@ __global__ void __launch_bounds__(kPrepThreads) prep_x_kernel(const float* __res
   m = part[0];
 #pragma unroll
   for (int i = 1; i < kPrepThreads / 32; ++i) m = fmaxf(m, part[i]);
-  int k = 0;
-  if (m > 0.0f && isfinite(m)) {
-    int e = 0;
-    frexpf(m, &e);  // m = f * 2^e, f in [0.5, 1)
-    k = max(-125, min(125, 15 - e));  // 2^k and 2^-k stay normal floats; max|x| < 2^128 needs k >= -113
-  }
+  if (!(m > 0.0f && isfinite(m))) return 0;
+  int e = 0;
+  frexpf(m, &e);  // m = f * 2^e, f in [0.5, 1)
+  return max(-125, min(125, 15 - e));  // 2^k and 2^-k stay normal floats; max|x| < 2^128 needs k >= -113
+}
+
+__global__ void __launch_bounds__(kPrepThreads) prep_x_kernel(const float* __restrict__ x, int64_t cols,
+                                                              __half* __restrict__ hi, __half* __restrict__ lo,
+                                                              float* __restrict__ inv, bool mx) {
+  dec::allow_dependents();  // a decode matmul after this may start its weight copies now
+  const int64_t r = blockIdx.x;
+  const float* xr = x + r * cols;
+  float m = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += kPrepThreads) m = fmaxf(m, fabsf(xr[c]));
+  const int k = row_scale_exp(m);
   const float up = __int_as_float((k + 127) << 23), down = __int_as_float((127 - k) << 23);
   __half* hr = hi + r * cols;
   __half* lr = lo ? lo + r * cols : nullptr;
@@ -82,20 +86,7 @@ __global__ void __launch_bounds__(kPrepThreads) prep_x_reg_kernel(const float* _
     v[i] = j < nv ? xr[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     m = fmaxf(m, fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)), fmaxf(fabsf(v[i].z), fabsf(v[i].w))));
   }
-  __shared__ float part[kPrepThreads / 32];
-#pragma unroll
-  for (int o = 16; o >= 1; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = m;
-  __syncthreads();
-  m = part[0];
-#pragma unroll
-  for (int i = 1; i < kPrepThreads / 32; ++i) m = fmaxf(m, part[i]);
-  int k = 0;
-  if (m > 0.0f && isfinite(m)) {
-    int e = 0;
-    frexpf(m, &e);
-    k = max(-125, min(125, 15 - e));  // as prep_x_kernel
-  }
+  const int k = row_scale_exp(m);
   const float up = __int_as_float((k + 127) << 23);
   __half* hr = hi + r * cols;
   __half* lr = lo ? lo + r * cols : nullptr;
@@ -125,15 +116,17 @@ __global__ void __launch_bounds__(kPrepThreads) prep_x_reg_kernel(const float* _
 
 constexpr int kPlainMW = 1;  // 128-row tiles (64 activation rows per group)
 
-// Plain matmul: item j = (row group j / ntiles, weight tile j % ntiles), x prepared as [n, cols].
-struct PlainMma {
+// Both tensor-core paths' plain matmul: item j = (row group j / ntiles, weight tile of bm rows j % ntiles),
+// x prepared as [n, cols]. Prompt passes: bm = tile_rows(kPlainMW), groups of kPlainBN rows; decode
+// steps and verify blocks: bm = dec::kRows, groups of NRA rows.
+struct PlainTc {
   const uint8_t* w;
   size_t row_bytes;
   int rows, cols;
   XPrep xp;
   float* y;
   int64_t n;
-  int ntiles, group;
+  int ntiles, group, bm;
   __device__ Item item(int64_t j) const {
     Item it;
     const int64_t grp = j / ntiles;
@@ -141,9 +134,9 @@ struct PlainMma {
     it.c = 0;
     it.z = 0;
     it.r0 = static_cast<int>(grp * group);
-    it.row0 = tile * tile_rows(kPlainMW);
+    it.row0 = tile * bm;
     it.w = w + static_cast<size_t>(it.row0) * row_bytes;
-    it.nrows = min(tile_rows(kPlainMW), rows - it.row0);
+    it.nrows = min(bm, rows - it.row0);
     it.nr = static_cast<int>(min(static_cast<int64_t>(group), n - it.r0));
     return it;
   }
@@ -152,7 +145,7 @@ struct PlainMma {
 };
 
 template <class F, int BN, int S, int L>
-__global__ void __launch_bounds__(kThreads, 1) plain_mma_kernel(const __grid_constant__ PlainMma p) {
+__global__ void __launch_bounds__(kThreads, 1) plain_mma_kernel(const __grid_constant__ PlainTc p) {
   extern __shared__ __align__(16) uint8_t smem[];
   item_body<F, BN, S, L, kPlainMW>(p, p.item(blockIdx.x), smem);
 }
@@ -161,7 +154,7 @@ constexpr int kPlainBN = 64;
 constexpr int kPlainStages = 4;  // 213 KB for q8_0: one block of 8 warps per SM
 
 template <class F, int L>
-void launch_plain(PlainMma p, cudaStream_t st) {
+void launch_plain(PlainTc p, cudaStream_t st) {
   constexpr int S = kPlainStages;
   constexpr size_t smem = static_cast<size_t>(stage_bytes<F, kPlainBN, L, kPlainMW>()) * S;
   static const bool once = [] {
@@ -171,7 +164,8 @@ void launch_plain(PlainMma p, cudaStream_t st) {
   }();
   (void)once;
   p.group = kPlainBN;
-  p.ntiles = (p.rows + tile_rows(kPlainMW) - 1) / tile_rows(kPlainMW);
+  p.bm = tile_rows(kPlainMW);
+  p.ntiles = (p.rows + p.bm - 1) / p.bm;
   const int64_t items = static_cast<int64_t>(p.ntiles) * ((p.n + kPlainBN - 1) / kPlainBN);
   if (items > (int64_t{1} << 31) - 1) throw LimitError("cuda mma matmul: " + std::to_string(items) + " tiles in one call");
   plain_mma_kernel<F, kPlainBN, S, L><<<static_cast<unsigned>(items), kThreads, smem, st>>>(p);
@@ -188,40 +182,15 @@ const bool g_enabled = !env_is("FERRY_MMA", "0");
 // shape the kernels take, default the measured winners (dec_wins).
 DecMode g_dec_mode = env_is("FERRY_DEC_MMA", "0") ? DecMode::off : env_is("FERRY_DEC_MMA", "1") ? DecMode::all : DecMode::auto_;
 
-// Decode steps and verify blocks (matmul_dec.cuh): item j = (row group j / ntiles, 16-row tile j % ntiles).
-struct PlainDec {
-  const uint8_t* w;
-  size_t row_bytes;
-  int rows, cols;
-  XPrep xp;
-  float* y;
-  int64_t n;
-  int ntiles, group;
-  __device__ Item item(int64_t j) const {
-    Item it;
-    const int64_t grp = j / ntiles;
-    const int tile = static_cast<int>(j - grp * ntiles);
-    it.c = 0;
-    it.z = 0;
-    it.r0 = static_cast<int>(grp * group);
-    it.row0 = tile * dec::kRows;
-    it.w = w + static_cast<size_t>(it.row0) * row_bytes;
-    it.nrows = min(dec::kRows, rows - it.row0);
-    it.nr = static_cast<int>(min(static_cast<int64_t>(group), n - it.r0));
-    return it;
-  }
-  __device__ int64_t xrow(const Item& it, int r) const { return it.r0 + r; }
-  __device__ float* yrow(const Item& it, int r) const { return y + static_cast<int64_t>(it.r0 + r) * rows; }
-};
 
 template <class F, int KB, int NRA, int S>
-__global__ void __launch_bounds__(dec::kThreads, 4) plain_dec_kernel(const __grid_constant__ PlainDec p) {
+__global__ void __launch_bounds__(dec::kThreads, 4) plain_dec_kernel(const __grid_constant__ PlainTc p) {
   extern __shared__ __align__(16) uint8_t smem[];
   dec::item_body<F, KB, NRA, S>(p, p.item(blockIdx.x), smem);
 }
 
 template <class F, int KB, int NRA>
-void launch_dec(PlainDec p, cudaStream_t st) {
+void launch_dec(PlainTc p, cudaStream_t st) {
   constexpr int S = dec::stages<F, KB, NRA>();
   constexpr size_t smem = static_cast<size_t>(dec::Geo<F, KB, NRA>::kStage) * S;
   static const bool once = [] {
@@ -231,7 +200,8 @@ void launch_dec(PlainDec p, cudaStream_t st) {
   }();
   (void)once;
   p.group = NRA;
-  p.ntiles = (p.rows + dec::kRows - 1) / dec::kRows;
+  p.bm = dec::kRows;
+  p.ntiles = (p.rows + p.bm - 1) / p.bm;
   const int64_t items = static_cast<int64_t>(p.ntiles) * ((p.n + NRA - 1) / NRA);
   if (items > (int64_t{1} << 31) - 1) throw LimitError("cuda matmul: " + std::to_string(items) + " tiles in one call");
   dec::launch_dependent(plain_dec_kernel<F, KB, NRA, S>, static_cast<unsigned>(items), smem, st, p);
@@ -240,7 +210,7 @@ void launch_dec(PlainDec p, cudaStream_t st) {
 // Rows per weight read (1, 4, 8 or 16) and the stage width (dec_stage_blocks: quant blocks per warp per
 // stage): speed only, never a row's arithmetic (matmul_dec.cuh).
 template <class F>
-void launch_dec_f(const PlainDec& p, cudaStream_t st) {
+void launch_dec_f(const PlainTc& p, cudaStream_t st) {
   const int kb = p.n <= 4 ? dec_stage_blocks(p.cols) : 1;
   if (p.n <= 1) return kb == 8 ? launch_dec<F, 8, 1>(p, st) : kb == 4 ? launch_dec<F, 4, 1>(p, st) : launch_dec<F, 1, 1>(p, st);
   if (p.n <= 4) return kb == 8 ? launch_dec<F, 8, 4>(p, st) : kb == 4 ? launch_dec<F, 4, 4>(p, st) : launch_dec<F, 1, 4>(p, st);
@@ -330,8 +300,8 @@ XPrep prep_x(const float* x, int64_t n, int64_t cols, void* buf, cudaStream_t st
 }
 
 void launch_matmul_mma(const Weight& w, const XPrep& xp, int64_t n, float* y, cudaStream_t st) {
-  PlainMma p{static_cast<const uint8_t*>(w.data), w.row_bytes(), static_cast<int>(w.rows), static_cast<int>(w.cols),
-             xp, y, n, 0, 0};
+  PlainTc p{static_cast<const uint8_t*>(w.data), w.row_bytes(), static_cast<int>(w.rows), static_cast<int>(w.cols),
+             xp, y, n, 0, 0, 0};
   if (n > (int64_t{1} << 30)) throw LimitError("cuda mma matmul: " + std::to_string(n) + " rows in one call");
   const bool l2 = xp.lo != nullptr;
   if (w.type == WType::mxfp4) return l2 ? launch_plain<Mx, 2>(p, st) : launch_plain<Mx, 1>(p, st);
@@ -339,8 +309,8 @@ void launch_matmul_mma(const Weight& w, const XPrep& xp, int64_t n, float* y, cu
 }
 
 void launch_matmul_dec(const Weight& w, const XPrep& xp, int64_t n, float* y, cudaStream_t st) {
-  PlainDec p{static_cast<const uint8_t*>(w.data), w.row_bytes(), static_cast<int>(w.rows), static_cast<int>(w.cols),
-             xp, y, n, 0, 0};
+  PlainTc p{static_cast<const uint8_t*>(w.data), w.row_bytes(), static_cast<int>(w.rows), static_cast<int>(w.cols),
+             xp, y, n, 0, 0, 0};
   if (n > (int64_t{1} << 30)) throw LimitError("cuda matmul: " + std::to_string(n) + " rows in one call");
   if (w.type == WType::mxfp4) return launch_dec_f<dec::Mx>(p, st);
   launch_dec_f<dec::Q8>(p, st);

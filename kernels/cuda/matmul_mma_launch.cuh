@@ -50,6 +50,11 @@ size_t mma_prep_bytes(int64_t n, int64_t cols);
 // order: natural, or mx (the decode kernels' mxfp4 order: within each 16 columns, 4t + j at 2t + (j & 1)
 // + 8 (j >> 1); matmul_dec.cuh).
 enum class XOrder { natural, mx };
+// The order prep_x writes for a weight: the decode kernels read mxfp4's x permuted, the prompt pass's
+// kernels and q8_0 read it in natural order.
+inline XOrder x_order(WType type, bool prompt) {
+  return !prompt && type == WType::mxfp4 ? XOrder::mx : XOrder::natural;
+}
 mma::XPrep prep_x(const float* x, int64_t n, int64_t cols, void* buf, cudaStream_t st, bool both_levels = false,
                   XOrder order = XOrder::natural);
 // y [n, w.rows] = x @ W^T from x prepared by prep_x: a prompt pass's kernel (matmul_mma.cuh).

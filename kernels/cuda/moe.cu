@@ -185,9 +185,6 @@ void ffn_wave_fast(CudaBackend& be, const ExpertFfnArgs& a, const Launch* ls, si
   for (const Launch& l : Span{ls, nls}) launch_grouped_down(l.t, type, s.g, in, inter, a.y, st);
 }
 
-// The order prep_x writes for a weight type: the decode kernels read mxfp4's x permuted (matmul_dec.cuh).
-XOrder x_order(WType type, bool prompt) { return !prompt && type == WType::mxfp4 ? XOrder::mx : XOrder::natural; }
-
 // A wave on the tensor cores: x was prepared once for the call (xp); the intermediate is prepared after
 // the activation, into `act_buf`. A prompt pass's kernels (prompt: matmul_mma.cuh) or the decode
 // steps' and verify blocks' (matmul_dec.cuh).

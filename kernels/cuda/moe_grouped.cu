@@ -144,9 +144,8 @@ size_t row_bytes_of(WType type, int cols) {
   return w.row_bytes();
 }
 
-// The prompt pass's grouped expert matmul on the tensor cores (matmul_mma.cuh): item j = (z, row group
-// of kMmaBN rows of a piece, 128-row weight tile), z-major as GroupArgs. x rows are prepared rows:
-// gate / up read the layer input's (t.src), down the wave's intermediate (base + i).
+// The prompt pass's grouped expert matmul on the tensor cores (matmul_mma.cuh), on GroupTc (below) with
+// row groups of kMmaBN rows and 128-row weight tiles.
 constexpr int kMmaBN = 32;  // a prompt pass of 1,024 rows gives each of 896 experts ~18 rows
 // Weight tiles of 128 rows (MW = 1). FERRY_MMA_GROUP_MW=2 takes 256 (each row group's x, re-read by
 // every tile, then costs half as much per weight byte): measured on the H200 in a 1,024-token prompt
@@ -160,7 +159,10 @@ int group_mw() {
 }
 constexpr int kMmaStages = 3;
 
-struct GroupMma {
+// Both tensor-core paths' grouped problem: item j = (z, row group of `group` rows of a piece, weight tile
+// of bm rows), z-major as GroupArgs. x rows are prepared rows: gate / up read the layer input's (t.src),
+// down the wave's intermediate (base + i).
+struct GroupTc {
   GroupTable t;
   int which;
   size_t row_bytes;
@@ -168,7 +170,8 @@ struct GroupMma {
   mma::XPrep xp;
   float* y[2];
   int ntiles, nb;
-  int bm;  // weight rows per tile: mma::tile_rows(MW)
+  int group;  // activation rows per item: kMmaBN (prompt passes) or the decode kernel's NRA
+  int bm;     // weight rows per tile: mma::tile_rows(MW) (prompt passes) or dec::kRows
   __device__ mma::Item item(int64_t j) const {
     mma::Item it;
     const int64_t per_z = static_cast<int64_t>(nb) * ntiles;
@@ -177,8 +180,8 @@ struct GroupMma {
     const int yb = rem / ntiles, tile = rem - yb * ntiles;
     const int c = t.piece[yb];
     it.c = c;
-    it.r0 = (yb - t.bstart[c]) * kMmaBN;
-    it.nr = min(kMmaBN, t.m[c] - it.r0);
+    it.r0 = (yb - t.bstart[c]) * group;
+    it.nr = min(group, t.m[c] - it.r0);
     it.row0 = tile * bm;
     it.nrows = min(bm, rows - it.row0);
     it.w = t.w[c][which + it.z] + static_cast<size_t>(it.row0) * row_bytes;
@@ -196,13 +199,13 @@ struct GroupMma {
 };
 
 template <class F, int S, int L, int MW>
-__global__ void __launch_bounds__(mma::kThreads, 2) grouped_mma_kernel(const __grid_constant__ GroupMma a) {
+__global__ void __launch_bounds__(mma::kThreads, 2) grouped_mma_kernel(const __grid_constant__ GroupTc a) {
   extern __shared__ __align__(16) uint8_t smem[];
   mma::item_body<F, kMmaBN, S, L, MW>(a, a.item(blockIdx.x), smem);
 }
 
 template <class F, int L, int MW>
-void launch_mma_f(GroupMma& a, int nz, cudaStream_t st) {
+void launch_mma_f(GroupTc& a, int nz, cudaStream_t st) {
   constexpr int S = kMmaStages;
   constexpr size_t smem = static_cast<size_t>(mma::stage_bytes<F, kMmaBN, L, MW>()) * S;
   static const bool once = [] {
@@ -214,6 +217,7 @@ void launch_mma_f(GroupMma& a, int nz, cudaStream_t st) {
   const int nb = tabulate_row_groups(a.t, kMmaBN);
   if (nb == 0) return;
   a.nb = nb;
+  a.group = kMmaBN;
   a.bm = mma::tile_rows(MW);
   a.ntiles = (a.rows + a.bm - 1) / a.bm;
   const int64_t items = static_cast<int64_t>(nz) * nb * a.ntiles;
@@ -221,7 +225,7 @@ void launch_mma_f(GroupMma& a, int nz, cudaStream_t st) {
   FERRY_CUDA_LAUNCHED(grouped_mma_kernel);
 }
 
-void launch_mma(GroupMma& a, WType type, int nz, cudaStream_t st) {
+void launch_mma(GroupTc& a, WType type, int nz, cudaStream_t st) {
   const bool l2 = a.xp.lo != nullptr;
   const bool w2 = group_mw() == 2;
   if (type == WType::mxfp4) {
@@ -232,50 +236,16 @@ void launch_mma(GroupMma& a, WType type, int nz, cudaStream_t st) {
   return w2 ? launch_mma_f<mma::Q8, 1, 2>(a, nz, st) : launch_mma_f<mma::Q8, 1, 1>(a, nz, st);
 }
 
-// Decode steps and verify blocks on the tensor cores (matmul_dec.cuh): item j = (z, row group of NRA
-// rows of a piece, 16-row weight tile), z-major as GroupArgs; x rows are prepared rows as GroupMma's.
-struct GroupDec {
-  GroupTable t;
-  int which;
-  size_t row_bytes;
-  int rows, cols;
-  mma::XPrep xp;
-  float* y[2];
-  int ntiles, nb, group;
-  __device__ mma::Item item(int64_t j) const {
-    mma::Item it;
-    const int64_t per_z = static_cast<int64_t>(nb) * ntiles;
-    it.z = static_cast<int>(j / per_z);
-    const int rem = static_cast<int>(j - it.z * per_z);
-    const int yb = rem / ntiles, tile = rem - yb * ntiles;
-    const int c = t.piece[yb];
-    it.c = c;
-    it.r0 = (yb - t.bstart[c]) * group;
-    it.nr = min(group, t.m[c] - it.r0);
-    it.row0 = tile * dec::kRows;
-    it.nrows = min(dec::kRows, rows - it.row0);
-    it.w = t.w[c][which + it.z] + static_cast<size_t>(it.row0) * row_bytes;
-    return it;
-  }
-  __device__ int64_t xrow(const mma::Item& it, int r) const {
-    const int i = t.loc[it.c] + it.r0 + r;
-    return which == 0 ? static_cast<int64_t>(t.src[i]) : static_cast<int64_t>(t.base) + i;
-  }
-  __device__ float* yrow(const mma::Item& it, int r) const {
-    const int i = t.loc[it.c] + it.r0 + r;
-    return which == 0 ? y[it.z] + (static_cast<int64_t>(t.base) + i) * rows
-                      : y[0] + static_cast<int64_t>(t.dst[i]) * rows;
-  }
-};
-
+// Decode steps and verify blocks on the tensor cores (matmul_dec.cuh), on GroupTc with row groups of NRA
+// rows and 16-row tiles.
 template <class F, int KB, int NRA, int S>
-__global__ void __launch_bounds__(dec::kThreads, 4) grouped_dec_kernel(const __grid_constant__ GroupDec a) {
+__global__ void __launch_bounds__(dec::kThreads, 4) grouped_dec_kernel(const __grid_constant__ GroupTc a) {
   extern __shared__ __align__(16) uint8_t smem[];
   dec::item_body<F, KB, NRA, S>(a, a.item(blockIdx.x), smem);
 }
 
 template <class F, int KB, int NRA>
-void launch_dec_nr(GroupDec& a, int nz, cudaStream_t st) {
+void launch_dec_nr(GroupTc& a, int nz, cudaStream_t st) {
   constexpr int S = dec::stages<F, KB, NRA>();
   constexpr size_t smem = static_cast<size_t>(dec::Geo<F, KB, NRA>::kStage) * S;
   static const bool once = [] {
@@ -288,6 +258,7 @@ void launch_dec_nr(GroupDec& a, int nz, cudaStream_t st) {
   if (nb == 0) return;
   a.nb = nb;
   a.group = NRA;
+  a.bm = dec::kRows;
   a.ntiles = (a.rows + dec::kRows - 1) / dec::kRows;
   const int64_t items = static_cast<int64_t>(nz) * nb * a.ntiles;
   dec::launch_dependent(grouped_dec_kernel<F, KB, NRA, S>, static_cast<unsigned>(items), smem, st, a);
@@ -296,7 +267,7 @@ void launch_dec_nr(GroupDec& a, int nz, cudaStream_t st) {
 // Rows per weight read from the largest piece, stage width from the columns, as the plain launcher
 // (matmul_mma.cu launch_dec_f) picks them: speed only.
 template <class F>
-void launch_dec_f(GroupDec& a, int nz, cudaStream_t st) {
+void launch_dec_f(GroupTc& a, int nz, cudaStream_t st) {
   int m = 0;
   for (int c = 0; c < a.t.ncalls; ++c) m = std::max(m, a.t.m[c]);
   const int kb = m <= 4 ? dec_stage_blocks(a.cols) : 1;
@@ -308,7 +279,7 @@ void launch_dec_f(GroupDec& a, int nz, cudaStream_t st) {
   launch_dec_nr<F, 1, 16>(a, nz, st);
 }
 
-void launch_dec(GroupDec& a, WType type, int nz, cudaStream_t st) {
+void launch_dec(GroupTc& a, WType type, int nz, cudaStream_t st) {
   if (type == WType::mxfp4) return launch_dec_f<dec::Mx>(a, nz, st);
   launch_dec_f<dec::Q8>(a, nz, st);
 }
@@ -317,25 +288,25 @@ void launch_dec(GroupDec& a, WType type, int nz, cudaStream_t st) {
 
 void launch_grouped_gate_up_dec(const GroupTable& t, WType type, const mma::XPrep& x, int in, int inter, float* g,
                                 float* u, cudaStream_t st) {
-  GroupDec a{t, 0, row_bytes_of(type, in), inter, in, x, {g, u}, 0, 0, 0};
+  GroupTc a{t, 0, row_bytes_of(type, in), inter, in, x, {g, u}, 0, 0, 0, 0};
   launch_dec(a, type, 2, st);
 }
 
 void launch_grouped_down_dec(const GroupTable& t, WType type, const mma::XPrep& act, int in, int inter, float* y,
                              cudaStream_t st) {
-  GroupDec a{t, 2, row_bytes_of(type, inter), in, inter, act, {y, nullptr}, 0, 0, 0};
+  GroupTc a{t, 2, row_bytes_of(type, inter), in, inter, act, {y, nullptr}, 0, 0, 0, 0};
   launch_dec(a, type, 1, st);
 }
 
 void launch_grouped_gate_up_mma(const GroupTable& t, WType type, const mma::XPrep& x, int in, int inter, float* g,
                                 float* u, cudaStream_t st) {
-  GroupMma a{t, 0, row_bytes_of(type, in), inter, in, x, {g, u}, 0, 0, 0};
+  GroupTc a{t, 0, row_bytes_of(type, in), inter, in, x, {g, u}, 0, 0, 0, 0};
   launch_mma(a, type, 2, st);
 }
 
 void launch_grouped_down_mma(const GroupTable& t, WType type, const mma::XPrep& act, int in, int inter, float* y,
                              cudaStream_t st) {
-  GroupMma a{t, 2, row_bytes_of(type, inter), in, inter, act, {y, nullptr}, 0, 0, 0};
+  GroupTc a{t, 2, row_bytes_of(type, inter), in, inter, act, {y, nullptr}, 0, 0, 0, 0};
   launch_mma(a, type, 1, st);
 }
 
