@@ -129,6 +129,12 @@ class Backend {
   virtual void release(void* p) = 0;
   virtual void upload(void* dst, const void* src_host, size_t bytes) = 0;
   virtual void download(void* dst_host, const void* src, size_t bytes) = 0;
+  // A download the host collects later: download_start queues the copy after every op so far and
+  // returns at once; ops issued before download_wait run meanwhile (CUDA: into page-locked staging,
+  // then an event); download_wait waits for it and fills dst_host, which must stay valid until then.
+  // One at a time. Default: a plain download at the start.
+  virtual void download_start(void* dst_host, const void* src, size_t bytes) { download(dst_host, src, bytes); }
+  virtual void download_wait() {}
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // within back-end memory
   virtual void synchronize() = 0;
   // Page-locks host memory that uploads read from (CUDA: cudaHostRegister); a no-op on the CPU.

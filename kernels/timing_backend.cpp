@@ -92,6 +92,8 @@ TimingBackend::Report TimingBackend::report() {
 
 void TimingBackend::upload(void* d, const void* s, size_t b) { timed("upload", [&] { in_->upload(d, s, b); }); }
 void TimingBackend::download(void* d, const void* s, size_t b) { timed("download", [&] { in_->download(d, s, b); }); }
+void TimingBackend::download_start(void* d, const void* s, size_t b) { in_->download_start(d, s, b); }
+void TimingBackend::download_wait() { timed("download_wait", [&] { in_->download_wait(); }); }
 void TimingBackend::copy(void* d, const void* s, size_t b) { timed("copy", [&] { in_->copy(d, s, b); }); }
 void TimingBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
   timed(fmt::format("matmul {} {}x{}", tname(w.type), w.rows, w.cols), [&] { in_->matmul(w, x, n, y); });

@@ -42,6 +42,8 @@ class TimingBackend final : public Backend {
   void release(void* p) override { in_->release(p); }
   void upload(void* d, const void* s, size_t b) override;
   void download(void* d, const void* s, size_t b) override;
+  void download_start(void* d, const void* s, size_t b) override;
+  void download_wait() override;
   void copy(void* d, const void* s, size_t b) override;
   void synchronize() override { in_->synchronize(); }
   void register_host(void* p, size_t b) override { in_->register_host(p, b); }

@@ -6,6 +6,9 @@ cd "$(dirname "$0")/.."
 SHARED=${FERRY_SHARED:-../shared}
 rm -rf .bundle
 bash "$SHARED/tools/device-bundle.sh" .bundle build/apps/ferry build/apps/ferry-server/ferry-server build/apps/ferry-drafter build/tests/ferry_test_gpu
+# BASE=path/to/ferry (an older build, e.g. of main in another clone) travels as bin/ferry-base: the arm
+# "base" of gpu-decode.sh runs it, for A/B comparisons within one device call.
+if [ -n "${BASE:-}" ]; then cp -f "$BASE" .bundle/bin/ferry-base; fi
 # The CPU ceiling of verified reads on tmpfs (gpu-verify-cost.sh runs it): static, nothing to ship with it.
 g++ -O2 -march=x86-64-v3 -static scripts/hash_ceiling.cpp -o .bundle/bin/hash-ceiling -lxxhash -pthread
 strip .bundle/bin/* 2>/dev/null || true

@@ -28,17 +28,20 @@ fi
 if [ "${MEMCHECK:-1}" = 1 ] && command -v compute-sanitizer > /dev/null; then
   stamp "memcheck"
   timeout 120 compute-sanitizer --tool memcheck --leak-check no "$B/bin/ferry_test_gpu" \
-    --gtest_filter='Ops.Decode*:Ops.ExpertFfnDecode*:Ops.ExpertFfnK3*:Ops.MatmulSixteen*' > "$R/memcheck.log" 2>&1
+    --gtest_filter="${MEMCHECK_FILTER:-Ops.Decode*:Ops.ExpertFfnDecode*:Ops.ExpertFfnK3*:Ops.MatmulSixteen*:Ops.SplitK*:Ops.AttnRes*:Ops.MatmulMatchesCpu*}" > "$R/memcheck.log" 2>&1
   echo "memcheck exit $? : $(grep -E 'ERROR SUMMARY' "$R/memcheck.log" | tail -1)"
 fi
 # Arms: cores (FERRY_DEC_MMA=0: the CUDA-core kernels), auto (the default: the tensor-core decode kernels for
 # the weights where they were measured faster), dec (FERRY_DEC_MMA=1: the tensor-core decode kernels for all),
 # dec4 / dec1 (FERRY_DEC_KB: their stage width capped at 512 / 128 columns; speed only, same bits as dec),
-# decnp (FERRY_DEC_PDL=0: without programmatic dependent launch; same bits).
+# decnp (FERRY_DEC_PDL=0: without programmatic dependent launch; same bits), base (bin/ferry-base: the build
+# gpu-bundle.sh was given as BASE, e.g. main before this branch), nosplit (FERRY_KSPLIT=0:
+# no split of K in the q8_0 decode matmuls, splitk.cuh; other bits).
 arm_env() {
   case $1 in
     cores) echo FERRY_DEC_MMA=0;; auto) echo FERRY_DEC_MMA=auto;; dec) echo FERRY_DEC_MMA=1;; dec4) echo FERRY_DEC_MMA=1 FERRY_DEC_KB=4;;
     dec1) echo FERRY_DEC_MMA=1 FERRY_DEC_KB=1;; decnp) echo FERRY_DEC_MMA=1 FERRY_DEC_PDL=0;;
+    nosplit) echo FERRY_KSPLIT=0;; base) echo FERRY_ARM=base;;
   esac
 }
 ARMS=${ARMS:-"cores dec"}
@@ -60,6 +63,11 @@ if [ "${NCU:-0}" = 1 ] && command -v ncu > /dev/null; then
     grep -E "$K" "$R/ncu-$arm-experts.txt" | head -40
   done
 fi
+if [ "${SPLITK:-0}" = 1 ]; then
+  stamp "split-K sweep and small ops (${SPLITK_FILTER:=Ops.MatmulBenchSplitKSweep:Ops.SmallOpBench*})"
+  timeout 200 "$B/bin/ferry_test_gpu" --gtest_filter="$SPLITK_FILTER" > "$R/splitk.log" 2>&1
+  echo "exit $?"; grep -E "^\[(splitk|smallop)\]" "$R/splitk.log"
+fi
 if [ "${BENCH:-1}" = 1 ]; then
   for arm in $ARMS $ARMS; do
     stamp "kernel benchmarks, $arm ($(arm_env $arm))"
@@ -76,15 +84,30 @@ synth_slice ${LAYERS:-4} "$M" "$E"; echo "synth exit $?"; du -sh "$M" "$E"
 for rep in $(seq 1 ${REPS:-2}); do
   for arm in $ARMS; do
     stamp "$arm decode round $rep"
-    env $(arm_env $arm) timeout 150 "$B/bin/ferry" run -m "$M" --backend cuda -p "The three main financial statements are" \
+    FB="$B/bin/ferry"; [ $arm = base ] && FB="$B/bin/ferry-base"
+    env $(arm_env $arm) timeout 150 "$FB" run -m "$M" --backend cuda -p "The three main financial statements are" \
       -n 65 --json --trace-hash "$R/$arm-$rep.hash" > "$R/$arm-$rep.json" 2> "$R/$arm-$rep.err"
     echo "exit $?"
     python3 -c "import json;j=json.load(open('$R/$arm-$rep.json'));print('$arm decode steady',j['steady'],'tok/s, prompt_s',j['prompt_s'],'ids',j['ids'][:16])"
   done
 done
+if [ "${STEPNCU:-0}" = 1 ] && command -v ncu > /dev/null; then
+  # Device time of every kernel of a prompt pass and 3 decode steps (Nsight Compute, one metric, the
+  # kernels serialized): the sum per step is what the step would take with no launch gaps and no host
+  # round trips, against the steady decode's time per token above.
+  for arm in ${STEPNCU_ARMS:-auto}; do
+    stamp "ncu kernel durations of 3 decode steps, $arm"
+    FB="$B/bin/ferry"; [ $arm = base ] && FB="$B/bin/ferry-base"
+    env $(arm_env $arm) timeout 240 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --page raw --print-units base \
+      "$FB" run -m "$M" --backend cuda -p "The three main financial statements are" -n 4 > "$R/stepncu-$arm.csv" 2> "$R/stepncu-$arm.err"
+    echo "ncu exit $?"
+    python3 "$(dirname "$0")/ncu-step-summary.py" "$R/stepncu-$arm.csv" "$arm"
+  done
+fi
 for arm in $ARMS; do
   [ "${PROFILE:-1}" = 1 ] || continue
-  env $(arm_env $arm) timeout 150 "$B/bin/ferry" run -m "$M" --backend cuda -p "The three main financial statements are" \
+  FB="$B/bin/ferry"; [ $arm = base ] && FB="$B/bin/ferry-base"
+  env $(arm_env $arm) timeout 150 "$FB" run -m "$M" --backend cuda -p "The three main financial statements are" \
     -n 17 --json --profile-ops > "$R/$arm-ops.json" 2> "$R/$arm-ops.err"
   echo "$arm profile-ops exit $?"
   python3 -c "
@@ -99,7 +122,9 @@ for k, v in sorted(p['ops'].items(), key=lambda kv: -kv[1]['ms'])[:26]:
     print('  %-44s %5d %9.3f ms %5.1f %% %8.1f us/call %s' % (k, v['calls'], v['ms'], 100 * v['ms'] / tot, us, gbs(k, us)))"
 done
 echo "same run, two arms: logit hashes (the tensor cores change the last bits, not the greedy ids):"
-for a in auto dec; do [ -f "$R/$a-1.hash" ] && "$B/bin/ferry" trace diff "$R/cores-1.hash" "$R/$a-1.hash" | tail -3; done
+for a in auto dec; do [ -f "$R/$a-1.hash" ] && [ -f "$R/cores-1.hash" ] && "$B/bin/ferry" trace diff "$R/cores-1.hash" "$R/$a-1.hash" | tail -3; done
+[ -f "$R/base-1.hash" ] && echo "base vs auto (this build):" && "$B/bin/ferry" trace diff "$R/base-1.hash" "$R/auto-1.hash" | tail -3
+[ -f "$R/nosplit-1.hash" ] && echo "auto vs nosplit (the split changes the last bits, not the greedy ids):" && "$B/bin/ferry" trace diff "$R/nosplit-1.hash" "$R/auto-1.hash" | tail -3
 for a in auto dec; do
   [ -f "$R/$a-2.hash" ] && echo "$a vs $a (two runs): must be identical:" && "$B/bin/ferry" trace diff "$R/$a-1.hash" "$R/$a-2.hash" | tail -3
 done

@@ -53,6 +53,8 @@ CudaBackend::~CudaBackend() {
     for (void* p : v) cudaFreeAsync(p, stream_);
   cudaStreamSynchronize(stream_);
   if (ring_) cudaFreeHost(ring_);
+  if (dl_stage_) cudaFreeHost(dl_stage_);
+  if (dl_done_) cudaEventDestroy(dl_done_);
   cudaStreamDestroy(stream_);
 }
 
@@ -129,6 +131,31 @@ void CudaBackend::download(void* dst_host, const void* src, size_t bytes) {
   bind();
   FERRY_CUDA_CHECK(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, stream_));
   FERRY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::download_start(void* dst_host, const void* src, size_t bytes) {
+  if (dl_dst_) throw LimitError("cuda back-end: download_start while another download is pending");
+  bind();
+  if (bytes > dl_bytes_) {
+    if (dl_stage_) FERRY_CUDA_CHECK(cudaFreeHost(dl_stage_));
+    dl_stage_ = nullptr;
+    dl_bytes_ = 0;
+    FERRY_CUDA_CHECK(cudaMallocHost(&dl_stage_, bytes));
+    dl_bytes_ = bytes;
+  }
+  if (!dl_done_) FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&dl_done_, cudaEventDisableTiming));
+  if (bytes) FERRY_CUDA_CHECK(cudaMemcpyAsync(dl_stage_, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  FERRY_CUDA_CHECK(cudaEventRecord(dl_done_, stream_));
+  dl_dst_ = dst_host;
+  dl_pending_ = bytes;
+}
+
+void CudaBackend::download_wait() {
+  if (!dl_dst_) return;
+  void* dst = dl_dst_;
+  dl_dst_ = nullptr;
+  FERRY_CUDA_CHECK(cudaEventSynchronize(dl_done_));
+  std::memcpy(dst, dl_stage_, dl_pending_);
 }
 
 void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
@@ -243,6 +270,13 @@ void* CudaBackend::scratch(Slot s, size_t bytes) {
     scratch_bytes_[s] = n;
   }
   return scratch_[s];
+}
+
+void* CudaBackend::zeroed_scratch(Slot s, size_t bytes) {
+  const bool grows = bytes > scratch_bytes_[s];
+  void* p = scratch(s, bytes);
+  if (grows) FERRY_CUDA_CHECK(cudaMemsetAsync(p, 0, scratch_bytes_[s], stream_));
+  return p;
 }
 
 void* CudaBackend::stage(Slot s, const void* host, size_t bytes) {

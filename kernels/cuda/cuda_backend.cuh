@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/backend.hpp"
+#include "kernels/cuda/splitk.cuh"
 
 namespace ferry::cuda {
 
@@ -27,6 +28,8 @@ class CudaBackend final : public Backend {
   void release(void* p) override;
   void upload(void* dst, const void* src_host, size_t bytes) override;
   void download(void* dst_host, const void* src, size_t bytes) override;
+  void download_start(void* dst_host, const void* src, size_t bytes) override;
+  void download_wait() override;
   void copy(void* dst, const void* src, size_t bytes) override;
   void synchronize() override;
   void register_host(void* p, size_t bytes) override;
@@ -89,8 +92,16 @@ class CudaBackend final : public Backend {
 
   // Grow-only device scratch buffers, one per use, reused by later calls (stream order makes the reuse
   // safe: a later op's copy into a slot runs after every earlier kernel that read it).
-  enum Slot { kIds, kPos, kFreq, kKeys, kCounts, kScores, kPtrs, kMoeAct, kMoeWts, kResScores, kMmaX, kNumSlots };
+  enum Slot {
+    kIds, kPos, kFreq, kKeys, kCounts, kScores, kPtrs, kMoeAct, kMoeWts, kResScores, kMmaX,
+    kSplitPart, kSplitCount,  // a split-K matmul's partials and its counters (splitk.cuh)
+    kNumSlots
+  };
   void* scratch(Slot s, size_t bytes);
+  // The same, zero-filled whenever it grows (for buffers whose users leave them zero).
+  void* zeroed_scratch(Slot s, size_t bytes);
+  // The partials and counters of a split-K matmul of w on n rows (none when it is not split).
+  splitk::Bufs split_bufs(const Weight& w, int64_t n);
   // Host -> device copy of small host arrays into a scratch slot (returns the device copy).
   void* stage(Slot s, const void* host, size_t bytes);
 
@@ -119,6 +130,12 @@ class CudaBackend final : public Backend {
   static constexpr size_t kRingBytes = size_t{8} << 20;
   std::byte* ring_ = nullptr;
   size_t ring_pos_ = 0;
+  // download_start's page-locked staging, its event and where download_wait puts the bytes.
+  void* dl_stage_ = nullptr;
+  size_t dl_bytes_ = 0;
+  cudaEvent_t dl_done_ = nullptr;
+  void* dl_dst_ = nullptr;
+  size_t dl_pending_ = 0;
 };
 
 // True when p is device (or managed) memory, false for ordinary host memory.

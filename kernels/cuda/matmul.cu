@@ -2,6 +2,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "io/formats/ggml_blocks.hpp"
@@ -15,8 +16,12 @@ namespace ferry::cuda {
 
 namespace {
 
-constexpr int kWarps = 4;       // warps per thread block; they share the block's copy of x
-constexpr int kOutPerWarp = 2;  // weight rows per warp: independent accumulation chains (ILP)
+// The generic kernel's block shape: W warps (they share the block's copy of x) of O weight rows each
+// (independent accumulation chains). 4 x 2 by default; 2 x 1 where that leaves too few blocks to fill
+// the SMs (the routers of a decode step, f32 896x7168: 112 blocks of 4 x 2 for 132 SMs took 24-28 us on
+// the H200, docs/BENCHMARKS.md). Which warp computes an output never changes its arithmetic.
+constexpr int kWarps = 4;
+constexpr int kOutPerWarp = 2;
 constexpr int kChunkCols = 1024;  // columns per chunk: x chunk NR x 4 KiB, weight chunk <= 4 KiB per row
 
 // Per weight type: bytes per 32-column block and the decode of element `lane` of block `b`.
@@ -76,9 +81,9 @@ __device__ void stage_bytes(uint8_t* dst, const uint8_t* src, int n, int lane) {
 
 // Shared memory of one thread block: x[NR][kChunkCols] floats, then per warp and weight row a chunk of
 // weight bytes (+32 for the 16-byte alignment shift and padding).
-template <WType T, int NR>
+template <WType T, int NR, int W, int O>
 constexpr size_t matmul_smem() {
-  return sizeof(float) * NR * kChunkCols + size_t{kWarps} * kOutPerWarp * (kChunkCols / 32 * Fmt<T>::kBlockBytes + 32);
+  return sizeof(float) * NR * kChunkCols + size_t{W} * O * (kChunkCols / 32 * Fmt<T>::kBlockBytes + 32);
 }
 
 // Block: kWarps warps x kOutPerWarp weight rows, against rows [r0, r0 + nr) of x (NR >= nr). Per chunk
@@ -92,7 +97,7 @@ struct Strides {
   int64_t x_head, y_head;
 };
 
-template <WType T, int NR>
+template <WType T, int NR, int kWarps, int kOutPerWarp>
 __global__ void __launch_bounds__(kWarps * 32)
     matmul_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t rows, int64_t cols,
                   const float* __restrict__ x, int64_t n, float* __restrict__ y, Strides s) {
@@ -170,22 +175,31 @@ __global__ void matmul_f32_tail_kernel(const float* __restrict__ w, int64_t rows
   if (lane == 0) y[r * rows + o] = v;
 }
 
-template <WType T, int NR>
-void launch_group(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t st, const Strides& s,
+template <WType T, int NR, int W, int O>
+void launch_shape(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t st, const Strides& s,
                   int64_t heads) {
-  constexpr size_t smem = matmul_smem<T, NR>();
+  constexpr size_t smem = matmul_smem<T, NR, W, O>();
   static const bool raised = [] {  // more than the default 48 KiB of dynamic shared memory
-    FERRY_CUDA_CHECK(cudaFuncSetAttribute(matmul_kernel<T, NR>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    FERRY_CUDA_CHECK(cudaFuncSetAttribute(matmul_kernel<T, NR, W, O>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
     return true;
   }();
   (void)raised;
-  const int64_t warps = (w.rows + kOutPerWarp - 1) / kOutPerWarp;
-  const dim3 grid(static_cast<unsigned>((warps + kWarps - 1) / kWarps), static_cast<unsigned>((n + NR - 1) / NR),
+  const int64_t warps = (w.rows + O - 1) / O;
+  const dim3 grid(static_cast<unsigned>((warps + W - 1) / W), static_cast<unsigned>((n + NR - 1) / NR),
                   static_cast<unsigned>(heads));
-  matmul_kernel<T, NR><<<grid, kWarps * 32, smem, st>>>(static_cast<const uint8_t*>(w.data), w.row_bytes(), w.rows,
-                                                         w.cols, x, n, y, s);
+  matmul_kernel<T, NR, W, O><<<grid, W * 32, smem, st>>>(static_cast<const uint8_t*>(w.data), w.row_bytes(), w.rows,
+                                                          w.cols, x, n, y, s);
   FERRY_CUDA_LAUNCHED(matmul_kernel);
+}
+
+// 4 x 2 blocks unless they would be fewer than two per SM; then 2 x 1 (speed only).
+template <WType T, int NR>
+void launch_group(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t st, const Strides& s,
+                  int64_t heads) {
+  const int64_t blocks = (w.rows + kWarps * kOutPerWarp - 1) / (kWarps * kOutPerWarp) * ((n + NR - 1) / NR) * heads;
+  if (blocks < 2 * device_sm_count()) return launch_shape<T, NR, 2, 1>(w, x, n, y, st, s, heads);
+  launch_shape<T, NR, kWarps, kOutPerWarp>(w, x, n, y, st, s, heads);
 }
 
 // The group width NR is the smallest power of two holding min(n, group) rows, so one row does not pay
@@ -219,8 +233,42 @@ __global__ void embed_kernel(const uint8_t* __restrict__ table, size_t row_bytes
 
 int matmul_group_rows(WType t) { return t == WType::mxfp4 ? 16 : 8; }
 
-void launch_matmul(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t st) {
-  if (matmul_fast_supported(w, x)) return launch_matmul_fast(w, x, n, y, st);
+namespace {
+int g_split = -1;  // matmul_ksplit_tune: -1 the rule (or FERRY_KSPLIT), 0 never, P > 0 that many parts
+}  // namespace
+
+void matmul_ksplit_tune(int parts) { g_split = parts; }
+
+// The rule, from the H200 sweep (docs/BENCHMARKS.md "split K", MatmulBenchSplitKSweep; graph replays,
+// one row): a split pays where a matrix has too few 16-row tiles to spread over the SMs (128x7168: 8.2 ->
+// 5.4 us with 4-7 parts; 576x7168: 8.3 -> 6.5 us), and for 7,168-row matrices with long rows (7168x12288:
+// 43.6 -> 39.1 us, 7168x33792: 96.2 -> 85.3 us with 3 parts). Elsewhere it costs 5-25 % at one row (the
+// partials' round trip and shorter pipelines): 1536x7168, 3584x7168, 6144x7168, 7168x7168, 12288x7168.
+// FERRY_KSPLIT=0 never splits, FERRY_KSPLIT=P takes P parts (capped by the units of a row).
+KSplit matmul_ksplit(const Weight& w) {
+  static const int env = [] {
+    const char* v = std::getenv("FERRY_KSPLIT");
+    return v ? std::atoi(v) : -1;
+  }();
+  KSplit ks;
+  if (w.type != WType::q8_0 || w.cols % 512 != 0 || w.rows <= 0) return ks;
+  ks.unit = w.cols % 1024 == 0 ? 1024 : 512;
+  const int64_t units = w.cols / ks.unit;
+  const int64_t tiles = (w.rows + 15) / 16;
+  const int force = g_split >= 0 ? g_split : env;
+  int64_t parts = 1;
+  if (force >= 0)
+    parts = force == 0 ? 1 : force;
+  else if (tiles < 64)
+    parts = std::max<int64_t>(2, (192 + tiles - 1) / tiles);
+  else if (tiles >= 256 && w.cols >= 12288)
+    parts = 3;
+  ks.parts = static_cast<int>(std::clamp<int64_t>(parts, 1, std::min<int64_t>(units, 64)));
+  return ks;
+}
+
+void launch_matmul(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t st, const splitk::Bufs& sk) {
+  if (matmul_fast_supported(w, x)) return launch_matmul_fast(w, x, n, y, st, sk);
   switch (w.type) {
     case WType::f32:
       if (w.cols % 32 != 0) {
@@ -259,12 +307,24 @@ void CudaBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
     const mma::XPrep xp = prep_x(x, n, w.cols, scratch(kMmaX, mma_prep_bytes(n, w.cols)), stream_);
     return launch_matmul_mma(w, xp, n, y, stream_);
   }
+  const splitk::Bufs sk = split_bufs(w, n);
   if (!prompt_pass_ && matmul_dec_supported(w)) {
     const mma::XPrep xp =
         prep_x(x, n, w.cols, scratch(kMmaX, mma_prep_bytes(n, w.cols)), stream_, true, x_order(w.type, false));
-    return launch_matmul_dec(w, xp, n, y, stream_);
+    return launch_matmul_dec(w, xp, n, y, stream_, sk);
   }
-  launch_matmul(w, x, n, y, stream_);
+  launch_matmul(w, x, n, y, stream_, sk);
+}
+
+splitk::Bufs CudaBackend::split_bufs(const Weight& w, int64_t n) {
+  const KSplit ks = matmul_ksplit(w);
+  if (ks.parts <= 1) return {};
+  const size_t outs = static_cast<size_t>(n) * static_cast<size_t>(w.rows);
+  splitk::Bufs b;
+  b.part = static_cast<float*>(scratch(kSplitPart, outs * static_cast<size_t>(ks.parts) * sizeof(float)));
+  // One counter per (16-row tile, row group): at most tiles x n.
+  b.cnt = static_cast<int*>(zeroed_scratch(kSplitCount, static_cast<size_t>((w.rows + 15) / 16 * n) * sizeof(int)));
+  return b;
 }
 
 // Every head in one launch of the generic kernel (blockIdx.z = head): the per-head matrices of MLA's

@@ -26,7 +26,8 @@
 //
 // 4. Decode steps and verify blocks run the weights matmul_dec_supported() picks (mxfp4, q8_0 of 12,288
 //    rows and more) on the tensor cores (matmul_dec.cuh), the others on path 1: a choice by weight,
-//    never by row count, so a row alone still equals the row in a block of 16.
+//    never by row count, so a row alone still equals the row in a block of 16. Both split K over
+//    several blocks for the q8_0 shapes matmul_ksplit picks (splitk.cuh: partials added in part order).
 //
 // Measured on the H200 (tests/gpu MatmulBench: graph replays of 96 calls, weights rotated past L2;
 // floor = bytes / 4.8 TB/s; device copy measured 4.25 TB/s), 2026-11-29, time in us (GB/s):
@@ -53,8 +54,27 @@
 #include <cstdint>
 
 #include "kernels/backend.hpp"
+#include "kernels/cuda/splitk.cuh"
 
 namespace ferry::cuda {
+
+// The split of a decode-step matmul's K dimension (splitk.cuh): parts and the unit their boundaries
+// are multiples of. A function of the weight alone (type, shape): q8_0 matrices of few 16-row tiles
+// get more parts, so that every SM has tiles to stream, and so do 7,168-row matrices with long rows
+// (measured rule: matmul.cu); mxfp4 (the routed experts, whose batches have
+// tiles enough) and the prompt pass's tensor-core kernel never split. Both decode kernels (the
+// CUDA-core one of path 1 and the tensor-core one of path 4) take the same split.
+struct KSplit {
+  int parts = 1;
+  int unit = 1024;
+};
+KSplit matmul_ksplit(const Weight& w);
+// Benchmark knob: -1 the rule (default), 0 never split, P > 0 that many parts (capped by the units of
+// a row).
+void matmul_ksplit_tune(int parts);
+
+// SMs of the current device (read once).
+int device_sm_count();
 
 // Rows per group (one weight read serves this many rows) for a weight type.
 int matmul_group_rows(WType t);
@@ -70,10 +90,13 @@ void matmul_fast_tune(int spread, int depth);
 bool fast_shallow(bool q8);
 int64_t fast_grid(int64_t nitems, int per_sm, bool q8);
 // The fast path (matmul_fast.cu); only for matmul_fast_supported(w, x).
-void launch_matmul_fast(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t stream);
+// sk: the scratch of matmul_ksplit(w) when it has more than one part.
+void launch_matmul_fast(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t stream,
+                        const splitk::Bufs& sk);
 
-// Launch y = x @ W^T on `stream` (all pointers device memory).
-void launch_matmul(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t stream);
+// Launch y = x @ W^T on `stream` (all pointers device memory; sk as above).
+void launch_matmul(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t stream,
+                   const splitk::Bufs& sk);
 
 // y[i] = decoded row ids[i] of the table; ids are device memory and already range-checked.
 void launch_embed(const Weight& table, const int32_t* ids, int64_t n, float* y, cudaStream_t stream);

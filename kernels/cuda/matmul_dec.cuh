@@ -49,6 +49,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/matmul_mma.cuh"
+#include "kernels/cuda/splitk.cuh"
 
 namespace ferry::cuda::dec {
 
@@ -153,7 +154,8 @@ __device__ __forceinline__ void item_body(const P& p, const Item& it, uint8_t* s
   constexpr int KX = (NRA * 2 * XG + kThreads - 1) / kThreads;          // x granules per thread
   static_assert(S * G::kStage >= kWarps * NT * 64 * 4, "the final reduction reuses the stages");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  const int nst = p.cols / G::kCols;
+  // The item's stages: its columns [k0, k1) (a part of a split K starts on a stage boundary: splitk.cuh).
+  const int s0 = it.k0 / G::kCols, nst = (it.k1 - it.k0) / G::kCols;
   __shared__ int64_t xrow[NRA];
   if (threadIdx.x < NRA) xrow[threadIdx.x] = threadIdx.x < it.nr ? p.xrow(it, threadIdx.x) : -1;
   __syncthreads();
@@ -179,7 +181,7 @@ __device__ __forceinline__ void item_body(const P& p, const Item& it, uint8_t* s
   }
   auto load_w = [&](int st, int c) {
     uint8_t* base = smem + st * G::kStage;
-    const size_t off = static_cast<size_t>(c) * G::kRaw;
+    const size_t off = static_cast<size_t>(s0 + c) * G::kRaw;
 #pragma unroll
     for (int k = 0; k < KW; ++k) {
       if (!wrow[k]) continue;
@@ -192,7 +194,7 @@ __device__ __forceinline__ void item_body(const P& p, const Item& it, uint8_t* s
     uint8_t* base = smem + st * G::kStage;
 #pragma unroll
     for (int k = 0; k < KX; ++k)
-      if (xsrc[k]) cp_async16(base + xdst[k], xsrc[k] + static_cast<int64_t>(c) * G::kCols);
+      if (xsrc[k]) cp_async16(base + xdst[k], xsrc[k] + static_cast<int64_t>(s0 + c) * G::kCols);
   };
   // Rows g and g + 8 of the tile: their windows' start offsets (row address mod 16).
   unsigned ra[2];
@@ -242,7 +244,7 @@ __device__ __forceinline__ void item_body(const P& p, const Item& it, uint8_t* s
     }
     cp_async_commit();
     const uint8_t* base = smem + (c % S) * G::kStage;
-    const unsigned so = static_cast<unsigned>(c) * G::kRaw;
+    const unsigned so = static_cast<unsigned>(s0 + c) * G::kRaw;
 #pragma unroll
     for (int i = 0; i < KB; ++i) {
       const int b = kWarps * i + warp;  // quant block of the stage: b % 4 == warp
@@ -280,7 +282,20 @@ __device__ __forceinline__ void item_body(const P& p, const Item& it, uint8_t* s
 #pragma unroll
     for (int w = 1; w < kWarps; ++w) v += red[((w * NT + j) * 2 + h) * 32 + l];
     const int r = 4 * j + (l & 3), row = (l >> 2) + 8 * h;
-    if (r < it.nr && row < it.nrows) p.yrow(it, r)[it.row0 + row] = v;
+    if (r < it.nr && row < it.nrows) {
+      if (it.parts == 1)
+        p.yrow(it, r)[it.row0 + row] = v;
+      else
+        __stcg(p.part_row(it, it.part, r) + it.row0 + row, v);
+    }
+  }
+  // A part of a split K stored its partials; the last part to finish adds them in part order.
+  if (it.parts > 1 && splitk::last_part(p.counter(it), it.parts)) {
+    for (int e = threadIdx.x; e < it.nr * kRows; e += kThreads) {
+      const int r = e / kRows, row = e - r * kRows;
+      if (row < it.nrows)
+        p.yrow(it, r)[it.row0 + row] = splitk::sum_parts(p.part_row(it, 0, r) + it.row0 + row, p.part_stride(), it.parts);
+    }
   }
 }
 

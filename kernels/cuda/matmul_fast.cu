@@ -33,7 +33,9 @@ __global__ void __launch_bounds__(kTileRows / kO * 32, min_blocks<F, NR>())
 int g_spread = 0;  // matmul_fast_tune: 0 = default, 1 = one item per block, 2 = a grid of resident blocks
 int g_depth = 0;   // 0 = default, 1 = deep, 2 = shallow
 
-int sm_count() {
+}  // namespace
+
+int device_sm_count() {
   static const int n = [] {
     int dev = 0, v = 0;
     FERRY_CUDA_CHECK(cudaGetDevice(&dev));
@@ -42,8 +44,6 @@ int sm_count() {
   }();
   return n;
 }
-
-}  // namespace
 
 // Defaults measured on the H200 (2026-12-01, MatmulBenchDepthAndSpreadSweep and
 // MoeBenchExpertBatchBandwidth): shallow stages (more blocks per SM) are faster or equal for every
@@ -57,7 +57,7 @@ bool fast_shallow(bool q8) {
 
 int64_t fast_grid(int64_t nitems, int per_sm, bool q8) {
   (void)q8;
-  return g_spread == 2 ? std::min<int64_t>(nitems, static_cast<int64_t>(per_sm) * sm_count()) : nitems;
+  return g_spread == 2 ? std::min<int64_t>(nitems, static_cast<int64_t>(per_sm) * device_sm_count()) : nitems;
 }
 
 namespace {
@@ -73,7 +73,7 @@ void launch_s(const PlainProblem& p, cudaStream_t st) {
     FERRY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, matmul_fast_kernel<F, NR, S>, kThreads, smem));
     return std::max(b, 1);
   }();
-  const int64_t nitems = static_cast<int64_t>(p.ntiles) * ((p.n + NR - 1) / NR);
+  const int64_t nitems = static_cast<int64_t>(p.ntiles) * ((p.n + NR - 1) / NR) * p.parts;
   if (nitems > (int64_t{1} << 31) - 1)
     throw LimitError("cuda matmul: " + std::to_string(nitems) + " tiles in one call (max 2^31 - 1)");
   const int64_t blocks = fast_grid(nitems, per_sm, std::is_same_v<F, Q8>);
@@ -115,9 +115,13 @@ bool matmul_fast_supported(const Weight& w, const float* x) {
   return aligned(w.data) && aligned(x) && w.row_bytes() % 16 == 0;
 }
 
-void launch_matmul_fast(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t st) {
-  const PlainProblem a{static_cast<const uint8_t*>(w.data), w.row_bytes(), static_cast<int>(w.rows),
-                       static_cast<int>(w.cols), x, y, n, 1, static_cast<int>((w.rows + kTileRows - 1) / kTileRows)};
+void launch_matmul_fast(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t st, const splitk::Bufs& sk) {
+  PlainProblem a{static_cast<const uint8_t*>(w.data), w.row_bytes(), static_cast<int>(w.rows),
+                 static_cast<int>(w.cols), x, y, n, 1, static_cast<int>((w.rows + kTileRows - 1) / kTileRows)};
+  const KSplit ks = matmul_ksplit(w);
+  a.parts = ks.parts;
+  a.unit = ks.unit;
+  a.sk = sk;
   if (w.type == WType::mxfp4) return launch_typed<Mx>(a, matmul_group_rows(w.type), st);
   return launch_typed<Q8>(a, matmul_group_rows(w.type), st);
 }

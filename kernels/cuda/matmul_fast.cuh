@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/splitk.cuh"
 
 namespace ferry::cuda::fast {
 
@@ -144,15 +145,19 @@ constexpr int min_blocks() {
   return NR == 1 ? 4 : 1;
 }
 
-// One work item: a 16-row weight tile against a group of nr (<= NR) activation rows. Which rows and
-// which weight is the problem's business (PlainProblem, the grouped expert problem of moe_grouped.cu):
-// c, r0 and z are its coordinates; w points at the tile's first weight row.
+// One work item: a 16-row weight tile against a group of nr (<= NR) activation rows, over the columns
+// [k0, k1) (all of them, or part `part` of a split K: splitk.cuh). Which rows and which weight is the
+// problem's business (PlainProblem, the grouped expert problem of moe_grouped.cu): c, r0 and z are its
+// coordinates; w points at the tile's first weight row. A split item stores partials where the problem
+// says (p.part_row, p.counter) and the last of its parts writes y.
 struct Item {
   const uint8_t* w;
   int row0;   // the tile's first weight row (output column)
   int nrows;  // valid weight rows in the tile (16 but at the matrix's end)
   int nr;     // activation rows in the group
   int c, r0, z;
+  int k0, k1;     // columns (multiples of kChunk)
+  int part, parts;  // which part of the split K (parts == 1: no split)
 };
 
 // This thread's share of the copies into a stage: fixed 16-byte granules of the weight tile (granule
@@ -220,24 +225,26 @@ __device__ __forceinline__ void items_body(const P& p, int first, int last, uint
   constexpr int kThreads = kTileRows / O * 32;
   constexpr int SB = static_cast<int>(stage_bytes<F, NR>());
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int nchunks = p.cols / kChunk;
   const Lane ln = F::lane(lane >> 1, lane & 1);
 
   __shared__ const float* xtab[2 * NR];
   Loader<F, NR, kThreads> ld;
   ld.init();
   ld.xtab = xtab;
-  int lj = first, lc = 0, ls = 0;  // the loader: item, chunk, stage
+  int lj = first, lc = 0, ls = 0;  // the loader: item, chunk (of the row), stage
   Item li = lj < last ? p.item(lj) : Item{};
-  if (lj < last) ld.set(p, li);
+  if (lj < last) {
+    ld.set(p, li);
+    lc = li.k0 / kChunk;
+  }
   auto load_next = [&] {
     if (lj < last) {
       ld.load(p, li, smem + ls * SB, lc);
-      if (++lc == nchunks) {
-        lc = 0;
+      if (++lc == li.k1 / kChunk) {
         if (++lj < last) {
           li = p.item(lj);
           ld.set(p, li);
+          lc = li.k0 / kChunk;
         }
       }
       if (++ls == S) ls = 0;
@@ -255,7 +262,7 @@ __device__ __forceinline__ void items_body(const P& p, int first, int last, uint
 #pragma unroll
       for (int r = 0; r < NR; ++r) acc[o][r] = 0.0f;
 
-    for (int c = 0; c < nchunks; ++c) {
+    for (int c = it.k0 / kChunk; c < it.k1 / kChunk; ++c) {
       cp_async_wait<S - 2>();  // this thread's copies of this chunk are done
       __syncthreads();         // everyone's are; everyone is done with the previous chunk's stage
       load_next();
@@ -285,6 +292,7 @@ __device__ __forceinline__ void items_body(const P& p, int first, int last, uint
     }
 
     // Fixed butterfly over the 32 lanes (every lane ends with the same bits: IEEE addition commutes).
+    // A part of a split K stores its partial; the last part to finish adds them (splitk.cuh).
 #pragma unroll
     for (int o = 0; o < O; ++o) {
       const int row = warp * O + o;
@@ -293,7 +301,19 @@ __device__ __forceinline__ void items_body(const P& p, int first, int last, uint
         float v = acc[o][r];
 #pragma unroll
         for (int m = 16; m >= 1; m >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, m));
-        if (lane == ((o * NR + r) & 31) && r < it.nr && row < it.nrows) p.yrow(it, r)[it.row0 + row] = v;
+        if (lane == ((o * NR + r) & 31) && r < it.nr && row < it.nrows) {
+          if (it.parts == 1)
+            p.yrow(it, r)[it.row0 + row] = v;
+          else
+            __stcg(p.part_row(it, it.part, r) + it.row0 + row, v);
+        }
+      }
+    }
+    if (it.parts > 1 && splitk::last_part(p.counter(it), it.parts)) {
+      for (int e = threadIdx.x; e < it.nr * kTileRows; e += kThreads) {
+        const int r = e / kTileRows, row = e - r * kTileRows;
+        if (row < it.nrows)
+          p.yrow(it, r)[it.row0 + row] = splitk::sum_parts(p.part_row(it, 0, r) + it.row0 + row, p.part_stride(), it.parts);
       }
     }
   }
@@ -315,8 +335,8 @@ __device__ __forceinline__ void block_items(int64_t nitems, int64_t nblocks, int
   last = static_cast<int>((b + 1) * nitems / nblocks);
 }
 
-// The plain matmul's problem: item j = (row group j / ntiles, weight tile j % ntiles) of a contiguous
-// x [n, cols] and y [n, rows].
+// The plain matmul's problem: item j = (row group, weight tile, part of K) of a contiguous x [n, cols]
+// and y [n, rows], parts fastest (a tile's parts run in neighbouring blocks), then tiles.
 struct PlainProblem {
   const uint8_t* w;
   size_t row_bytes;
@@ -326,10 +346,16 @@ struct PlainProblem {
   int64_t n;
   int group;   // NR
   int ntiles;  // ceil(rows / 16)
+  int parts = 1, unit = kChunk;  // the split of K (matmul_kparts)
+  splitk::Bufs sk;
   __device__ Item item(int j) const {
     Item it;
-    const int grp = j / ntiles, tile = j - grp * ntiles;
-    it.c = 0;
+    const int q = j / parts;
+    it.part = j - q * parts;
+    it.parts = parts;
+    splitk::range(cols, unit, it.part, parts, it.k0, it.k1);
+    const int grp = q / ntiles, tile = q - grp * ntiles;
+    it.c = grp * ntiles + tile;  // the counter of a split item
     it.z = 0;
     it.r0 = grp * group;
     it.row0 = tile * kTileRows;
@@ -340,6 +366,11 @@ struct PlainProblem {
   }
   __device__ const float* xrow(const Item& it, int r) const { return x + static_cast<int64_t>(it.r0 + r) * cols; }
   __device__ float* yrow(const Item& it, int r) const { return y + static_cast<int64_t>(it.r0 + r) * rows; }
+  __device__ int64_t part_stride() const { return n * rows; }
+  __device__ float* part_row(const Item& it, int q, int r) const {
+    return sk.part + q * part_stride() + static_cast<int64_t>(it.r0 + r) * rows;
+  }
+  __device__ int* counter(const Item& it) const { return sk.cnt + it.c; }
 };
 
 }  // namespace ferry::cuda::fast

@@ -7,6 +7,7 @@
 
 #include "io/errors.hpp"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/matmul_dec.cuh"
 #include "kernels/cuda/matmul_mma.cuh"
 #include "kernels/cuda/matmul_mma_launch.cuh"
@@ -127,11 +128,18 @@ struct PlainTc {
   float* y;
   int64_t n;
   int ntiles, group, bm;
+  int parts = 1, unit = 1024;  // the split of K (decode steps only: matmul_kparts, splitk.cuh)
+  splitk::Bufs sk;
+  // Item j = (row group, tile, part), parts fastest.
   __device__ Item item(int64_t j) const {
     Item it;
-    const int64_t grp = j / ntiles;
-    const int tile = static_cast<int>(j - grp * ntiles);
-    it.c = 0;
+    const int64_t q = j / parts;
+    it.part = static_cast<int>(j - q * parts);
+    it.parts = parts;
+    splitk::range(cols, unit, it.part, parts, it.k0, it.k1);
+    const int64_t grp = q / ntiles;
+    const int tile = static_cast<int>(q - grp * ntiles);
+    it.c = static_cast<int>(q);  // the counter of a split item
     it.z = 0;
     it.r0 = static_cast<int>(grp * group);
     it.row0 = tile * bm;
@@ -142,6 +150,11 @@ struct PlainTc {
   }
   __device__ int64_t xrow(const Item& it, int r) const { return it.r0 + r; }
   __device__ float* yrow(const Item& it, int r) const { return y + static_cast<int64_t>(it.r0 + r) * rows; }
+  __device__ int64_t part_stride() const { return n * rows; }
+  __device__ float* part_row(const Item& it, int q, int r) const {
+    return sk.part + q * part_stride() + static_cast<int64_t>(it.r0 + r) * rows;
+  }
+  __device__ int* counter(const Item& it) const { return sk.cnt + it.c; }
 };
 
 template <class F, int BN, int S, int L>
@@ -202,7 +215,7 @@ void launch_dec(PlainTc p, cudaStream_t st) {
   p.group = NRA;
   p.bm = dec::kRows;
   p.ntiles = (p.rows + p.bm - 1) / p.bm;
-  const int64_t items = static_cast<int64_t>(p.ntiles) * ((p.n + NRA - 1) / NRA);
+  const int64_t items = static_cast<int64_t>(p.ntiles) * ((p.n + NRA - 1) / NRA) * p.parts;
   if (items > (int64_t{1} << 31) - 1) throw LimitError("cuda matmul: " + std::to_string(items) + " tiles in one call");
   dec::launch_dependent(plain_dec_kernel<F, KB, NRA, S>, static_cast<unsigned>(items), smem, st, p);
 }
@@ -308,9 +321,13 @@ void launch_matmul_mma(const Weight& w, const XPrep& xp, int64_t n, float* y, cu
   return l2 ? launch_plain<Q8, 2>(p, st) : launch_plain<Q8, 1>(p, st);
 }
 
-void launch_matmul_dec(const Weight& w, const XPrep& xp, int64_t n, float* y, cudaStream_t st) {
+void launch_matmul_dec(const Weight& w, const XPrep& xp, int64_t n, float* y, cudaStream_t st, const splitk::Bufs& sk) {
   PlainTc p{static_cast<const uint8_t*>(w.data), w.row_bytes(), static_cast<int>(w.rows), static_cast<int>(w.cols),
              xp, y, n, 0, 0, 0};
+  const KSplit ks = matmul_ksplit(w);
+  p.parts = ks.parts;
+  p.unit = ks.unit;
+  p.sk = sk;
   if (n > (int64_t{1} << 30)) throw LimitError("cuda matmul: " + std::to_string(n) + " rows in one call");
   if (w.type == WType::mxfp4) return launch_dec_f<dec::Mx>(p, st);
   launch_dec_f<dec::Q8>(p, st);

@@ -136,6 +136,8 @@ struct Item {
   int nrows;         // valid weight rows (tile_rows(MW) but at the matrix's end)
   int nr;            // activation rows in the group
   int c, r0, z;      // the problem's coordinates
+  int k0, k1;        // columns [k0, k1): all of them, or a part of a split K (decode kernel only: splitk.cuh)
+  int part, parts;   // which part (parts == 1: no split)
 };
 
 // Item it of problem p: out[r][row0 + i] for i < nrows, r < nr. The problem gives the prepared rows

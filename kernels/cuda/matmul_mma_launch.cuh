@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/backend.hpp"
+#include "kernels/cuda/splitk.cuh"
 
 namespace ferry::cuda {
 
@@ -60,6 +61,7 @@ mma::XPrep prep_x(const float* x, int64_t n, int64_t cols, void* buf, cudaStream
 // y [n, w.rows] = x @ W^T from x prepared by prep_x: a prompt pass's kernel (matmul_mma.cuh).
 void launch_matmul_mma(const Weight& w, const mma::XPrep& xp, int64_t n, float* y, cudaStream_t st);
 // The same for decode steps and verify blocks (matmul_dec.cuh; x prepared with both levels).
-void launch_matmul_dec(const Weight& w, const mma::XPrep& xp, int64_t n, float* y, cudaStream_t st);
+void launch_matmul_dec(const Weight& w, const mma::XPrep& xp, int64_t n, float* y, cudaStream_t st,
+                       const splitk::Bufs& sk);
 
 }  // namespace ferry::cuda

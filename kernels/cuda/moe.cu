@@ -87,7 +87,11 @@ void plan(const ExpertFfnArgs& a, std::vector<Launch>& ls, std::vector<Wave>& wa
 // inter floats apart (inter % 512 == 0 when down qualifies): nullptr stands for that aligned input.
 bool grouped_fast_ok(const ExpertFfnArgs& a, bool prompt) {
   const WType type = a.calls[0].gate.type;
-  const auto dec = [prompt](const Weight& w) { return !prompt && matmul_dec_supported(w); };
+  // A weight on the tensor cores, or one whose K is split (CudaBackend::matmul splits it, the grouped
+  // kernels never do), keeps the batch per expert: the per-expert matmuls' bits.
+  const auto dec = [prompt](const Weight& w) {
+    return (!prompt && matmul_dec_supported(w)) || matmul_ksplit(w).parts > 1;
+  };
   for (size_t i = 0; i < a.n_calls; ++i) {
     const ExpertCall& c = a.calls[i];
     if (c.gate.type != type || c.up.type != type || c.down.type != type || !matmul_fast_supported(c.gate, a.x) ||
@@ -214,7 +218,9 @@ void ffn_wave_tc(CudaBackend& be, const ExpertFfnArgs& a, const Launch* ls, size
 // the per-expert matmuls.
 bool grouped_tc_ok(const ExpertFfnArgs& a, bool prompt) {
   const WType type = a.calls[0].gate.type;
-  const auto ok = [prompt](const Weight& w) { return prompt ? matmul_mma_supported(w) : matmul_dec_supported(w); };
+  const auto ok = [prompt](const Weight& w) {
+    return prompt ? matmul_mma_supported(w) : matmul_dec_supported(w) && matmul_ksplit(w).parts == 1;
+  };
   for (size_t i = 0; i < a.n_calls; ++i) {
     const ExpertCall& c = a.calls[i];
     if (c.gate.type != type || c.up.type != type || c.down.type != type || !ok(c.gate) || !ok(c.up) || !ok(c.down))

@@ -51,6 +51,10 @@ struct GroupArgs {
     it.row0 = tile * kTileRows;
     it.nrows = min(kTileRows, rows - it.row0);
     it.w = t.w[c][which + it.z] + static_cast<size_t>(it.row0) * row_bytes;
+    it.k0 = 0;
+    it.k1 = cols;
+    it.part = 0;
+    it.parts = 1;  // expert weights are never split (moe.cu runs a batch with a split weight per expert)
     return it;
   }
   __device__ const float* xrow(const Item& it, int r) const {
@@ -62,6 +66,10 @@ struct GroupArgs {
     return which == 0 ? y[it.z] + (static_cast<int64_t>(t.base) + i) * rows
                       : y[0] + static_cast<int64_t>(t.dst[i]) * rows;
   }
+  // No split K (items_body needs the names).
+  __device__ int64_t part_stride() const { return 0; }
+  __device__ float* part_row(const Item&, int, int) const { return nullptr; }
+  __device__ int* counter(const Item&) const { return nullptr; }
 };
 
 // __grid_constant__: the table is indexed with per-block values; without it nvcc would copy the
@@ -185,6 +193,10 @@ struct GroupTc {
     it.row0 = tile * bm;
     it.nrows = min(bm, rows - it.row0);
     it.w = t.w[c][which + it.z] + static_cast<size_t>(it.row0) * row_bytes;
+    it.k0 = 0;
+    it.k1 = cols;
+    it.part = 0;
+    it.parts = 1;  // expert weights are never split (moe.cu runs a batch with a split weight per expert)
     return it;
   }
   __device__ int64_t xrow(const mma::Item& it, int r) const {
@@ -196,6 +208,10 @@ struct GroupTc {
     return which == 0 ? y[it.z] + (static_cast<int64_t>(t.base) + i) * rows
                       : y[0] + static_cast<int64_t>(t.dst[i]) * rows;
   }
+  // No split K (dec::item_body needs the names).
+  __device__ int64_t part_stride() const { return 0; }
+  __device__ float* part_row(const mma::Item&, int, int) const { return nullptr; }
+  __device__ int* counter(const mma::Item&) const { return nullptr; }
 };
 
 template <class F, int S, int L, int MW>

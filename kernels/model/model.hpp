@@ -121,6 +121,8 @@ class Model {
   void mlp(const MlpWeights& w, const float* x, int64_t n, float* out);
   void moe(int il, Ctx& c, const float* x, float* out);
   void route(int il, const float* x, int64_t n, std::vector<int32_t>& ids, std::vector<float>& w);
+  void route_start(int il, const float* x, int64_t n, std::vector<float>& scores);
+  void route_finish(int il, int64_t n, std::vector<float>& scores, std::vector<int32_t>& ids, std::vector<float>& wts);
   void hint_next_layer(int il, const float* x, int64_t n);
   void attn_res(const std::vector<Buf>& blocks, const float* p, const Buf& w, int64_t n, float* out);
 

@@ -32,14 +32,30 @@ void Model::ffn(int il, Ctx& c, const float* x, float* out) {
 // bias only for choosing, optional group restriction, top-k, renormalisation and scaling. Runs on
 // the host: the scheduler needs the expert ids there anyway. Rank order = descending choice score,
 // ties to the lower expert id, so it is deterministic.
-void Model::route(int il, const float* x, int64_t n, std::vector<int32_t>& ids, std::vector<float>& wts) {
+//
+// In two halves: route_start queues the scores and starts their download; the caller may queue work
+// that does not depend on the routing (Model::moe: the latent projection and the shared experts), which
+// the device runs while the host waits in route_finish and selects.
+void Model::route_start(int il, const float* x, int64_t n, std::vector<float>& s) {
   const MoeWeights& w = w_.layers[static_cast<size_t>(il)].moe;
-  const int64_t e = cfg_.moe.n_experts, k = cfg_.moe.top_k;
+  const int64_t e = cfg_.moe.n_experts;
   Buf logits(be_, static_cast<size_t>(n * e), Buf::Uninit{});
   be_.matmul(w.router, x, n, logits);
   be_.sigmoid(logits, n * e, logits);
-  std::vector<float> s(static_cast<size_t>(n * e));
-  be_.download(s.data(), logits.get(), s.size() * sizeof(float));
+  s.resize(static_cast<size_t>(n * e));
+  // Releasing logits is safe: whatever reuses its memory is queued after the copy.
+  be_.download_start(s.data(), logits.get(), s.size() * sizeof(float));
+}
+
+void Model::route(int il, const float* x, int64_t n, std::vector<int32_t>& ids, std::vector<float>& wts) {
+  std::vector<float> s;
+  route_start(il, x, n, s);
+  route_finish(il, n, s, ids, wts);
+}
+
+void Model::route_finish(int il, int64_t n, std::vector<float>& s, std::vector<int32_t>& ids, std::vector<float>& wts) {
+  be_.download_wait();
+  const int64_t e = cfg_.moe.n_experts, k = cfg_.moe.top_k;
   const auto& bias = score_bias_host_[static_cast<size_t>(il)];
   ids.assign(static_cast<size_t>(n * k), 0);
   wts.assign(static_cast<size_t>(n * k), 0.0f);
@@ -106,8 +122,11 @@ void Model::moe(int il, Ctx& c, const float* x, float* out) {
   const int64_t in = cfg_.moe.latent_dim > 0 ? cfg_.moe.latent_dim : d;
   std::vector<int32_t> ids;
   std::vector<float> wts;
-  route(il, x, n, ids, wts);
-  // Expert input: the latent projection of x (K3) or x itself.
+  std::vector<float> scores;
+  route_start(il, x, n, scores);
+  // Queued while the host waits for the scores (route_finish): the expert input, the latent projection
+  // of x (K3) or x itself, and the shared experts. Only their place in the queue moves; every op's
+  // inputs are the same, so are the bits.
   Buf hl;
   const float* hin = x;
   if (cfg_.moe.latent_dim > 0) {
@@ -115,6 +134,12 @@ void Model::moe(int il, Ctx& c, const float* x, float* out) {
     be_.matmul(w.latent_down, x, n, hl);
     hin = hl;
   }
+  Buf sh;
+  if (!w.shared.gate.empty()) {
+    sh = Buf(be_, static_cast<size_t>(n * d), Buf::Uninit{});
+    mlp(w.shared, x, n, sh);
+  }
+  route_finish(il, n, scores, ids, wts);
   // Group rows by expert, experts in order of first use (row-major over ranks).
   std::vector<ExpertUse> uses;
   std::vector<int> slot(static_cast<size_t>(cfg_.moe.n_experts), -1);
@@ -171,11 +196,7 @@ void Model::moe(int il, Ctx& c, const float* x, float* out) {
   } else {
     be_.copy(out, acc, static_cast<size_t>(n * d) * sizeof(float));
   }
-  if (!w.shared.gate.empty()) {
-    Buf sh(be_, static_cast<size_t>(n * d), Buf::Uninit{});
-    mlp(w.shared, x, n, sh);
-    be_.add(out, sh, n * d, out);
-  }
+  if (!w.shared.gate.empty()) be_.add(out, sh, n * d, out);
 }
 
 }  // namespace ferry

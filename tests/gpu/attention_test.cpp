@@ -115,18 +115,23 @@ TEST_F(Ops, IndexerTopkSelectsTheSameKeysInBothTieModes) {
   EXPECT_EQ(sc, back);
 }
 
+// A decode row of K3's width with 2 and 16 inputs, rows longer than the kernel's registers hold.
 TEST_F(Ops, AttnResMatchesCpu) {
-  const int64_t T = 5, D = 777, nv = 4;
-  std::vector<Pair> vs;
-  for (int s = 0; s < nv; ++s) vs.push_back(both(random_floats(T * D, 10 + s, -2, 2)));
-  auto w = both(random_floats(D, 20));
-  auto out = poisoned_pair(T * D);
-  std::vector<const float*> pc, pg;
-  for (auto& p : vs) pc.push_back(p.cpu()), pg.push_back(p.gpu());
-  cpu().attn_res(pc.data(), nv, w.cpu(), T, D, 1e-6f, out.cpu());
-  gpu().attn_res(pg.data(), nv, w.gpu(), T, D, 1e-6f, out.gpu());
-  auto [c, g] = results(out);
-  EXPECT_LE(rel_err("attn_res", c, g), kAttnTol);  // double scores (other order), expf, same output order
+  struct Shape { int64_t T, D, nv; };
+  for (const Shape sh : {Shape{5, 777, 4}, Shape{1, 7168, 2}, Shape{3, 7168, 16}, Shape{3, 7168, 17}, Shape{2, 9000, 3}}) {
+    std::vector<Pair> vs;
+    for (int s = 0; s < sh.nv; ++s) vs.push_back(both(random_floats(sh.T * sh.D, 10 + s, -2, 2)));
+    auto w = both(random_floats(sh.D, 20));
+    auto out = poisoned_pair(sh.T * sh.D);
+    std::vector<const float*> pc, pg;
+    for (auto& p : vs) pc.push_back(p.cpu()), pg.push_back(p.gpu());
+    cpu().attn_res(pc.data(), sh.nv, w.cpu(), sh.T, sh.D, 1e-6f, out.cpu());
+    gpu().attn_res(pg.data(), sh.nv, w.gpu(), sh.T, sh.D, 1e-6f, out.gpu());
+    auto [c, g] = results(out);
+    const std::string what = "attn_res T=" + std::to_string(sh.T) + " D=" + std::to_string(sh.D) +
+                             " nv=" + std::to_string(sh.nv);
+    EXPECT_LE(rel_err(what.c_str(), c, g), kAttnTol) << what;  // double scores (other order), expf, same output order
+  }
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 // keeps the CPU order and stays bit-identical to it. Block-vs-single stays bitwise on both paths.
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <cstdlib>
 #include <string>
 #include <tuple>
@@ -69,6 +70,7 @@ bool matches_cpu(const std::string& what, bool fast, const std::vector<float>& c
 TEST_F(Ops, MatmulMatchesCpuForEveryTypeAndRowCount) {
   struct Shape { WType t; int64_t rows, cols; };
   for (const Shape s : {Shape{WType::f32, 67, 96}, Shape{WType::f32, 33, 100}, Shape{WType::f32, 129, 2200},
+                        Shape{WType::f32, 896, 7168}, Shape{WType::f32, 40, 1056},  // the routers; a short chunk
                         Shape{WType::q8_0, 67, 2304}, Shape{WType::q8_0, 5, 7168}, Shape{WType::q8_0, 45, 1536},
                         Shape{WType::mxfp4, 67, 3584}, Shape{WType::mxfp4, 130, 4160},
                         Shape{WType::mxfp4, 33, 1024}}) {
@@ -277,6 +279,61 @@ TEST_F(Ops, DecodeMatmulScalesEachRowIntoRangeAndTakesHugeExponents) {
                     [](const void* p, size_t n) { return both_bytes(p, n); });
 }
 
+#if FERRY_WITH_CUDA
+// A fixed number of K parts (splitk.cuh) for every q8_0 matmul while it lives.
+struct FixedKParts {
+  explicit FixedKParts(int parts) { cuda::matmul_ksplit_tune(parts); }
+  ~FixedKParts() { cuda::matmul_ksplit_tune(-1); }
+};
+
+// The split-K decode matmuls (both kernels, splitk.cuh): the split follows the weight's shape; each part
+// count agrees with the CPU; a row alone has the bits of the same row in calls of 2-17 rows; a call
+// repeated gives the same bits (the counters are back at zero after each launch).
+TEST_F(Ops, SplitKDecodeMatmulMatchesCpuKeepsRowBitsAndRepeatsForEveryPartCount) {
+  EXPECT_EQ(cuda::matmul_ksplit(Weight{WType::q8_0, 128, 7168, nullptr}).parts, 7);   // 8 tiles: a part per unit
+  EXPECT_EQ(cuda::matmul_ksplit(Weight{WType::q8_0, 576, 7168, nullptr}).parts, 6);   // 36 tiles
+  EXPECT_EQ(cuda::matmul_ksplit(Weight{WType::q8_0, 12288, 7168, nullptr}).parts, 1);  // 768 tiles
+  EXPECT_EQ(cuda::matmul_ksplit(Weight{WType::q8_0, 7168, 7168, nullptr}).parts, 1);   // 448 tiles, short rows
+  EXPECT_EQ(cuda::matmul_ksplit(Weight{WType::q8_0, 7168, 12288, nullptr}).parts, 3);  // long rows
+  EXPECT_EQ(cuda::matmul_ksplit(Weight{WType::mxfp4, 128, 7168, nullptr}).parts, 1);   // experts: never
+  EXPECT_EQ(cuda::matmul_ksplit(Weight{WType::q8_0, 128, 2560, nullptr}).unit, 512);
+  const int64_t n = 17;
+  for (const auto mode : {cuda::DecMode::off, cuda::DecMode::all}) {
+    const cuda::DecMode old = cuda::matmul_dec_mode(mode);
+    const char* kern = mode == cuda::DecMode::off ? "cores" : "tensor";
+    for (const auto& [rows, cols] : {std::pair{int64_t{100}, int64_t{7168}}, std::pair{int64_t{40}, int64_t{2560}}}) {
+      const auto bytes = random_weight(WType::q8_0, rows, cols, 21);
+      auto wb = both_bytes(bytes.data(), bytes.size());
+      const Weight wg{WType::q8_0, rows, cols, wb->g};
+      auto x = both(random_floats(static_cast<size_t>(n * cols), 22));
+      auto y = poisoned_pair(static_cast<size_t>(n * rows));
+      cpu().matmul(Weight{WType::q8_0, rows, cols, wb->c}, x.cpu(), n, y.cpu());
+      for (const int parts : {1, 2, 3, 7}) {
+        FixedKParts fix(parts);
+        ASSERT_EQ(cuda::matmul_ksplit(wg).parts, std::min<int64_t>(parts, cols / cuda::matmul_ksplit(wg).unit));
+        gpu().matmul(wg, x.gpu(), n, y.gpu());
+        auto [c, g] = results(y);
+        const std::string what = std::string("split-K ") + kern + " " + std::to_string(rows) + "x" +
+                                 std::to_string(cols) + " parts=" + std::to_string(parts);
+        EXPECT_LE(rel_err(what.c_str(), c, g), kMmaTol) << what;
+        auto again = poisoned_pair(static_cast<size_t>(n * rows));
+        gpu().matmul(wg, x.gpu(), n, again.gpu());
+        EXPECT_LT(first_bit_diff(get(gpu(), again.gpu(), again.g.size()).data(), g.data(), n * rows), 0)
+            << what << ": a repeated call";
+        for (const auto& [r0, m] : {std::pair{0, 1}, std::pair{16, 1}, std::pair{3, 2}, std::pair{5, 4},
+                                    std::pair{1, 9}, std::pair{0, 16}}) {
+          auto part = poisoned_pair(static_cast<size_t>(m * rows));
+          gpu().matmul(wg, x.gpu() + r0 * cols, m, part.gpu());
+          const int64_t d = first_bit_diff(get(gpu(), part.gpu(), part.g.size()).data(), g.data() + r0 * rows, m * rows);
+          EXPECT_LT(d, 0) << what << " rows " << r0 << " + " << m;
+        }
+      }
+    }
+    cuda::matmul_dec_mode(old);
+  }
+}
+#endif
+
 // The shapes of the real models take the fast path (a fallback would silently cost 10x).
 TEST_F(Ops, MatmulModelShapesTakeTheFastPath) {
   auto x = both(random_floats(7168, 1));
@@ -411,6 +468,40 @@ double time_matmul(Backend& be, const std::vector<Weight>& ws, const float* x, i
   return t[t.size() / 2];
 }
 
+// Median device time per call of fn over graph replays of 64 calls (no launch gaps).
+double time_graph(Backend& be, const std::function<void(int)>& fn) {
+  auto& cb = static_cast<cuda::CudaBackend&>(be);
+  cudaStream_t st = cb.stream();
+  constexpr int kCalls = 64;
+  for (int i = 0; i < 4; ++i) fn(i);  // warm-up (first-call attribute setting, scratch growth)
+  be.synchronize();
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  EXPECT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  for (int i = 0; i < kCalls; ++i) fn(i);
+  EXPECT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);
+  EXPECT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<double> t;
+  for (int rep = 0; rep < 7; ++rep) {
+    cudaEventRecord(e0, st);
+    cudaGraphLaunch(exec, st);
+    cudaEventRecord(e1, st);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    t.push_back(ms * 1e-3 / kCalls);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
 double copy_bandwidth(Backend& be) {  // device copy, bytes read + written per second
   const size_t bytes = size_t{2} << 30;
   void* a = be.alloc(bytes);
@@ -494,6 +585,104 @@ TEST_F(Ops, MatmulBenchDepthAndSpreadSweep) {
     }
   }
   cuda::matmul_fast_tune(0, 0);
+#else
+  GTEST_SKIP() << "no CUDA back-end in this build";
+#endif
+}
+
+// The decode step's small ops in graph replays (device time only, no launch gaps): the routers (f32
+// 896x7168, the generic kernel), attn_res (a pointer upload and two launches) and rmsnorm of one row.
+// A one-warp-per-row router kernel and a one-launch attn_res were measured slower and dropped
+// (docs/BENCHMARKS.md "small ops").
+TEST_F(Ops, SmallOpBenchRoutersAndAttnRes) {
+#if FERRY_WITH_CUDA
+  auto& be = gpu();
+  {
+    const int64_t rows = 896, cols = 7168;
+    const auto bytes = random_weight(WType::f32, rows, cols, 3);
+    std::vector<void*> bufs;
+    std::vector<Weight> ws;
+    for (int i = 0; i < 8; ++i) {
+      bufs.push_back(be.alloc(bytes.size()));
+      be.upload(bufs.back(), bytes.data(), bytes.size());
+      ws.push_back(Weight{WType::f32, rows, cols, bufs.back()});
+    }
+    const auto xv = random_floats(static_cast<size_t>(16 * cols), 4);
+    Buf x(be, xv.size()), y(be, static_cast<size_t>(16 * rows));
+    be.upload(x, xv.data(), xv.size() * 4);
+    for (int64_t n : {1, 2, 16}) {
+      const double t = time_graph(be, [&](int i) { be.matmul(ws[static_cast<size_t>(i) % ws.size()], x.get(), n, y.get()); });
+      std::printf("[smallop] router f32 896x7168 n=%2lld %8.2f us %6.0f GB/s\n", static_cast<long long>(n), t * 1e6,
+                  bytes.size() / t / 1e9);
+    }
+    for (void* p : bufs) be.release(p);
+  }
+  {
+    const int64_t D = 7168;
+    std::vector<Buf> vs;
+    std::vector<const float*> ptrs;
+    for (int s = 0; s < 9; ++s) {
+      const auto v = random_floats(static_cast<size_t>(D), 30 + static_cast<uint32_t>(s), -2, 2);
+      vs.emplace_back(be, v.size());
+      be.upload(vs.back(), v.data(), v.size() * 4);
+      ptrs.push_back(vs.back().get());
+    }
+    const auto wv = random_floats(static_cast<size_t>(D), 40);
+    Buf w(be, wv.size()), out(be, static_cast<size_t>(D));
+    be.upload(w, wv.data(), wv.size() * 4);
+    for (int64_t nv : {2, 9}) {
+      const double t = time_graph(be, [&](int) { be.attn_res(ptrs.data(), nv, w.get(), 1, D, 1e-5f, out.get()); });
+      std::printf("[smallop] attn_res T=1 D=7168 nv=%lld %8.2f us\n", static_cast<long long>(nv), t * 1e6);
+    }
+    const double t = time_graph(be, [&](int) { be.rmsnorm(ptrs[0], w.get(), 1, D, 1e-5f, out.get()); });
+    std::printf("[smallop] rmsnorm 1x7168 %8.2f us\n", t * 1e6);
+  }
+#else
+  GTEST_SKIP() << "no CUDA back-end in this build";
+#endif
+}
+
+// The split of K (splitk.cuh) on both decode kernels for the K3.1 slice's spine shapes: the default
+// rule's parts and fixed part counts, at 1 and 16 rows, for tuning matmul_ksplit's rule. Results never
+// depend on the time; the bits depend on the parts (each count is checked against the CPU above).
+TEST_F(Ops, MatmulBenchSplitKSweep) {
+#if FERRY_WITH_CUDA
+  struct Case { int64_t rows, cols; };
+  auto& be = gpu();
+  for (const Case c : {Case{12288, 7168}, Case{7168, 12288}, Case{33792, 7168}, Case{7168, 33792}, Case{7168, 7168},
+                       Case{6144, 7168}, Case{7168, 6144}, Case{3584, 7168}, Case{7168, 3584}, Case{1536, 7168},
+                       Case{576, 7168}, Case{128, 7168}, Case{18432, 1536}, Case{8192, 1536}}) {
+    const auto bytes = random_weight(WType::q8_0, c.rows, c.cols, 9);
+    const int copies = static_cast<int>(std::clamp<size_t>(size_t{200} * 1000 * 1000 / bytes.size() + 1, 1, 24));
+    std::vector<void*> bufs;
+    std::vector<Weight> ws;
+    for (int i = 0; i < copies; ++i) {
+      bufs.push_back(be.alloc(bytes.size()));
+      be.upload(bufs.back(), bytes.data(), bytes.size());
+      ws.push_back(Weight{WType::q8_0, c.rows, c.cols, bufs.back()});
+    }
+    const auto xv = random_floats(static_cast<size_t>(16 * c.cols), 10);
+    Buf x(be, xv.size()), y(be, static_cast<size_t>(16 * c.rows));
+    be.upload(x, xv.data(), xv.size() * 4);
+    const int def = cuda::matmul_ksplit(ws[0]).parts;
+    const int units = static_cast<int>(c.cols / cuda::matmul_ksplit(ws[0]).unit);
+    for (const auto mode : {cuda::DecMode::off, cuda::DecMode::all}) {
+      const cuda::DecMode old = cuda::matmul_dec_mode(mode);
+      for (const int parts : {1, 2, 3, 4, 6, 8, 12}) {
+        if (parts > units) break;
+        FixedKParts fix(parts);
+        for (int64_t n : {1, 16}) {
+          const double t = time_matmul(be, ws, x.get(), n, y.get());
+          std::printf("[splitk] q8_0 %5lldx%-5lld %-6s parts=%2d%s n=%2lld %8.2f us %6.0f GB/s\n",
+                      static_cast<long long>(c.rows), static_cast<long long>(c.cols),
+                      mode == cuda::DecMode::off ? "cores" : "tensor", parts, parts == def ? "*" : " ",
+                      static_cast<long long>(n), t * 1e6, bytes.size() / t / 1e9);
+        }
+      }
+      cuda::matmul_dec_mode(old);
+    }
+    for (void* p : bufs) be.release(p);
+  }
 #else
   GTEST_SKIP() << "no CUDA back-end in this build";
 #endif

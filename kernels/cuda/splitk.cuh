@@ -1,0 +1,71 @@
+// A matmul's K dimension split over several thread blocks, with a fixed order (both decode-step
+// matmuls: the CUDA-core kernel of matmul_fast.cuh and the tensor-core one of matmul_dec.cuh).
+//
+// Why: a decode step's matmul has one activation row, so its work is the weight tiles alone. A matrix
+// of few rows gives few tiles (128x7168: 8 tiles of 16 rows for 132 SMs, 15-17 us for a 1 MB read on
+// the H200), and a 7,168-row one gives 448 (3.4 per SM: the SMs with 4 finish last). Cutting each tile's
+// columns into P parts gives P times the items, each streaming 1/P of the row.
+//
+// Order, and why a row's bits still depend only on the row: part p of a tile covers the columns
+// [p * u / P, (p + 1) * u / P) units of `unit` columns (u = cols / unit), computes its partial sums with
+// the kernel's own order over those columns and stores them; the last of the P blocks to finish
+// (a per-(tile, row group) counter) adds the partials in part order, v = ((p0 + p1) + p2) ..., and writes
+// y. P and the unit are functions of the weight alone (matmul_kparts, matmul.cu), never of the row count
+// or of which block finishes last, so a row alone has the bits of the row in a block of 16; P = 1 is the
+// kernel without a split, bit for bit. The unit (1,024 columns where cols % 1024 == 0, else 512) is a
+// multiple of every stage width of both kernels, so a part starts on a stage boundary of each.
+//
+// The partials live in a scratch buffer [P][n][rows]; the counters in a zeroed buffer of one int per
+// (tile, row group), which the last block resets to 0, so they are zero again for the next launch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace ferry::cuda::splitk {
+
+// The scratch of a split matmul (device memory, from the back-end): partials [parts][n][rows] and
+// counters, one per (16-row tile, row group), all zero between launches.
+struct Bufs {
+  float* part = nullptr;
+  int* cnt = nullptr;
+};
+
+// Columns [k0, k1) of part `part` of `parts` for a row of `cols` columns cut in units of `unit` (the
+// last part ends at cols; one part is the whole row).
+__host__ __device__ inline void range(int cols, int unit, int part, int parts, int& k0, int& k1) {
+  const int u = cols / unit;
+  k0 = part * u / parts * unit;
+  k1 = part == parts - 1 ? cols : (part + 1) * u / parts * unit;
+}
+
+#ifdef __CUDACC__  // the device side (this header is also read by host code for Bufs)
+// Called by every thread of the block after it stored its partials: true in the block that finishes
+// the item's parts (its partials and all others are then visible to it). That block resets the counter.
+__device__ __forceinline__ bool last_part(int* cnt, int parts) {
+  __shared__ int last;
+  __threadfence();  // this thread's partials are visible device-wide before the count says so
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int done = atomicAdd(cnt, 1);
+    last = done == parts - 1;
+    if (last) *cnt = 0;  // every part has arrived: nothing in this launch touches it again
+  }
+  __syncthreads();
+  const bool l = last;
+  if (l) __threadfence();
+  __syncthreads();  // `last` may be written again by this block's next item
+  return l;
+}
+
+// The final sum of output (r, i) of an item: its parts' partials in part order (read past L1: other
+// blocks wrote them).
+__device__ __forceinline__ float sum_parts(const float* first, int64_t part_stride, int parts) {
+  float v = __ldcg(first);
+  for (int p = 1; p < parts; ++p) v = __fadd_rn(v, __ldcg(first + p * part_stride));
+  return v;
+}
+#endif
+
+}  // namespace ferry::cuda::splitk
