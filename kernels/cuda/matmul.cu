@@ -16,12 +16,8 @@ namespace ferry::cuda {
 
 namespace {
 
-// The generic kernel's block shape: W warps (they share the block's copy of x) of O weight rows each
-// (independent accumulation chains). 4 x 2 by default; 2 x 1 where that leaves too few blocks to fill
-// the SMs (the routers of a decode step, f32 896x7168: 112 blocks of 4 x 2 for 132 SMs took 24-28 us on
-// the H200, docs/BENCHMARKS.md). Which warp computes an output never changes its arithmetic.
-constexpr int kWarps = 4;
-constexpr int kOutPerWarp = 2;
+constexpr int kWarps = 4;       // warps per thread block; they share the block's copy of x
+constexpr int kOutPerWarp = 2;  // weight rows per warp: independent accumulation chains (ILP)
 constexpr int kChunkCols = 1024;  // columns per chunk: x chunk NR x 4 KiB, weight chunk <= 4 KiB per row
 
 // Per weight type: bytes per 32-column block and the decode of element `lane` of block `b`.
@@ -81,9 +77,9 @@ __device__ void stage_bytes(uint8_t* dst, const uint8_t* src, int n, int lane) {
 
 // Shared memory of one thread block: x[NR][kChunkCols] floats, then per warp and weight row a chunk of
 // weight bytes (+32 for the 16-byte alignment shift and padding).
-template <WType T, int NR, int W, int O>
+template <WType T, int NR>
 constexpr size_t matmul_smem() {
-  return sizeof(float) * NR * kChunkCols + size_t{W} * O * (kChunkCols / 32 * Fmt<T>::kBlockBytes + 32);
+  return sizeof(float) * NR * kChunkCols + size_t{kWarps} * kOutPerWarp * (kChunkCols / 32 * Fmt<T>::kBlockBytes + 32);
 }
 
 // Block: kWarps warps x kOutPerWarp weight rows, against rows [r0, r0 + nr) of x (NR >= nr). Per chunk
@@ -97,7 +93,7 @@ struct Strides {
   int64_t x_head, y_head;
 };
 
-template <WType T, int NR, int kWarps, int kOutPerWarp>
+template <WType T, int NR>
 __global__ void __launch_bounds__(kWarps * 32)
     matmul_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t rows, int64_t cols,
                   const float* __restrict__ x, int64_t n, float* __restrict__ y, Strides s) {
@@ -175,31 +171,22 @@ __global__ void matmul_f32_tail_kernel(const float* __restrict__ w, int64_t rows
   if (lane == 0) y[r * rows + o] = v;
 }
 
-template <WType T, int NR, int W, int O>
-void launch_shape(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t st, const Strides& s,
+template <WType T, int NR>
+void launch_group(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t st, const Strides& s,
                   int64_t heads) {
-  constexpr size_t smem = matmul_smem<T, NR, W, O>();
+  constexpr size_t smem = matmul_smem<T, NR>();
   static const bool raised = [] {  // more than the default 48 KiB of dynamic shared memory
-    FERRY_CUDA_CHECK(cudaFuncSetAttribute(matmul_kernel<T, NR, W, O>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    FERRY_CUDA_CHECK(cudaFuncSetAttribute(matmul_kernel<T, NR>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
     return true;
   }();
   (void)raised;
-  const int64_t warps = (w.rows + O - 1) / O;
-  const dim3 grid(static_cast<unsigned>((warps + W - 1) / W), static_cast<unsigned>((n + NR - 1) / NR),
+  const int64_t warps = (w.rows + kOutPerWarp - 1) / kOutPerWarp;
+  const dim3 grid(static_cast<unsigned>((warps + kWarps - 1) / kWarps), static_cast<unsigned>((n + NR - 1) / NR),
                   static_cast<unsigned>(heads));
-  matmul_kernel<T, NR, W, O><<<grid, W * 32, smem, st>>>(static_cast<const uint8_t*>(w.data), w.row_bytes(), w.rows,
-                                                          w.cols, x, n, y, s);
+  matmul_kernel<T, NR><<<grid, kWarps * 32, smem, st>>>(static_cast<const uint8_t*>(w.data), w.row_bytes(), w.rows,
+                                                         w.cols, x, n, y, s);
   FERRY_CUDA_LAUNCHED(matmul_kernel);
-}
-
-// 4 x 2 blocks unless they would be fewer than two per SM; then 2 x 1 (speed only).
-template <WType T, int NR>
-void launch_group(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t st, const Strides& s,
-                  int64_t heads) {
-  const int64_t blocks = (w.rows + kWarps * kOutPerWarp - 1) / (kWarps * kOutPerWarp) * ((n + NR - 1) / NR) * heads;
-  if (blocks < 2 * device_sm_count()) return launch_shape<T, NR, 2, 1>(w, x, n, y, st, s, heads);
-  launch_shape<T, NR, kWarps, kOutPerWarp>(w, x, n, y, st, s, heads);
 }
 
 // The group width NR is the smallest power of two holding min(n, group) rows, so one row does not pay

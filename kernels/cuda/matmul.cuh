@@ -73,9 +73,6 @@ KSplit matmul_ksplit(const Weight& w);
 // a row).
 void matmul_ksplit_tune(int parts);
 
-// SMs of the current device (read once).
-int device_sm_count();
-
 // Rows per group (one weight read serves this many rows) for a weight type.
 int matmul_group_rows(WType t);
 

@@ -33,9 +33,7 @@ __global__ void __launch_bounds__(kTileRows / kO * 32, min_blocks<F, NR>())
 int g_spread = 0;  // matmul_fast_tune: 0 = default, 1 = one item per block, 2 = a grid of resident blocks
 int g_depth = 0;   // 0 = default, 1 = deep, 2 = shallow
 
-}  // namespace
-
-int device_sm_count() {
+int sm_count() {
   static const int n = [] {
     int dev = 0, v = 0;
     FERRY_CUDA_CHECK(cudaGetDevice(&dev));
@@ -44,6 +42,8 @@ int device_sm_count() {
   }();
   return n;
 }
+
+}  // namespace
 
 // Defaults measured on the H200 (2026-12-01, MatmulBenchDepthAndSpreadSweep and
 // MoeBenchExpertBatchBandwidth): shallow stages (more blocks per SM) are faster or equal for every
@@ -57,7 +57,7 @@ bool fast_shallow(bool q8) {
 
 int64_t fast_grid(int64_t nitems, int per_sm, bool q8) {
   (void)q8;
-  return g_spread == 2 ? std::min<int64_t>(nitems, static_cast<int64_t>(per_sm) * device_sm_count()) : nitems;
+  return g_spread == 2 ? std::min<int64_t>(nitems, static_cast<int64_t>(per_sm) * sm_count()) : nitems;
 }
 
 namespace {

@@ -592,8 +592,8 @@ TEST_F(Ops, MatmulBenchDepthAndSpreadSweep) {
 
 // The decode step's small ops in graph replays (device time only, no launch gaps): the routers (f32
 // 896x7168, the generic kernel), attn_res (a pointer upload and two launches) and rmsnorm of one row.
-// A one-warp-per-row router kernel and a one-launch attn_res were measured slower and dropped
-// (docs/BENCHMARKS.md "small ops").
+// A one-warp-per-row router kernel, thinner generic blocks for the routers and a one-launch attn_res were
+// measured slower and dropped (docs/BENCHMARKS.md "where a decode step's time goes").
 TEST_F(Ops, SmallOpBenchRoutersAndAttnRes) {
 #if FERRY_WITH_CUDA
   auto& be = gpu();
