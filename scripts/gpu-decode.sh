@@ -69,7 +69,7 @@ if [ "${SPLITK:-0}" = 1 ]; then
   echo "exit $?"; grep -E "^\[(splitk|smallop)\]" "$R/splitk.log"
 fi
 if [ "${BENCH:-1}" = 1 ]; then
-  for arm in $ARMS $ARMS; do
+  for arm in ${BENCH_ARMS:-$ARMS $ARMS}; do
     stamp "kernel benchmarks, $arm ($(arm_env $arm))"
     env $(arm_env $arm) timeout 120 "$B/bin/ferry_test_gpu" --gtest_filter='Ops.MatmulBenchWeightBandwidth:Ops.MoeBenchExpertBatchBandwidth' \
       > "$R/bench-$arm.log" 2>&1
