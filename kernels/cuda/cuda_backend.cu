@@ -134,8 +134,13 @@ void CudaBackend::download(void* dst_host, const void* src, size_t bytes) {
 }
 
 void CudaBackend::download_start(void* dst_host, const void* src, size_t bytes) {
-  if (dl_dst_) throw LimitError("cuda back-end: download_start while another download is pending");
   bind();
+  if (dl_dst_) {
+    // A start whose wait never came (an op between them threw): its destination may be gone, so the
+    // bytes are dropped once the copy is done, and this download takes the staging.
+    FERRY_CUDA_CHECK(cudaEventSynchronize(dl_done_));
+    dl_dst_ = nullptr;
+  }
   if (bytes > dl_bytes_) {
     if (dl_stage_) FERRY_CUDA_CHECK(cudaFreeHost(dl_stage_));
     dl_stage_ = nullptr;

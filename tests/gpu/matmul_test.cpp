@@ -406,6 +406,29 @@ TEST_F(Ops, MatmulSixteenRowBlockEqualsSixteenPlainRows) {
   }
 }
 
+// Backend::download_start / download_wait (the router's scores, Model::route_start): the bytes arrive at
+// the wait, ops queued in between run first; a start whose wait never came (an op threw in between) is
+// dropped by the next start, which then works.
+TEST_F(Ops, DownloadStartedThenWaitedGetsTheBytesAndAnAbandonedOneIsDropped) {
+  auto& be = gpu();
+  const std::vector<float> va = {1, 2, 3, 4}, vb = {5, 6, 7, 8};
+  Buf a(be, 4), b(be, 4);
+  be.upload(a, va.data(), 16);
+  be.upload(b, vb.data(), 16);
+  std::vector<float> d(4, -1.0f);
+  be.download_start(d.data(), a, 16);
+  be.scale(a, 2.0f, 4);  // queued after the copy: the copy sees the values before it
+  be.download_wait();
+  EXPECT_EQ(d, va);
+  std::vector<float> lost(4, -1.0f), kept(4, -1.0f);
+  be.download_start(lost.data(), a, 16);
+  be.download_start(kept.data(), b, 16);
+  be.download_wait();
+  EXPECT_EQ(kept, vb);
+  EXPECT_EQ(lost, std::vector<float>(4, -1.0f));
+  be.download_wait();  // nothing pending: returns at once
+}
+
 TEST_F(Ops, EmbedIsBitIdenticalToCpu) {
   const std::vector<int32_t> ids = {5, 0, 99, 5, 42};
   for (WType t : {WType::f32, WType::q8_0}) {
