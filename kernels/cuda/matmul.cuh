@@ -9,7 +9,9 @@
 //    lane l of the warp that owns a weight row takes half (l & 1) of block (l >> 1) of every chunk.
 //    Per chunk and row the lane forms s = sum of its 16 products x*q in index order (one FMA chain; q
 //    the block's exact small integers / E2M1 values * 2^-14), then acc = fma(s, block scale, acc);
-//    chunks in increasing K; finally a fixed xor butterfly (16, 8, 4, 2, 1) over the 32 lanes.
+//    chunks in increasing K; finally a fixed xor butterfly (16, 8, 4, 2, 1) over the 32 lanes. With a
+//    split K (splitk.cuh, the shapes matmul_ksplit picks) that is each part's order, and the parts' sums
+//    are added in part order.
 //    Weights are read once per group of up to 16 rows (mxfp4) / 8 rows (q8_0): a thread block of 4
 //    warps x 4 weight rows stages each chunk's weight bytes and the group's x columns in shared memory
 //    with cp.async (several chunks in flight), decodes each weight once and applies it to every row.

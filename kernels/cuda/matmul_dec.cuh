@@ -30,6 +30,9 @@
 // thread block computes it, so a row alone has the bits of the same row in a verify block of 16, and
 // the grouped expert kernel (moe_grouped.cu) gives the bits of this plain matmul. The order differs
 // from the CUDA-core kernel's and the CPU's: results agree with them to ~4e-7 of the largest output.
+// A split K (splitk.cuh: q8_0 shapes chosen by matmul_ksplit) applies this order within each part of the
+// columns and adds the parts' sums in part order; the split is a function of the weight, so the above
+// holds unchanged.
 //
 // Stages: cp.async copies, per stage of 128 KB columns (KB quant blocks per warp: 8 when cols % 1024 ==
 // 0 and the group has at most 4 rows, 4 when cols % 512 == 0, else 1; dec_stage_blocks, speed only),
