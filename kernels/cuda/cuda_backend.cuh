@@ -100,7 +100,8 @@ class CudaBackend final : public Backend {
   void* scratch(Slot s, size_t bytes);
   // The same, zero-filled whenever it grows (for buffers whose users leave them zero).
   void* zeroed_scratch(Slot s, size_t bytes);
-  // The partials and counters of a split-K matmul of w on n rows (none when it is not split).
+  // The split of K of a matmul of w on n rows (matmul_ksplit) with its partials and counters (none when
+  // it is not split).
   splitk::Bufs split_bufs(const Weight& w, int64_t n);
   // Host -> device copy of small host arrays into a scratch slot (returns the device copy).
   void* stage(Slot s, const void* host, size_t bytes);

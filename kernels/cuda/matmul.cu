@@ -305,9 +305,11 @@ void CudaBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
 
 splitk::Bufs CudaBackend::split_bufs(const Weight& w, int64_t n) {
   const KSplit ks = matmul_ksplit(w);
-  if (ks.parts <= 1) return {};
-  const size_t outs = static_cast<size_t>(n) * static_cast<size_t>(w.rows);
   splitk::Bufs b;
+  b.parts = ks.parts;
+  b.unit = ks.unit;
+  if (ks.parts <= 1) return b;
+  const size_t outs = static_cast<size_t>(n) * static_cast<size_t>(w.rows);
   b.part = static_cast<float*>(scratch(kSplitPart, outs * static_cast<size_t>(ks.parts) * sizeof(float)));
   // One counter per (16-row tile, row group): at most tiles x n.
   b.cnt = static_cast<int*>(zeroed_scratch(kSplitCount, static_cast<size_t>((w.rows + 15) / 16 * n) * sizeof(int)));

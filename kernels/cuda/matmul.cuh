@@ -89,7 +89,7 @@ void matmul_fast_tune(int spread, int depth);
 bool fast_shallow(bool q8);
 int64_t fast_grid(int64_t nitems, int per_sm, bool q8);
 // The fast path (matmul_fast.cu); only for matmul_fast_supported(w, x).
-// sk: the scratch of matmul_ksplit(w) when it has more than one part.
+// sk: the split of K (CudaBackend::split_bufs: matmul_ksplit(w) and its scratch).
 void launch_matmul_fast(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t stream,
                         const splitk::Bufs& sk);
 

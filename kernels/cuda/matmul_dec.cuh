@@ -285,21 +285,9 @@ __device__ __forceinline__ void item_body(const P& p, const Item& it, uint8_t* s
 #pragma unroll
     for (int w = 1; w < kWarps; ++w) v += red[((w * NT + j) * 2 + h) * 32 + l];
     const int r = 4 * j + (l & 3), row = (l >> 2) + 8 * h;
-    if (r < it.nr && row < it.nrows) {
-      if (it.parts == 1)
-        p.yrow(it, r)[it.row0 + row] = v;
-      else
-        __stcg(p.part_row(it, it.part, r) + it.row0 + row, v);
-    }
+    if (r < it.nr && row < it.nrows) splitk::store(p, it, r, row, v);
   }
-  // A part of a split K stored its partials; the last part to finish adds them in part order.
-  if (it.parts > 1 && splitk::last_part(p.counter(it), it.parts)) {
-    for (int e = threadIdx.x; e < it.nr * kRows; e += kThreads) {
-      const int r = e / kRows, row = e - r * kRows;
-      if (row < it.nrows)
-        p.yrow(it, r)[it.row0 + row] = splitk::sum_parts(p.part_row(it, 0, r) + it.row0 + row, p.part_stride(), it.parts);
-    }
-  }
+  splitk::finish<kRows>(p, it);
 }
 
 }  // namespace ferry::cuda::dec

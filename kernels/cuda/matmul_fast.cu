@@ -118,9 +118,8 @@ bool matmul_fast_supported(const Weight& w, const float* x) {
 void launch_matmul_fast(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t st, const splitk::Bufs& sk) {
   PlainProblem a{static_cast<const uint8_t*>(w.data), w.row_bytes(), static_cast<int>(w.rows),
                  static_cast<int>(w.cols), x, y, n, 1, static_cast<int>((w.rows + kTileRows - 1) / kTileRows)};
-  const KSplit ks = matmul_ksplit(w);
-  a.parts = ks.parts;
-  a.unit = ks.unit;
+  a.parts = sk.parts;
+  a.unit = sk.unit;
   a.sk = sk;
   if (w.type == WType::mxfp4) return launch_typed<Mx>(a, matmul_group_rows(w.type), st);
   return launch_typed<Q8>(a, matmul_group_rows(w.type), st);

@@ -301,21 +301,10 @@ __device__ __forceinline__ void items_body(const P& p, int first, int last, uint
         float v = acc[o][r];
 #pragma unroll
         for (int m = 16; m >= 1; m >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, m));
-        if (lane == ((o * NR + r) & 31) && r < it.nr && row < it.nrows) {
-          if (it.parts == 1)
-            p.yrow(it, r)[it.row0 + row] = v;
-          else
-            __stcg(p.part_row(it, it.part, r) + it.row0 + row, v);
-        }
+        if (lane == ((o * NR + r) & 31) && r < it.nr && row < it.nrows) splitk::store(p, it, r, row, v);
       }
     }
-    if (it.parts > 1 && splitk::last_part(p.counter(it), it.parts)) {
-      for (int e = threadIdx.x; e < it.nr * kTileRows; e += kThreads) {
-        const int r = e / kTileRows, row = e - r * kTileRows;
-        if (row < it.nrows)
-          p.yrow(it, r)[it.row0 + row] = splitk::sum_parts(p.part_row(it, 0, r) + it.row0 + row, p.part_stride(), it.parts);
-      }
-    }
+    splitk::finish<kTileRows>(p, it);
   }
   cp_async_wait<0>();
 }

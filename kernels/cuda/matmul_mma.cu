@@ -324,9 +324,8 @@ void launch_matmul_mma(const Weight& w, const XPrep& xp, int64_t n, float* y, cu
 void launch_matmul_dec(const Weight& w, const XPrep& xp, int64_t n, float* y, cudaStream_t st, const splitk::Bufs& sk) {
   PlainTc p{static_cast<const uint8_t*>(w.data), w.row_bytes(), static_cast<int>(w.rows), static_cast<int>(w.cols),
              xp, y, n, 0, 0, 0};
-  const KSplit ks = matmul_ksplit(w);
-  p.parts = ks.parts;
-  p.unit = ks.unit;
+  p.parts = sk.parts;
+  p.unit = sk.unit;
   p.sk = sk;
   if (n > (int64_t{1} << 30)) throw LimitError("cuda matmul: " + std::to_string(n) + " rows in one call");
   if (w.type == WType::mxfp4) return launch_dec_f<dec::Mx>(p, st);

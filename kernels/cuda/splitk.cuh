@@ -25,9 +25,12 @@
 
 namespace ferry::cuda::splitk {
 
-// The scratch of a split matmul (device memory, from the back-end): partials [parts][n][rows] and
-// counters, one per (16-row tile, row group), all zero between launches.
+// The split of one matmul call: its parts and their unit (matmul_ksplit), and with more than one part
+// the scratch (device memory, from the back-end): partials [parts][n][rows] and counters, one per
+// (16-row tile, row group), all zero between launches.
 struct Bufs {
+  int parts = 1;
+  int unit = 1024;
   float* part = nullptr;
   int* cnt = nullptr;
 };
@@ -59,12 +62,30 @@ __device__ __forceinline__ bool last_part(int* cnt, int parts) {
   return l;
 }
 
-// The final sum of output (r, i) of an item: its parts' partials in part order (read past L1: other
-// blocks wrote them).
-__device__ __forceinline__ float sum_parts(const float* first, int64_t part_stride, int parts) {
-  float v = __ldcg(first);
-  for (int p = 1; p < parts; ++p) v = __fadd_rn(v, __ldcg(first + p * part_stride));
-  return v;
+// Output (r, row) of item it of problem p (p.yrow, p.part_row, p.counter, p.part_stride): y itself, or
+// this part's partial when K is split.
+template <class P, class I>
+__device__ __forceinline__ void store(const P& p, const I& it, int r, int row, float v) {
+  if (it.parts == 1)
+    p.yrow(it, r)[it.row0 + row] = v;
+  else
+    __stcg(p.part_row(it, it.part, r) + it.row0 + row, v);
+}
+
+// Called by every thread of the block after the item's outputs were stored: where K is split, the block
+// that finishes the item's parts writes y, each output the sum of its parts' partials in part order
+// (read past L1: other blocks wrote them). kTile: weight rows per item.
+template <int kTile, class P, class I>
+__device__ __forceinline__ void finish(const P& p, const I& it) {
+  if (it.parts == 1 || !last_part(p.counter(it), it.parts)) return;
+  for (int e = threadIdx.x; e < it.nr * kTile; e += blockDim.x) {
+    const int r = e / kTile, row = e - r * kTile;
+    if (row >= it.nrows) continue;
+    const float* first = p.part_row(it, 0, r) + it.row0 + row;
+    float v = __ldcg(first);
+    for (int q = 1; q < it.parts; ++q) v = __fadd_rn(v, __ldcg(first + q * p.part_stride()));
+    p.yrow(it, r)[it.row0 + row] = v;
+  }
 }
 #endif
 

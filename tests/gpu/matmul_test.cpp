@@ -446,15 +446,14 @@ TEST_F(Ops, EmbedIsBitIdenticalToCpu) {
 }
 
 #if FERRY_WITH_CUDA
-// Median time per matmul call over graph replays (no launch gaps), rotating over `copies` weight
-// copies so the weights come from HBM, not the 50 MB L2.
-double time_matmul(Backend& be, const std::vector<Weight>& ws, const float* x, int64_t n, float* y) {
+// Median device time per call of call(0..calls-1) over 7 replays of one graph of them (no launch gaps;
+// plain launches if capture fails, which require_graph makes a test failure).
+double time_calls(Backend& be, const std::function<void(int)>& call, int calls, int warmups, bool require_graph) {
   auto& cb = static_cast<cuda::CudaBackend&>(be);
   cudaStream_t st = cb.stream();
-  constexpr int kCalls = 96;
-  for (int i = 0; i < 8; ++i) be.matmul(ws[i % ws.size()], x, n, y);  // warm-up
+  for (int i = 0; i < warmups; ++i) call(i);  // first-call attribute setting, scratch growth
   auto run_all = [&] {
-    for (int i = 0; i < kCalls; ++i) be.matmul(ws[i % ws.size()], x, n, y);
+    for (int i = 0; i < calls; ++i) call(i);
   };
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
@@ -465,6 +464,7 @@ double time_matmul(Backend& be, const std::vector<Weight>& ws, const float* x, i
   }
   if (!graphed) {
     (void)cudaGetLastError();
+    if (require_graph) ADD_FAILURE() << "graph capture failed";
     std::printf("[bench] graph capture failed: timing plain launches (includes launch gaps)\n");
   }
   cudaEvent_t e0, e1;
@@ -481,7 +481,7 @@ double time_matmul(Backend& be, const std::vector<Weight>& ws, const float* x, i
     cudaEventSynchronize(e1);
     float ms = 0;
     cudaEventElapsedTime(&ms, e0, e1);
-    t.push_back(ms * 1e-3 / kCalls);
+    t.push_back(ms * 1e-3 / calls);
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
@@ -491,39 +491,15 @@ double time_matmul(Backend& be, const std::vector<Weight>& ws, const float* x, i
   return t[t.size() / 2];
 }
 
-// Median device time per call of fn over graph replays of 64 calls (no launch gaps).
-double time_graph(Backend& be, const std::function<void(int)>& fn) {
-  auto& cb = static_cast<cuda::CudaBackend&>(be);
-  cudaStream_t st = cb.stream();
-  constexpr int kCalls = 64;
-  for (int i = 0; i < 4; ++i) fn(i);  // warm-up (first-call attribute setting, scratch growth)
-  be.synchronize();
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  EXPECT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  for (int i = 0; i < kCalls; ++i) fn(i);
-  EXPECT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);
-  EXPECT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  std::vector<double> t;
-  for (int rep = 0; rep < 7; ++rep) {
-    cudaEventRecord(e0, st);
-    cudaGraphLaunch(exec, st);
-    cudaEventRecord(e1, st);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    t.push_back(ms * 1e-3 / kCalls);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+// Median time per matmul call, rotating over `copies` weight copies so the weights come from HBM, not the
+// 50 MB L2.
+double time_matmul(Backend& be, const std::vector<Weight>& ws, const float* x, int64_t n, float* y) {
+  return time_calls(
+      be, [&](int i) { be.matmul(ws[static_cast<size_t>(i) % ws.size()], x, n, y); }, 96, 8, false);
 }
+
+// The small ops' timing: 64 calls per graph.
+double time_graph(Backend& be, const std::function<void(int)>& fn) { return time_calls(be, fn, 64, 4, true); }
 
 double copy_bandwidth(Backend& be) {  // device copy, bytes read + written per second
   const size_t bytes = size_t{2} << 30;
