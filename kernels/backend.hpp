@@ -22,11 +22,17 @@ enum class WType : uint8_t { f32, q8_0, mxfp4 };
 
 // y = x @ W^T with W[rows=out, cols=in] (PyTorch nn.Linear layout). Each row of W is stored
 // contiguously: cols floats (f32), or cols/32 blocks of 34 bytes (q8_0) or 17 bytes (mxfp4).
+// How a weight's bytes are laid out in back-end memory: the checkpoint's rows of blocks (every back-end
+// reads it), or a back-end's own layout made by Backend::prepare_matmul_weight (CUDA: q8_0 tiles for
+// the tensor cores, kernels/cuda/matmul_q8t.cuh), which only that back-end's matmul reads.
+enum class WLayout : uint8_t { rows, q8_tiles };
+
 struct Weight {
   WType type = WType::f32;
   int64_t rows = 0;
   int64_t cols = 0;
   const void* data = nullptr;  // back-end memory
+  WLayout layout = WLayout::rows;
   bool empty() const { return data == nullptr; }
   size_t row_bytes() const;
   size_t nbytes() const { return row_bytes() * static_cast<size_t>(rows); }
@@ -182,6 +188,11 @@ class Backend {
   // and on being in a prompt pass: never on the pass's row count or where the row sits in it. Decode
   // steps and verify blocks (outside a prompt pass) keep the rule that a row alone = the row in a block.
   virtual void set_prompt_pass(bool on) { (void)on; }
+  // Lays out a resident weight that only ever goes to matmul() the way this back-end's matmul reads it
+  // fastest, in place (its size and data pointer stay; w.layout says what it is now). A no-op where a
+  // back-end has no layout of its own (CPU) or the weight's type or shape does not take one. Such a
+  // weight must reach no other op (matmul_heads, embed, experts, views of its rows).
+  virtual void prepare_matmul_weight(Weight& w) { (void)w; }
   // y[n, w.rows] = x[n, w.cols] @ W^T. Row-invariant (see the exactness rule above).
   virtual void matmul(const Weight& w, const float* x, int64_t n, float* y) = 0;
   // Per-head matmuls over one weight holding every head's rows (MLA's absorbed decode): for head h and

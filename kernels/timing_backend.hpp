@@ -63,6 +63,7 @@ class TimingBackend final : public Backend {
   void set_prompt_pass(bool on) override { in_->set_prompt_pass(on); }
   void add_rows(const float* x, const float* b, int64_t rows, int64_t dim, float* y) override;
 
+  void prepare_matmul_weight(Weight& w) override { in_->prepare_matmul_weight(w); }
   void matmul(const Weight& w, const float* x, int64_t n, float* y) override;
   void matmul_heads(const Weight& w, const HeadsLayout& l, const float* x, int64_t n, float* y) override;
   void embed(const Weight& t, const int32_t* ids, int64_t n, float* y) override;

@@ -36,12 +36,13 @@ fi
 # dec4 / dec1 (FERRY_DEC_KB: their stage width capped at 512 / 128 columns; speed only, same bits as dec),
 # decnp (FERRY_DEC_PDL=0: without programmatic dependent launch; same bits), base (bin/ferry-base: the build
 # gpu-bundle.sh was given as BASE, e.g. main before this branch), nosplit (FERRY_KSPLIT=0:
-# no split of K in the q8_0 decode matmuls, splitk.cuh; other bits).
+# no split of K in the q8_0 decode matmuls, splitk.cuh; other bits), rowq8 (FERRY_Q8T=0: q8_0 spine weights
+# left in their row layout, run by the row-layout kernels instead of the q8_0 tiles of matmul_q8t.cuh).
 arm_env() {
   case $1 in
     cores) echo FERRY_DEC_MMA=0;; auto) echo FERRY_DEC_MMA=auto;; dec) echo FERRY_DEC_MMA=1;; dec4) echo FERRY_DEC_MMA=1 FERRY_DEC_KB=4;;
     dec1) echo FERRY_DEC_MMA=1 FERRY_DEC_KB=1;; decnp) echo FERRY_DEC_MMA=1 FERRY_DEC_PDL=0;;
-    nosplit) echo FERRY_KSPLIT=0;; base) echo FERRY_ARM=base;;
+    nosplit) echo FERRY_KSPLIT=0;; base) echo FERRY_ARM=base;; rowq8) echo FERRY_Q8T=0;;
   esac
 }
 ARMS=${ARMS:-"cores dec"}
@@ -79,8 +80,13 @@ fi
 [ "${MODEL:-1}" = 1 ] || { tar czf "$OUT/decode.tgz" -C "$R" . && rm -rf "$R"; exit 0; }
 stamp "synth"
 D=/dev/shm/ferry; M=$D/model; E=$D/experts
-rm -rf "$D"; mkdir -p "$D"
-synth_slice ${LAYERS:-4} "$M" "$E"; echo "synth exit $?"; du -sh "$M" "$E"
+if [ "${REUSE_SLICE:-0}" = 1 ] && [ -d "$M" ]; then
+  echo "reusing the slice an earlier script of this call left (REUSE_SLICE=1)"
+else
+  rm -rf "$D"; mkdir -p "$D"
+  synth_slice ${LAYERS:-4} "$M" "$E"; echo "synth exit $?"
+fi
+du -sh "$M" "$E"
 for rep in $(seq 1 ${REPS:-2}); do
   for arm in $ARMS; do
     stamp "$arm decode round $rep"
@@ -124,6 +130,7 @@ done
 echo "same run, two arms: logit hashes (the tensor cores change the last bits, not the greedy ids):"
 for a in auto dec; do [ -f "$R/$a-1.hash" ] && [ -f "$R/cores-1.hash" ] && "$B/bin/ferry" trace diff "$R/cores-1.hash" "$R/$a-1.hash" | tail -3; done
 [ -f "$R/base-1.hash" ] && echo "base vs auto (this build):" && "$B/bin/ferry" trace diff "$R/base-1.hash" "$R/auto-1.hash" | tail -3
+[ -f "$R/rowq8-1.hash" ] && echo "rowq8 vs auto (q8_0 tiles: other last bits, same greedy ids):" && "$B/bin/ferry" trace diff "$R/rowq8-1.hash" "$R/auto-1.hash" | tail -3
 [ -f "$R/nosplit-1.hash" ] && echo "auto vs nosplit (the split changes the last bits, not the greedy ids):" && "$B/bin/ferry" trace diff "$R/nosplit-1.hash" "$R/auto-1.hash" | tail -3
 for a in auto dec; do
   [ -f "$R/$a-2.hash" ] && echo "$a vs $a (two runs): must be identical:" && "$B/bin/ferry" trace diff "$R/$a-1.hash" "$R/$a-2.hash" | tail -3
@@ -145,6 +152,6 @@ for a in arms:
     print(f"{a}: steady decode {' '.join(f'{t:.1f}' for t in ts)} tok/s; best {best:.1f} tok/s = "
           f"{1e3/best:.3f} ms/token = {1e3/best/floor:.2f} x the floor (target 1.5)")
 PY
-rm -rf "$D"
+[ "${KEEP_SLICE:-0}" = 1 ] || rm -rf "$D"
 tar czf "$OUT/decode.tgz" -C "$R" . && rm -rf "$R"  # one file back (the device call returns few)
 stamp done

@@ -4,7 +4,9 @@
 # (LAYERS=4: 1 dense + 3 MoE layers, 2,688 experts of 17.5 MB on /dev/shm, all resident) and one
 # 1,024-token prompt pass per arm, arms interleaved over REPS rounds: cores (FERRY_MMA=0, the CUDA-core
 # kernels of before), mma (default: x as hi + lo), mma1 (FERRY_MMA_LEVELS=1: hi only), mmaw2
-# (FERRY_MMA_GROUP_MW=2: 256-row expert tiles). ARMS picks them (default cores mma mma1). Each arm also runs
+# (FERRY_MMA_GROUP_MW=2: 256-row expert tiles), rowq8 (FERRY_Q8T=0: q8_0 spine weights in their row layout,
+# the prompt kernel of matmul_mma.cuh instead of the q8_0 tiles of matmul_q8t.cuh), wide16 / wide64
+# (FERRY_Q8T_WIDE: the q8_0 tiles' prompt-pass groups of 16 / 64 rows instead of 32; same bits). ARMS picks them (default cores mma mma1). Each arm also runs
 # with --profile-ops once. Prints prompt_s per arm and the ratio to the compute target. When the bundle
 # holds ferry-before.xz (the binary before this work), the resident decode runs with both binaries,
 # the new one with FERRY_MMA=0 (its prompt pass on the CUDA cores, as before): steady rate and logit
@@ -34,12 +36,15 @@ fi
 [ "${MODEL:-1}" = 1 ] || exit 0
 stamp "synth"
 D=/dev/shm/ferry; M=$D/model; E=$D/experts
-rm -rf "$D"; mkdir -p "$D"
-timeout 200 "$B/bin/ferry" synth --arch kimi_k31 --preset full --layers ${LAYERS:-4} --quiet \
-  --usage tests/fixtures/k3-expert-usage-2026-09-03.json --prepared "$M" --expert-dir "$E" --threads "$(nproc)"
-echo "synth exit $?"; du -sh "$M" "$E"
+if [ "${REUSE_SLICE:-0}" = 1 ] && [ -d "$M" ]; then
+  echo "reusing the slice an earlier script of this call left (REUSE_SLICE=1)"
+else
+  rm -rf "$D"; mkdir -p "$D"
+  synth_slice ${LAYERS:-4} "$M" "$E"; echo "synth exit $?"
+fi
+du -sh "$M" "$E"
 IDS=$(python3 -c "import random; random.seed(7); print(','.join(str(random.randrange(0, 1024)) for _ in range(${NPROMPT:-1024})))")
-arm_env() { case $1 in cores) echo FERRY_MMA=0;; mma) echo FERRY_MMA=1;; mma1) echo FERRY_MMA_LEVELS=1;; mmaw2) echo FERRY_MMA_GROUP_MW=2;; esac; }
+arm_env() { case $1 in cores) echo FERRY_MMA=0;; mma) echo FERRY_MMA=1;; mma1) echo FERRY_MMA_LEVELS=1;; mmaw2) echo FERRY_MMA_GROUP_MW=2;; rowq8) echo FERRY_Q8T=0;; wide16) echo FERRY_Q8T_WIDE=16;; wide64) echo FERRY_Q8T_WIDE=64;; esac; }
 ARMS=${ARMS:-"cores mma mma1"}
 for rep in $(seq 1 ${REPS:-2}); do
   for arm in $ARMS; do
@@ -90,6 +95,6 @@ for a in arms:
     print(f"{a}: prompt pass of {n} tokens: {' '.join(f'{t*1e3:.1f}' for t in ts)} ms; best {best*1e3:.1f} ms = "
           f"{tf:.1f} TFLOP/s = {tf/989*100:.1f} % of 989 dense fp16/bf16 TFLOP/s (target 40 %)")
 PY
-rm -rf "$D"
+[ "${KEEP_SLICE:-0}" = 1 ] || rm -rf "$D"
 tar czf "$OUT/prompt-pass.tgz" -C "$R" . && rm -rf "$R"  # one file back (the device call returns few)
 stamp done

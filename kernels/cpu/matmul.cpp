@@ -185,6 +185,7 @@ void CpuBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
   if (w.empty() || w.rows <= 0 || w.cols <= 0)
     throw TensorError("cpu matmul: empty weight (rows=" + std::to_string(w.rows) + ", cols=" +
                       std::to_string(w.cols) + ")");
+  if (w.layout != WLayout::rows) throw TensorError("cpu matmul: a weight in another back-end's layout (q8_0 tiles)");
   const Job j{static_cast<const uint8_t*>(w.data), w.row_bytes(), w.rows, w.cols, x, n, y, e8m0_half_table()};
   const bool avx2 = use_avx2();
   // At least ~64k multiply-adds per thread range; smaller matmuls stay on the calling thread.

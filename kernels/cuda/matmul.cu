@@ -283,6 +283,24 @@ void launch_embed(const Weight& t, const int32_t* ids, int64_t n, float* y, cuda
   }
 }
 
+// q8_0 weights of plain matmuls become q8_0 tiles (matmul_q8t.cuh), unless FERRY_Q8T=0 (measurements:
+// the row-layout kernels instead). In place, through a scratch of at most 64 MB.
+void CudaBackend::prepare_matmul_weight(Weight& w) {
+  static const bool on = [] {
+    const char* v = std::getenv("FERRY_Q8T");
+    return !(v && v[0] == '0');
+  }();
+  if (!on || !matmul_q8t_packable(w)) return;
+  bind();
+  const size_t tile = w.row_bytes() * 16;
+  const size_t bytes = std::min(w.nbytes(), std::max(tile, size_t{64} << 20) / tile * tile);
+  void* tmp = alloc_uninit(bytes);
+  launch_q8t_pack(w, tmp, bytes, stream_);
+  synchronize();
+  release(tmp);
+  w.layout = WLayout::q8_tiles;
+}
+
 void CudaBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
   if (n <= 0) return;
   if (w.empty() || w.rows <= 0 || w.cols <= 0)
@@ -290,6 +308,12 @@ void CudaBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
                       std::to_string(w.cols) + ")");
   if (n > 65535 * int64_t{8}) throw LimitError("cuda matmul: " + std::to_string(n) + " rows in one call (max 524280)");
   bind();
+  if (w.layout == WLayout::q8_tiles) {
+    // One kernel for every row count; a prompt pass takes no split of K (its bits are the prompt pass's
+    // own, and the partials of a 1,024-row pass would be large).
+    const mma::XPrep xp = prep_x(x, n, w.cols, scratch(kMmaX, mma_prep_bytes(n, w.cols)), stream_, true);
+    return launch_matmul_q8t(w, xp, n, y, stream_, prompt_pass_ ? splitk::Bufs{} : split_bufs(w, n));
+  }
   if (prompt_pass_ && matmul_mma_supported(w)) {
     const mma::XPrep xp = prep_x(x, n, w.cols, scratch(kMmaX, mma_prep_bytes(n, w.cols)), stream_);
     return launch_matmul_mma(w, xp, n, y, stream_);
@@ -304,7 +328,7 @@ void CudaBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
 }
 
 splitk::Bufs CudaBackend::split_bufs(const Weight& w, int64_t n) {
-  const KSplit ks = matmul_ksplit(w);
+  const KSplit ks = w.layout == WLayout::q8_tiles ? matmul_q8t_split(w) : matmul_ksplit(w);
   splitk::Bufs b;
   b.parts = ks.parts;
   b.unit = ks.unit;
@@ -324,6 +348,7 @@ void CudaBackend::matmul_heads(const Weight& w, const HeadsLayout& l, const floa
   if (w.empty() || w.rows <= 0 || w.cols <= 0 || l.w_head_rows < 0)
     throw TensorError("cuda matmul_heads: empty weight or negative head offset (rows=" + std::to_string(w.rows) +
                       ", cols=" + std::to_string(w.cols) + ")");
+  if (w.layout != WLayout::rows) throw TensorError("cuda matmul_heads: a weight in the q8_0-tiles layout (matmul only)");
   if (w.cols % 32 != 0 || l.heads > 65535 || n > 65535 * int64_t{8})
     return Backend::matmul_heads(w, l, x, n, y);  // per head (rare shapes)
   bind();
@@ -338,6 +363,7 @@ void CudaBackend::matmul_heads(const Weight& w, const HeadsLayout& l, const floa
 void CudaBackend::embed(const Weight& table, const int32_t* ids_host, int64_t n, float* y) {
   if (table.empty()) throw TensorError("cuda embed: empty table");
   if (table.type == WType::mxfp4) throw TensorError("cuda embed: mxfp4 tables are not supported (f32 or q8_0)");
+  if (table.layout != WLayout::rows) throw TensorError("cuda embed: a table in the q8_0-tiles layout (matmul only)");
   if (n <= 0) return;
   for (int64_t i = 0; i < n; ++i)
     if (ids_host[i] < 0 || ids_host[i] >= table.rows)

@@ -75,6 +75,21 @@ KSplit matmul_ksplit(const Weight& w);
 // a row).
 void matmul_ksplit_tune(int parts);
 
+// q8_0 tiles (matmul_q8t.cuh): a resident q8_0 weight of plain matmuls repacked in place for the
+// tensor cores, and its matmul for every row count. packable: q8_0 in row layout, rows % 16 == 0,
+// cols % 256 == 0, 16-byte aligned. The repack copies up to scratch_bytes of tiles at a time to scratch.
+bool matmul_q8t_packable(const Weight& w);
+void launch_q8t_pack(const Weight& w, void* scratch, size_t scratch_bytes, cudaStream_t stream);
+// The split of K for a q8_0-tiles weight (a function of its shape; FERRY_Q8T_PARTS or the tune knob fix
+// the parts for measurements: -1 the rule, 0 none, P parts).
+KSplit matmul_q8t_split(const Weight& w);
+void matmul_q8t_split_tune(int parts);
+namespace mma {
+struct XPrep;
+}
+void launch_matmul_q8t(const Weight& w, const mma::XPrep& xp, int64_t n, float* y, cudaStream_t stream,
+                       const splitk::Bufs& sk);
+
 // Rows per group (one weight read serves this many rows) for a weight type.
 int matmul_group_rows(WType t);
 

@@ -140,6 +140,50 @@ struct Item {
   int part, parts;   // which part (parts == 1: no split)
 };
 
+// The tensor-core paths' plain matmul (the prompt kernel, matmul_dec.cuh, matmul_q8t.cuh): item j = (row group j / ntiles, weight tile of bm rows j % ntiles),
+// x prepared as [n, cols]. Prompt passes: bm = tile_rows(kPlainMW), groups of kPlainBN rows; decode
+// steps and verify blocks: bm = 16, groups of NRA rows.
+struct PlainTc {
+  const uint8_t* w;
+  size_t row_bytes;
+  int rows, cols;
+  XPrep xp;
+  float* y;
+  int64_t n;
+  int ntiles, group, bm;
+  int parts = 1, unit = 1024;  // the split of K (decode steps only: matmul_kparts, splitk.cuh)
+  splitk::Bufs sk;
+  // Item order (speed only): tiles before row groups (false), or a tile's row groups next to each other
+  // (true: the q8_0 tiles' prompt passes, whose row groups then read each weight tile while it is in L2).
+  bool groups_fastest = false;
+  // Item j = (row group, tile, part), parts fastest.
+  __device__ Item item(int64_t j) const {
+    Item it;
+    const int64_t q = j / parts;
+    it.part = static_cast<int>(j - q * parts);
+    it.parts = parts;
+    splitk::range(cols, unit, it.part, parts, it.k0, it.k1);
+    const int64_t ngroups = (n + group - 1) / group;
+    const int64_t grp = groups_fastest ? q % ngroups : q / ntiles;
+    const int tile = static_cast<int>(groups_fastest ? q / ngroups : q - grp * ntiles);
+    it.c = static_cast<int>(q);  // the counter of a split item
+    it.z = 0;
+    it.r0 = static_cast<int>(grp * group);
+    it.row0 = tile * bm;
+    it.w = w + static_cast<size_t>(it.row0) * row_bytes;
+    it.nrows = min(bm, rows - it.row0);
+    it.nr = static_cast<int>(min(static_cast<int64_t>(group), n - it.r0));
+    return it;
+  }
+  __device__ int64_t xrow(const Item& it, int r) const { return it.r0 + r; }
+  __device__ float* yrow(const Item& it, int r) const { return y + static_cast<int64_t>(it.r0 + r) * rows; }
+  __device__ int64_t part_stride() const { return n * rows; }
+  __device__ float* part_row(const Item& it, int q, int r) const {
+    return sk.part + q * part_stride() + static_cast<int64_t>(it.r0 + r) * rows;
+  }
+  __device__ int* counter(const Item& it) const { return sk.cnt + it.c; }
+};
+
 // Item it of problem p: out[r][row0 + i] for i < nrows, r < nr. The problem gives the prepared rows
 // (p.xp, p.xrow(it, r): a row index into it) and the output rows (p.yrow(it, r)).
 template <class F, int BN, int S, int L, int MW, class P>

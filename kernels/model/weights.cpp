@@ -138,6 +138,42 @@ Buf load_res(TensorLoader& ld, const std::string& stem, int64_t d) {
   return ld.upload_floats(n);
 }
 
+// The weights that only ever go to Backend::matmul take the back-end's own layout (CUDA: q8_0 tiles).
+// Not the embedding table (embed), nor lm_head when it is the same table, nor MLA's kv_b (its value
+// rows go to matmul_heads in decode steps), nor anything of the routed experts.
+void prepare_matmul_weights(const ModelConfig& c, SpineWeights& s, Backend& be) {
+  auto mlp = [&](MlpWeights& m) {
+    for (Weight* w : {&m.gate, &m.up, &m.down}) be.prepare_matmul_weight(*w);
+  };
+  if (!c.tie_embeddings) be.prepare_matmul_weight(s.lm_head);
+  for (int il = 0; il < c.n_layers; ++il) {
+    LayerWeights& L = s.layers[static_cast<size_t>(il)];
+    switch (c.mixer[static_cast<size_t>(il)]) {
+      case Mixer::kda:
+        for (Weight* w : {&L.kda.q, &L.kda.k, &L.kda.v, &L.kda.f_a, &L.kda.f_b, &L.kda.b, &L.kda.g, &L.kda.g_a,
+                          &L.kda.g_b, &L.kda.o})
+          be.prepare_matmul_weight(*w);
+        break;
+      case Mixer::mla:
+      case Mixer::dsa:
+        for (Weight* w : {&L.mla.q, &L.mla.q_a, &L.mla.q_b, &L.mla.kv_a, &L.mla.o, &L.mla.gate, &L.mla.idx_wq_b,
+                          &L.mla.idx_wk, &L.mla.idx_w})
+          be.prepare_matmul_weight(*w);
+        break;
+      case Mixer::gqa:
+        for (Weight* w : {&L.gqa.q, &L.gqa.k, &L.gqa.v, &L.gqa.o}) be.prepare_matmul_weight(*w);
+        break;
+    }
+    if (c.ffn[static_cast<size_t>(il)] == Ffn::moe) {
+      if (!L.moe.shared.gate.empty()) mlp(L.moe.shared);
+      be.prepare_matmul_weight(L.moe.latent_down);
+      be.prepare_matmul_weight(L.moe.latent_up);
+    } else {
+      mlp(L.dense);
+    }
+  }
+}
+
 }  // namespace
 
 SpineWeights load_spine(const ModelConfig& c, const TensorSource& src, Backend& be, const LoadOptions& opt,
@@ -176,6 +212,7 @@ SpineWeights load_spine(const ModelConfig& c, const TensorSource& src, Backend& 
       L.dense = load_mlp(ld, base, c.hidden, c.intermediate, st);
     }
   }
+  prepare_matmul_weights(c, s, be);
   return s;
 }
 

@@ -689,3 +689,132 @@ TEST_F(Ops, MatmulBenchSplitKSweep) {
 
 }  // namespace
 }  // namespace ferry::test
+
+namespace ferry::test {
+namespace {
+
+// ---- q8_0 tiles (kernels/cuda/matmul_q8t.cuh) -----------------------------------------------------------
+#if FERRY_WITH_CUDA
+// A fixed number of K parts for q8_0-tiles matmuls while it lives.
+struct FixedQ8tParts {
+  explicit FixedQ8tParts(int parts) { cuda::matmul_q8t_split_tune(parts); }
+  ~FixedQ8tParts() { cuda::matmul_q8t_split_tune(-1); }
+};
+#endif
+
+// prepare_matmul_weight repacks a q8_0 weight of rows % 16 == 0 and cols % 256 == 0 in place; its matmul
+// then agrees with the CPU for every row count and split of K, in decode steps and in prompt passes, and
+// a row alone has the bits of the same row in a call of 2..40 rows (in prompt passes: of the row in a
+// pass). Other weights stay as they are.
+TEST_F(Ops, Q8TilesMatmulMatchesCpuForEverySplitAndKeepsRowBits) {
+#if FERRY_WITH_CUDA
+  struct Shape { int64_t rows, cols; };
+  for (const Shape s : {Shape{48, 256}, Shape{96, 768}, Shape{256, 1536}, Shape{128, 7168}, Shape{64, 2560}}) {
+    const auto bytes = random_weight(WType::q8_0, s.rows, s.cols, 31);
+    auto wb = both_bytes(bytes.data(), bytes.size());
+    Weight w{WType::q8_0, s.rows, s.cols, wb->g};
+    gpu().prepare_matmul_weight(w);
+    ASSERT_EQ(w.layout, WLayout::q8_tiles) << s.rows << "x" << s.cols;
+    EXPECT_EQ(w.data, wb->g);
+    const Weight wc{WType::q8_0, s.rows, s.cols, wb->c};
+    const int64_t n = 40;
+    auto x = both(random_floats(static_cast<size_t>(n * s.cols), 32));
+    auto yc = poisoned_pair(static_cast<size_t>(n * s.rows));
+    cpu().matmul(wc, x.cpu(), n, yc.cpu());
+    const auto c = get(cpu(), yc.cpu(), yc.c.size());
+    const std::string shape = std::to_string(s.rows) + "x" + std::to_string(s.cols);
+    for (const int parts : {-1, 1, 2, 3, 7}) {
+      FixedQ8tParts fix(parts);
+      auto all = poisoned_pair(static_cast<size_t>(n * s.rows));
+      gpu().matmul(w, x.gpu(), n, all.gpu());
+      const auto a = get(gpu(), all.gpu(), all.g.size());
+      const std::string what = "q8t " + shape + " parts " + std::to_string(parts);
+      EXPECT_LE(rel_err((what + " n=40").c_str(), c, a), kMmaTol) << what;
+      for (const auto& [r0, m] : {std::pair{0, 1}, std::pair{39, 1}, std::pair{3, 2}, std::pair{5, 4}, std::pair{7, 5},
+                                  std::pair{9, 8}, std::pair{11, 9}, std::pair{20, 16}, std::pair{2, 17}}) {
+        auto part = poisoned_pair(static_cast<size_t>(m * s.rows));
+        gpu().matmul(w, x.gpu() + r0 * s.cols, m, part.gpu());
+        const auto p = get(gpu(), part.gpu(), part.g.size());
+        EXPECT_LT(first_bit_diff(p.data(), a.data() + r0 * s.rows, m * s.rows), 0) << what << " rows " << r0 << "+" << m;
+      }
+    }
+    // Prompt passes: no split of K; a row's bits are those of the row anywhere in a pass.
+    auto pass = poisoned_pair(static_cast<size_t>(n * s.rows));
+    {
+      PromptPass on(gpu());
+      gpu().matmul(w, x.gpu(), n, pass.gpu());
+    }
+    const auto pa = get(gpu(), pass.gpu(), pass.g.size());
+    EXPECT_LE(rel_err(("q8t prompt pass " + shape).c_str(), c, pa), kMmaTol);
+    for (const auto& [r0, m] : {std::pair{0, 1}, std::pair{17, 3}, std::pair{24, 16}}) {
+      auto part = poisoned_pair(static_cast<size_t>(m * s.rows));
+      {
+        PromptPass on(gpu());
+        gpu().matmul(w, x.gpu() + r0 * s.cols, m, part.gpu());
+      }
+      const auto p = get(gpu(), part.gpu(), part.g.size());
+      EXPECT_LT(first_bit_diff(p.data(), pa.data() + r0 * s.rows, m * s.rows), 0) << "prompt pass rows " << r0 << "+" << m;
+    }
+  }
+  // Shapes without whole tiles or units, and other types, keep their layout.
+  for (const Weight& o : {Weight{WType::q8_0, 40, 256, nullptr}, Weight{WType::q8_0, 48, 1152, nullptr},
+                          Weight{WType::mxfp4, 48, 256, nullptr}, Weight{WType::f32, 48, 256, nullptr}}) {
+    const auto bytes = random_weight(o.type, o.rows, o.cols, 33);
+    auto wb = both_bytes(bytes.data(), bytes.size());
+    Weight w{o.type, o.rows, o.cols, wb->g};
+    gpu().prepare_matmul_weight(w);
+    EXPECT_EQ(w.layout, WLayout::rows) << tname(o.type) << " " << o.rows << "x" << o.cols;
+  }
+#else
+  GTEST_SKIP() << "no CUDA back-end in this build";
+#endif
+}
+
+// The q8_0 tiles against the row layout's kernels (the default decode path) for the K3.1 slice's spine
+// shapes at 1, 4 and 16 rows, and the q8_0 tiles' split of K swept at one row.
+TEST_F(Ops, MatmulBenchQ8Tiles) {
+#if FERRY_WITH_CUDA
+  struct Case { int64_t rows, cols; };
+  auto& be = gpu();
+  for (const Case c : {Case{12288, 7168}, Case{7168, 12288}, Case{33792, 7168}, Case{7168, 33792}, Case{7168, 7168},
+                       Case{6144, 7168}, Case{7168, 6144}, Case{3584, 7168}, Case{7168, 3584}, Case{1536, 7168},
+                       Case{576, 7168}, Case{128, 7168}, Case{18432, 1536}, Case{8192, 1536}}) {
+    const auto bytes = random_weight(WType::q8_0, c.rows, c.cols, 9);
+    const int copies = static_cast<int>(std::clamp<size_t>(size_t{200} * 1000 * 1000 / bytes.size() + 1, 1, 24));
+    std::vector<void*> bufs;
+    std::vector<Weight> ws;
+    for (int i = 0; i < copies; ++i) {
+      bufs.push_back(be.alloc(bytes.size()));
+      be.upload(bufs.back(), bytes.data(), bytes.size());
+      ws.push_back(Weight{WType::q8_0, c.rows, c.cols, bufs.back()});
+    }
+    const auto xv = random_floats(static_cast<size_t>(16 * c.cols), 10);
+    Buf x(be, xv.size()), y(be, static_cast<size_t>(16 * c.rows));
+    be.upload(x, xv.data(), xv.size() * 4);
+    const double floor_s = static_cast<double>(bytes.size()) / 4.2e12;
+    auto line = [&](const char* what, int parts, int64_t n, double t) {
+      std::printf("[q8t] q8_0 %5lldx%-5lld %-6s parts=%2d n=%2lld %8.2f us %6.0f GB/s  time/copy-floor %5.2f\n",
+                  static_cast<long long>(c.rows), static_cast<long long>(c.cols), what, parts,
+                  static_cast<long long>(n), t * 1e6, bytes.size() / t / 1e9, t / floor_s);
+    };
+    for (int64_t n : {1, 4, 16}) line("rows", cuda::matmul_ksplit(ws[0]).parts, n, time_matmul(be, ws, x.get(), n, y.get()));
+    for (Weight& w : ws) be.prepare_matmul_weight(w);
+    ASSERT_EQ(ws[0].layout, WLayout::q8_tiles);
+    const int def = cuda::matmul_q8t_split(ws[0]).parts;
+    for (int64_t n : {1, 4, 16}) line("tiles", def, n, time_matmul(be, ws, x.get(), n, y.get()));
+    for (const int parts : {1, 2, 3, 4, 5, 6, 7, 8}) {
+      if (c.rows >= 6144 && parts > 2) break;  // measured: unsplit is fastest there
+      FixedQ8tParts fix(parts);
+      const int p = cuda::matmul_q8t_split(ws[0]).parts;
+      if (p != parts) break;
+      line("tiles", p, 1, time_matmul(be, ws, x.get(), 1, y.get()));
+    }
+    for (void* p : bufs) be.release(p);
+  }
+#else
+  GTEST_SKIP() << "no CUDA back-end in this build";
+#endif
+}
+
+}  // namespace
+}  // namespace ferry::test

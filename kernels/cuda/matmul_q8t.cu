@@ -1,0 +1,152 @@
+// q8_0 tiles (matmul_q8t.cuh): the repacking of a resident weight, the split of K and the launcher.
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "io/errors.hpp"
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/matmul.cuh"
+#include "kernels/cuda/matmul_mma_launch.cuh"
+#include "kernels/cuda/matmul_q8t.cuh"
+
+namespace ferry::cuda {
+
+namespace {
+
+using namespace q8t;
+
+constexpr int kGranules = kUnitBytes / 16;  // 272: 256 of quants, 16 of scales
+
+// One thread per 16-byte granule of the packed tiles [t0, t0 + tiles): src holds those tiles' raw rows.
+__global__ void q8t_pack_kernel(const uint8_t* __restrict__ src, uint8_t* __restrict__ dst, int64_t tiles, int units,
+                                size_t row_bytes) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= tiles * units * kGranules) return;
+  const int gr = static_cast<int>(idx % kGranules);
+  const int64_t tu = idx / kGranules;
+  const int u = static_cast<int>(tu % units);
+  const int64_t tile = tu / units;
+  const uint8_t* rows = src + static_cast<size_t>(tile) * kRows * row_bytes;
+  uint8_t out[16];
+  if (gr < 256) {
+    const int i = gr >> 5, l = gr & 31, g = l >> 2, t = l & 3, b = 8 * u + i;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const int c = 8 * t + 2 * w;  // w = 2s + h: c = 8t + 4s + 2h
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = g + 8 * (e >> 1), col = c + (e & 1);
+        out[4 * w + e] = static_cast<uint8_t>(rows[r * row_bytes + b * 34 + 2 + col] ^ 0x80u);
+      }
+    }
+  } else {
+    const int g = (gr - 256) >> 1, half = (gr - 256) & 1;
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t* d = rows + (g + 8 * h) * row_bytes + (8 * u + 4 * half + k) * 34;
+        out[(2 * k + h) * 2] = d[0];
+        out[(2 * k + h) * 2 + 1] = d[1];
+      }
+  }
+  uint4 v;
+  memcpy(&v, out, 16);
+  *reinterpret_cast<uint4*>(dst + static_cast<size_t>(tile) * kRows * row_bytes + static_cast<size_t>(u) * kUnitBytes +
+                             gr * 16) = v;
+}
+
+template <int NRA>
+__global__ void __launch_bounds__(kThreads, NRA <= 4 ? 4 : NRA <= 16 ? 2 : 1) q8t_kernel(const __grid_constant__ mma::PlainTc p) {
+  item_body<NRA>(p, p.item(blockIdx.x));
+}
+
+template <int NRA>
+void launch_n(mma::PlainTc p, cudaStream_t st) {
+  p.group = NRA;
+  p.bm = kRows;
+  p.groups_fastest = true;
+  p.ntiles = p.rows / kRows;
+  const int64_t items = static_cast<int64_t>(p.ntiles) * ((p.n + NRA - 1) / NRA) * p.parts;
+  if (items > (int64_t{1} << 31) - 1) throw LimitError("cuda matmul: " + std::to_string(items) + " tiles in one call");
+  dec::launch_dependent(q8t_kernel<NRA>, static_cast<unsigned>(items), 0, st, p);
+}
+
+int g_q8t_parts = -1;  // matmul_q8t_split_tune
+// Rows per group above 16 (calls of more than 16 rows: prompt passes, long verify calls): 16, 32 or 64
+// (FERRY_Q8T_WIDE; speed only: a row's bits never depend on its group).
+const int g_q8t_wide = [] {
+  const char* v = std::getenv("FERRY_Q8T_WIDE");
+  return v ? std::atoi(v) : 32;
+}();
+
+}  // namespace
+
+bool matmul_q8t_packable(const Weight& w) {
+  return w.type == WType::q8_0 && w.layout == WLayout::rows && w.rows > 0 && w.rows % kRows == 0 &&
+         w.cols % kUnitCols == 0 && w.cols <= (int64_t{1} << 30) && w.rows <= (int64_t{1} << 30) &&
+         (reinterpret_cast<uintptr_t>(w.data) & 15u) == 0;
+}
+
+void launch_q8t_pack(const Weight& w, void* scratch, size_t scratch_bytes, cudaStream_t st) {
+  const size_t tile_bytes = w.row_bytes() * kRows;
+  const int64_t ntiles = w.rows / kRows;
+  const int64_t per = std::max<int64_t>(1, static_cast<int64_t>(scratch_bytes / tile_bytes));
+  if (scratch_bytes < tile_bytes) throw LimitError("q8_0 tiles: a scratch of " + std::to_string(scratch_bytes) + " bytes");
+  auto* base = static_cast<uint8_t*>(const_cast<void*>(w.data));
+  const int units = static_cast<int>(w.cols / kUnitCols);
+  for (int64_t t0 = 0; t0 < ntiles; t0 += per) {
+    const int64_t n = std::min(per, ntiles - t0);
+    uint8_t* at = base + static_cast<size_t>(t0) * tile_bytes;
+    FERRY_CUDA_CHECK(cudaMemcpyAsync(scratch, at, static_cast<size_t>(n) * tile_bytes, cudaMemcpyDeviceToDevice, st));
+    const int64_t threads = n * units * kGranules;
+    q8t_pack_kernel<<<blocks_for(threads, 256), 256, 0, st>>>(static_cast<const uint8_t*>(scratch), at, n, units,
+                                                              w.row_bytes());
+    FERRY_CUDA_LAUNCHED(q8t_pack_kernel);
+  }
+}
+
+void matmul_q8t_split_tune(int parts) { g_q8t_parts = parts; }
+
+// Measured on the H200 (MatmulBenchQ8Tiles, one row, 2026-12-02): matrices of 384 tiles (6,144 rows) and
+// more run fastest unsplit (a split only adds partials: 7168x7168 21.3 us unsplit, 25.5 in 3 parts);
+// fewer tiles leave SMs idle, so their columns are cut into about 448 / tiles parts, down to one
+// 256-column unit per warp (3584x7168: 15.2 us unsplit, 14.5 in 2 parts, 16.5 in 4; 1536x7168: 14.0
+// unsplit, 9.4 in 5 parts, 11.3 in 7; 128x7168: 11.2 unsplit, 6.1 in 7). FERRY_Q8T_PARTS fixes the count
+// (measurements).
+KSplit matmul_q8t_split(const Weight& w) {
+  static const int env = [] {
+    const char* v = std::getenv("FERRY_Q8T_PARTS");
+    return v ? std::atoi(v) : -1;
+  }();
+  KSplit ks;
+  ks.unit = w.cols % 1024 == 0 ? 1024 : w.cols % 512 == 0 ? 512 : 256;
+  const int64_t units = w.cols / ks.unit, tiles = w.rows / kRows;
+  const int force = g_q8t_parts >= 0 ? g_q8t_parts : env;
+  int64_t parts = 1;
+  if (force >= 0)
+    parts = force == 0 ? 1 : force;
+  else if (tiles < 384)
+    parts = (448 + tiles - 1) / tiles;
+  const int64_t cap = std::max<int64_t>(1, w.cols / (kUnitCols * kWarps));  // a unit per warp and part
+  ks.parts = static_cast<int>(std::clamp<int64_t>(parts, 1, std::min<int64_t>({units, cap, 64})));
+  return ks;
+}
+
+void launch_matmul_q8t(const Weight& w, const mma::XPrep& xp, int64_t n, float* y, cudaStream_t st,
+                       const splitk::Bufs& sk) {
+  mma::PlainTc p{static_cast<const uint8_t*>(w.data), w.row_bytes(), static_cast<int>(w.rows),
+                 static_cast<int>(w.cols), xp, y, n, 0, 0, 0};
+  p.parts = sk.parts;
+  p.unit = sk.unit;
+  p.sk = sk;
+  if (n > (int64_t{1} << 30)) throw LimitError("cuda matmul: " + std::to_string(n) + " rows in one call");
+  if (n <= 1) return launch_n<1>(p, st);
+  if (n <= 4) return launch_n<4>(p, st);
+  if (n <= 8) return launch_n<8>(p, st);
+  if (n <= 16 || g_q8t_wide == 16) return launch_n<16>(p, st);
+  if (n <= 32 || g_q8t_wide == 32) return launch_n<32>(p, st);
+  launch_n<64>(p, st);
+}
+
+}  // namespace ferry::cuda

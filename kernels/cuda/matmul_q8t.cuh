@@ -1,0 +1,220 @@
+// q8_0 weights repacked for the tensor cores ("q8_0 tiles": Weight::layout == WLayout::q8_tiles) and
+// their matmul, one kernel for every row count: decode steps, verify blocks and prompt passes.
+//
+// Why a layout: a q8_0 row is 34-byte blocks (fp16 scale, 32 int8), so no 16-byte load lines up with a
+// block, and the decode kernels (matmul_fast.cuh, matmul_dec.cuh) stage every byte through shared
+// memory with cp.async, realign it and decode it there. At one activation row that costs more issue
+// slots than the HBM bytes allow (Nsight Compute, 2026-12-02: 0.5 instructions issued per scheduler
+// and cycle at 40 % of the DRAM rate). The spine is resident and loaded once, so it can be laid out
+// for the kernel: each lane's A fragments of a quant block become one 16-byte load straight into
+// registers, with no shared memory, no barrier and no realignment.
+//
+// Layout. A weight of R rows (R % 16 == 0) and C columns (C % 256 == 0) keeps its size (34 bytes per 32
+// weights) and keeps each 16-row tile in its place: tile T is bytes [T * 16 * RB, (T + 1) * 16 * RB)
+// (RB = C / 32 * 34), so a range of whole tiles is still a weight of its own. Inside a tile, unit u
+// (columns 256u .. 256u + 255: 8 quant blocks) is the 4,352 bytes at u * 4352:
+//   - quants, 8 x 512 bytes: block i's 512 bytes are the 32 lanes' 16-byte A fragments of both k16 steps
+//     of an m16n8k16 mma (lane l: g = l / 4, t = l % 4): word 2s + h of lane l holds the bytes
+//     (q[g][c], q[g][c + 1], q[g + 8][c], q[g + 8][c + 1]), c = 8t + 4s + 2h, each stored as q + 128;
+//   - scales, 256 bytes: the fp16 d of (tile row g + 8h, block i) at ((g * 8 + i) * 2 + h) * 2, so lane
+//     l's 32 bytes are its two rows' scales of the 8 blocks.
+// The mma thus sees a block's 32 columns in the order k = 2t + e (step s) <- column 8t + 4s + e and
+// k = 2t + 8 + e <- column 8t + 4s + 2 + e: the same permutation of A's k and B's k, so the products are
+// those of the natural order, and a lane's B fragments of a block are x's 8 halves [8t, 8t + 8): one
+// 16-byte load of x in its natural order.
+//
+// Arithmetic and order (as matmul_dec.cuh): x prepared per row by prep_x (hi + lo fp16 halves of a
+// power-of-two scaling 2^k); per quant block, 2 mma into a fresh accumulator whose n8 columns are
+// (row, level) pairs, then acc = fma((hi_sum + lo_sum) * 2^-k, d, acc). A thread block of 4 warps owns a
+// 16-row tile; warp w takes the units u with u % 4 == w in increasing u (blocks in order inside a unit);
+// the 4 warps' sums are added in warp order; a split K (splitk.cuh, parts from matmul_q8t_split) adds
+// its parts in part order. None of it depends on the number of rows in the call or on a row's place
+// among them: a row alone has the bits of the same row in a verify block or in a prompt pass, and the
+// split is a function of the weight's shape.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/matmul_dec.cuh"
+#include "kernels/cuda/matmul_mma.cuh"
+#include "kernels/cuda/splitk.cuh"
+
+namespace ferry::cuda::q8t {
+
+constexpr int kUnitCols = 256;
+constexpr int kUnitBytes = 4352;  // 16 rows x 8 blocks x 34 bytes
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kRows = 16;
+
+// Read-once weight bytes: a 16-byte load that bypasses L1. volatile keeps the loads where they are
+// written (issued a unit ahead of their use), not sunk next to the mma that needs them.
+__device__ __forceinline__ uint4 ld_stream(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// x's 16 bytes for one block's B fragments (L1-cached: every warp of the SM reads the same x). volatile:
+// in program order with the mma, so the compiler does not hoist a unit's loads of every n8 tile at once.
+__device__ __forceinline__ uint4 ld_x(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+// Two stored bytes (q + 128) -> the fp16 pair (q0, q1): under fp16's 2^10 exponent they are 1024 + q + 128.
+__device__ __forceinline__ uint32_t biased_pair(uint32_t w, unsigned sel) {
+  const uint32_t p = __byte_perm(w, 0x64646464u, sel);
+  __half2 h = *reinterpret_cast<const __half2*>(&p);
+  h = __hsub2(h, __halves2half2(__ushort_as_half(0x6480), __ushort_as_half(0x6480)));  // 1152
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// One unit of a tile as lane l loads it: block i's A fragments, and the scales of rows g, g + 8.
+struct Unit {
+  uint4 q[8];
+  uint4 s[2];
+};
+
+__device__ __forceinline__ void load_unit(Unit& u, const uint8_t* p, int lane, int g) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) u.q[i] = ld_stream(p + i * 512 + lane * 16);
+  u.s[0] = ld_stream(p + 4096 + g * 32);
+  u.s[1] = ld_stream(p + 4096 + g * 32 + 16);
+}
+
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+// The unit's 8 blocks against NT n8 tiles of x (x[j] + col: this lane's B column's row at the unit's first
+// column, plus 8t; xinv[j]: 2^-k of this lane's accumulator row 4j + t).
+template <int NT>
+__device__ __forceinline__ void unit_math(const Unit& u, const __half* const x[NT], int col, const float xinv[NT],
+                                          float acc[NT][2]) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    uint32_t a[2][4];
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      const uint32_t w0 = word(u.q[i], 2 * s), w1 = word(u.q[i], 2 * s + 1);
+      a[s][0] = biased_pair(w0, 0x5140u);  // row g, columns c, c + 1
+      a[s][1] = biased_pair(w0, 0x7362u);  // row g + 8
+      a[s][2] = biased_pair(w1, 0x5140u);  // row g, columns c + 2, c + 3
+      a[s][3] = biased_pair(w1, 0x7362u);
+    }
+    const uint32_t sw = word(u.s[i >> 2], i & 3);
+    const float2 d = __half22float2(*reinterpret_cast<const __half2*>(&sw));  // rows g, g + 8
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const uint4 b = ld_x(x[j] + col + i * 32);
+      float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      mma::mma16816(sum, a[0], b.x, b.y, sum);
+      mma::mma16816(sum, a[1], b.z, b.w, sum);
+      acc[j][0] = fmaf((sum[0] + sum[1]) * xinv[j], d.x, acc[j][0]);
+      acc[j][1] = fmaf((sum[2] + sum[3]) * xinv[j], d.y, acc[j][1]);
+    }
+  }
+}
+
+// unit_math for many rows (prompt passes): the unit's A fragments are decoded once into registers, then
+// each n8 tile takes the 8 blocks in order. Per output the same operations in the same order as
+// unit_math (blocks in increasing order into its accumulator), so the bits are those of unit_math.
+template <int NT>
+__device__ __forceinline__ void unit_math_wide(const Unit& u, const __half* const x[NT], int col,
+                                               const float xinv[NT], float acc[NT][2]) {
+  uint32_t a[8][2][4];
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      const uint32_t w0 = word(u.q[i], 2 * s), w1 = word(u.q[i], 2 * s + 1);
+      a[i][s][0] = biased_pair(w0, 0x5140u);
+      a[i][s][1] = biased_pair(w0, 0x7362u);
+      a[i][s][2] = biased_pair(w1, 0x5140u);
+      a[i][s][3] = biased_pair(w1, 0x7362u);
+    }
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t sw = word(u.s[i >> 2], i & 3);
+      const float2 d = __half22float2(*reinterpret_cast<const __half2*>(&sw));
+      const uint4 b = ld_x(x[j] + col + i * 32);
+      float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      mma::mma16816(sum, a[i][0], b.x, b.y, sum);
+      mma::mma16816(sum, a[i][1], b.z, b.w, sum);
+      acc[j][0] = fmaf((sum[0] + sum[1]) * xinv[j], d.x, acc[j][0]);
+      acc[j][1] = fmaf((sum[2] + sum[3]) * xinv[j], d.y, acc[j][1]);
+    }
+  }
+}
+
+// Item it of a plain problem (mma::PlainTc with bm = 16): out[r][row0 + i] for i < 16, r < nr, over the
+// item's columns [k0, k1) (multiples of 256).
+template <int NRA, class P>
+__device__ __forceinline__ void item_body(const P& p, const mma::Item& it) {
+  constexpr int NT = (NRA + 3) / 4;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int u0 = it.k0 / kUnitCols, u1 = it.k1 / kUnitCols;
+  __shared__ int64_t xrow[NRA];
+  __shared__ float red[kWarps * NT * 2 * 32];
+  if (threadIdx.x < NRA) xrow[threadIdx.x] = threadIdx.x < it.nr ? p.xrow(it, threadIdx.x) : -1;
+  Unit A, B;
+  int u = u0 + warp;
+  // The first unit's weights do not depend on the kernel before this one (prep_x): load them first.
+  if (u < u1) load_unit(A, it.w + static_cast<size_t>(u) * kUnitBytes, lane, g);
+  __syncthreads();
+  dec::grid_dependency_wait();
+  // This lane's B column g of n8 tile j: activation row 4j + g / 2 (past the group: the group's last
+  // row, whose columns are discarded), level g % 1; its accumulator rows 4j + t.
+  const __half* x[NT];
+  float xinv[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const int r = min(4 * j + (g >> 1), it.nr - 1);
+    x[j] = ((g & 1) ? p.xp.lo : p.xp.hi) + xrow[r] * p.xp.stride + 8 * t;
+    xinv[j] = 4 * j + t < it.nr ? p.xp.inv[xrow[4 * j + t]] : 0.0f;
+  }
+  float acc[NT][2];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = 0.0f;
+  if constexpr (NT > 4) {
+    // Many rows (prompt passes): compute-bound; one register set, its A fragments decoded once per unit.
+    for (; u < u1; u += kWarps) {
+      if (u != u0 + warp) load_unit(A, it.w + static_cast<size_t>(u) * kUnitBytes, lane, g);
+      unit_math_wide<NT>(A, x, u * kUnitCols, xinv, acc);
+    }
+  } else {
+    // Two register sets: the next unit of this warp loads while the current one computes.
+    while (u < u1) {
+      const int v = u + kWarps;
+      if (v < u1) load_unit(B, it.w + static_cast<size_t>(v) * kUnitBytes, lane, g);
+      unit_math<NT>(A, x, u * kUnitCols, xinv, acc);
+      if (v >= u1) break;
+      u = v + kWarps;
+      if (u < u1) load_unit(A, it.w + static_cast<size_t>(u) * kUnitBytes, lane, g);
+      unit_math<NT>(B, x, v * kUnitCols, xinv, acc);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) red[((warp * NT + j) * 2 + h) * 32 + lane] = acc[j][h];
+  __syncthreads();
+  for (int e = threadIdx.x; e < NT * 64; e += kThreads) {
+    const int j = e >> 6, h = (e >> 5) & 1, l = e & 31;
+    float v = red[(j * 2 + h) * 32 + l];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) v += red[((w * NT + j) * 2 + h) * 32 + l];
+    const int r = 4 * j + (l & 3), row = (l >> 2) + 8 * h;
+    if (r < it.nr && row < it.nrows) splitk::store(p, it, r, row, v);
+  }
+  splitk::finish<kRows>(p, it);
+}
+
+}  // namespace ferry::cuda::q8t
