@@ -5,8 +5,7 @@
 # 1,024-token prompt pass per arm, arms interleaved over REPS rounds: cores (FERRY_MMA=0, the CUDA-core
 # kernels of before), mma (default: x as hi + lo), mma1 (FERRY_MMA_LEVELS=1: hi only), mmaw2
 # (FERRY_MMA_GROUP_MW=2: 256-row expert tiles), rowq8 (FERRY_Q8T=0: q8_0 spine weights in their row layout,
-# the prompt kernel of matmul_mma.cuh instead of the q8_0 tiles of matmul_q8t.cuh), wide16 / wide64
-# (FERRY_Q8T_WIDE: the q8_0 tiles' prompt-pass groups of 16 / 64 rows instead of 32; same bits). ARMS picks them (default cores mma mma1). Each arm also runs
+# the prompt kernel of matmul_mma.cuh instead of the q8_0 tiles of matmul_q8t.cuh). ARMS picks them (default cores mma mma1). Each arm also runs
 # with --profile-ops once. Prints prompt_s per arm and the ratio to the compute target. When the bundle
 # holds ferry-before.xz (the binary before this work), the resident decode runs with both binaries,
 # the new one with FERRY_MMA=0 (its prompt pass on the CUDA cores, as before): steady rate and logit
@@ -44,7 +43,7 @@ else
 fi
 du -sh "$M" "$E"
 IDS=$(python3 -c "import random; random.seed(7); print(','.join(str(random.randrange(0, 1024)) for _ in range(${NPROMPT:-1024})))")
-arm_env() { case $1 in cores) echo FERRY_MMA=0;; mma) echo FERRY_MMA=1;; mma1) echo FERRY_MMA_LEVELS=1;; mmaw2) echo FERRY_MMA_GROUP_MW=2;; rowq8) echo FERRY_Q8T=0;; wide16) echo FERRY_Q8T_WIDE=16;; wide64) echo FERRY_Q8T_WIDE=64;; esac; }
+arm_env() { case $1 in cores) echo FERRY_MMA=0;; mma) echo FERRY_MMA=1;; mma1) echo FERRY_MMA_LEVELS=1;; mmaw2) echo FERRY_MMA_GROUP_MW=2;; rowq8) echo FERRY_Q8T=0;; esac; }
 ARMS=${ARMS:-"cores mma mma1"}
 for rep in $(seq 1 ${REPS:-2}); do
   for arm in $ARMS; do

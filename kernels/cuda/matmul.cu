@@ -309,10 +309,11 @@ void CudaBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
   if (n > 65535 * int64_t{8}) throw LimitError("cuda matmul: " + std::to_string(n) + " rows in one call (max 524280)");
   bind();
   if (w.layout == WLayout::q8_tiles) {
-    // One kernel for every row count; a prompt pass takes no split of K (its bits are the prompt pass's
-    // own, and the partials of a 1,024-row pass would be large).
-    const mma::XPrep xp = prep_x(x, n, w.cols, scratch(kMmaX, mma_prep_bytes(n, w.cols)), stream_, true);
-    return launch_matmul_q8t(w, xp, n, y, stream_, prompt_pass_ ? splitk::Bufs{} : split_bufs(w, n));
+    // Decode steps and verify blocks: one kernel for every row count. Prompt passes: their own kernel
+    // (many rows per weight read, tensor-core bound) and their own bits, as for the row layout.
+    void* buf = scratch(kMmaX, mma_prep_bytes(n, w.cols));
+    if (prompt_pass_) return launch_matmul_q8t_prompt(w, prep_x(x, n, w.cols, buf, stream_), n, y, stream_);
+    return launch_matmul_q8t(w, prep_x(x, n, w.cols, buf, stream_, true), n, y, stream_, split_bufs(w, n));
   }
   if (prompt_pass_ && matmul_mma_supported(w)) {
     const mma::XPrep xp = prep_x(x, n, w.cols, scratch(kMmaX, mma_prep_bytes(n, w.cols)), stream_);

@@ -89,6 +89,8 @@ struct XPrep;
 }
 void launch_matmul_q8t(const Weight& w, const mma::XPrep& xp, int64_t n, float* y, cudaStream_t stream,
                        const splitk::Bufs& sk);
+// Inside a prompt pass (matmul_q8t.cuh "prompt passes"): groups of 64 rows, 128-row tiles, no split.
+void launch_matmul_q8t_prompt(const Weight& w, const mma::XPrep& xp, int64_t n, float* y, cudaStream_t stream);
 
 // Rows per group (one weight read serves this many rows) for a weight type.
 int matmul_group_rows(WType t);

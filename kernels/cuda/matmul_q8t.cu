@@ -57,7 +57,7 @@ __global__ void q8t_pack_kernel(const uint8_t* __restrict__ src, uint8_t* __rest
 }
 
 template <int NRA>
-__global__ void __launch_bounds__(kThreads, NRA <= 4 ? 4 : NRA <= 16 ? 2 : 1) q8t_kernel(const __grid_constant__ mma::PlainTc p) {
+__global__ void __launch_bounds__(kThreads, NRA <= 4 ? 4 : 2) q8t_kernel(const __grid_constant__ mma::PlainTc p) {
   item_body<NRA>(p, p.item(blockIdx.x));
 }
 
@@ -72,13 +72,34 @@ void launch_n(mma::PlainTc p, cudaStream_t st) {
   dec::launch_dependent(q8t_kernel<NRA>, static_cast<unsigned>(items), 0, st, p);
 }
 
+template <int S, int L>
+__global__ void __launch_bounds__(mma::kThreads, 1) q8t_prompt_kernel(const __grid_constant__ mma::PlainTc p) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  prompt_body<S, L>(p, p.item(blockIdx.x), smem);
+}
+
+template <int L>
+void launch_prompt_l(mma::PlainTc p, cudaStream_t st) {
+  constexpr int S = L == 2 ? 3 : 5;  // 171 / 185 KB of stages: one block of 8 warps per SM
+  constexpr size_t smem = static_cast<size_t>(prompt_stage_bytes<L>()) * S;
+  static const bool once = [] {
+    FERRY_CUDA_CHECK(cudaFuncSetAttribute(q8t_prompt_kernel<S, L>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem)));
+    return true;
+  }();
+  (void)once;
+  p.group = kPromptRows;
+  p.bm = mma::tile_rows(1);
+  p.ntiles = (p.rows + p.bm - 1) / p.bm;
+  p.groups_fastest = true;  // a 128-row tile's row groups together: the tile is read from HBM once
+  const int64_t items = static_cast<int64_t>(p.ntiles) * ((p.n + kPromptRows - 1) / kPromptRows);
+  if (items > (int64_t{1} << 31) - 1) throw LimitError("cuda matmul: " + std::to_string(items) + " tiles in one call");
+  q8t_prompt_kernel<S, L><<<static_cast<unsigned>(items), mma::kThreads, smem, st>>>(p);
+  FERRY_CUDA_LAUNCHED(q8t_prompt_kernel);
+}
+
 int g_q8t_parts = -1;  // matmul_q8t_split_tune
-// Rows per group above 16 (calls of more than 16 rows: prompt passes, long verify calls): 16, 32 or 64
-// (FERRY_Q8T_WIDE; speed only: a row's bits never depend on its group).
-const int g_q8t_wide = [] {
-  const char* v = std::getenv("FERRY_Q8T_WIDE");
-  return v ? std::atoi(v) : 32;
-}();
+
 
 }  // namespace
 
@@ -144,9 +165,19 @@ void launch_matmul_q8t(const Weight& w, const mma::XPrep& xp, int64_t n, float* 
   if (n <= 1) return launch_n<1>(p, st);
   if (n <= 4) return launch_n<4>(p, st);
   if (n <= 8) return launch_n<8>(p, st);
-  if (n <= 16 || g_q8t_wide == 16) return launch_n<16>(p, st);
-  if (n <= 32 || g_q8t_wide == 32) return launch_n<32>(p, st);
-  launch_n<64>(p, st);
+  launch_n<16>(p, st);
+}
+
+}  // namespace ferry::cuda
+
+namespace ferry::cuda {
+
+void launch_matmul_q8t_prompt(const Weight& w, const mma::XPrep& xp, int64_t n, float* y, cudaStream_t st) {
+  mma::PlainTc p{static_cast<const uint8_t*>(w.data), w.row_bytes(), static_cast<int>(w.rows),
+                 static_cast<int>(w.cols), xp, y, n, 0, 0, 0};
+  if (n > (int64_t{1} << 30)) throw LimitError("cuda matmul: " + std::to_string(n) + " rows in one call");
+  if (xp.lo) return launch_prompt_l<2>(p, st);
+  launch_prompt_l<1>(p, st);
 }
 
 }  // namespace ferry::cuda

@@ -121,39 +121,6 @@ __device__ __forceinline__ void unit_math(const Unit& u, const __half* const x[N
   }
 }
 
-// unit_math for many rows (prompt passes): the unit's A fragments are decoded once into registers, then
-// each n8 tile takes the 8 blocks in order. Per output the same operations in the same order as
-// unit_math (blocks in increasing order into its accumulator), so the bits are those of unit_math.
-template <int NT>
-__device__ __forceinline__ void unit_math_wide(const Unit& u, const __half* const x[NT], int col,
-                                               const float xinv[NT], float acc[NT][2]) {
-  uint32_t a[8][2][4];
-#pragma unroll
-  for (int i = 0; i < 8; ++i)
-#pragma unroll
-    for (int s = 0; s < 2; ++s) {
-      const uint32_t w0 = word(u.q[i], 2 * s), w1 = word(u.q[i], 2 * s + 1);
-      a[i][s][0] = biased_pair(w0, 0x5140u);
-      a[i][s][1] = biased_pair(w0, 0x7362u);
-      a[i][s][2] = biased_pair(w1, 0x5140u);
-      a[i][s][3] = biased_pair(w1, 0x7362u);
-    }
-#pragma unroll
-  for (int j = 0; j < NT; ++j) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const uint32_t sw = word(u.s[i >> 2], i & 3);
-      const float2 d = __half22float2(*reinterpret_cast<const __half2*>(&sw));
-      const uint4 b = ld_x(x[j] + col + i * 32);
-      float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      mma::mma16816(sum, a[i][0], b.x, b.y, sum);
-      mma::mma16816(sum, a[i][1], b.z, b.w, sum);
-      acc[j][0] = fmaf((sum[0] + sum[1]) * xinv[j], d.x, acc[j][0]);
-      acc[j][1] = fmaf((sum[2] + sum[3]) * xinv[j], d.y, acc[j][1]);
-    }
-  }
-}
-
 // Item it of a plain problem (mma::PlainTc with bm = 16): out[r][row0 + i] for i < 16, r < nr, over the
 // item's columns [k0, k1) (multiples of 256).
 template <int NRA, class P>
@@ -183,23 +150,15 @@ __device__ __forceinline__ void item_body(const P& p, const mma::Item& it) {
   float acc[NT][2];
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = 0.0f;
-  if constexpr (NT > 4) {
-    // Many rows (prompt passes): compute-bound; one register set, its A fragments decoded once per unit.
-    for (; u < u1; u += kWarps) {
-      if (u != u0 + warp) load_unit(A, it.w + static_cast<size_t>(u) * kUnitBytes, lane, g);
-      unit_math_wide<NT>(A, x, u * kUnitCols, xinv, acc);
-    }
-  } else {
-    // Two register sets: the next unit of this warp loads while the current one computes.
-    while (u < u1) {
-      const int v = u + kWarps;
-      if (v < u1) load_unit(B, it.w + static_cast<size_t>(v) * kUnitBytes, lane, g);
-      unit_math<NT>(A, x, u * kUnitCols, xinv, acc);
-      if (v >= u1) break;
-      u = v + kWarps;
-      if (u < u1) load_unit(A, it.w + static_cast<size_t>(u) * kUnitBytes, lane, g);
-      unit_math<NT>(B, x, v * kUnitCols, xinv, acc);
-    }
+  // Two register sets: the next unit of this warp loads while the current one computes.
+  while (u < u1) {
+    const int v = u + kWarps;
+    if (v < u1) load_unit(B, it.w + static_cast<size_t>(v) * kUnitBytes, lane, g);
+    unit_math<NT>(A, x, u * kUnitCols, xinv, acc);
+    if (v >= u1) break;
+    u = v + kWarps;
+    if (u < u1) load_unit(A, it.w + static_cast<size_t>(u) * kUnitBytes, lane, g);
+    unit_math<NT>(B, x, v * kUnitCols, xinv, acc);
   }
 #pragma unroll
   for (int j = 0; j < NT; ++j)
@@ -215,6 +174,146 @@ __device__ __forceinline__ void item_body(const P& p, const mma::Item& it) {
     if (r < it.nr && row < it.nrows) splitk::store(p, it, r, row, v);
   }
   splitk::finish<kRows>(p, it);
+}
+
+// ---- prompt passes ------------------------------------------------------------------------------------
+// A prompt pass's rows are many, so the weights are read once per group of kPromptRows activation rows
+// and the kernel is bound by the tensor cores, not by HBM: as the prompt kernel of matmul_mma.cuh (whose
+// loop this follows), a thread block of 8 warps computes 8 consecutive 16-row tiles (128 weight rows)
+// against a group of kPromptRows rows, in stages of 128 columns (half a unit: 4 quant blocks) that
+// cp.async copies into shared memory: each warp's 4 blocks of A fragments (2,048 bytes, contiguous in
+// the tile) and their scales (8 x 16 bytes), and the group's hi / lo x columns (rows padded to 320 bytes:
+// a lane's 16-byte read of row g at column 8t is then free of bank conflicts). Per quant block a lane
+// reads its A fragments (one 16-byte read), and per n8 tile of 8 activation rows and level its B
+// fragments of both k16 steps (one 16-byte read: x's natural columns 8t .. 8t + 7, the layout's
+// permutation of k).
+// Order (a prompt pass's own, as matmul_mma.cuh's): per quant block, hi then lo, each 2 k16 steps, into
+// a fresh accumulator; acc = fma(sum, d, acc) with blocks in increasing order; y = acc * 2^-k. It depends
+// only on the weight's shape, so a row's bits are the same alone or anywhere in a pass.
+constexpr int kPromptRows = 64;  // activation rows per group
+constexpr int kPromptK = mma::kK;  // 128 columns per stage
+constexpr int kPromptWarpBytes = 4 * 512 + 8 * 16;  // a warp's 16-row tile per stage: quants, scales
+constexpr int kPromptXStride = kPromptK * 2 + 64;  // bytes per (level, row) of x in a stage
+
+template <int L>
+__host__ __device__ constexpr int prompt_stage_bytes() {
+  return mma::kWarps * kPromptWarpBytes + L * kPromptRows * kPromptXStride;
+}
+
+template <int S, int L, class P>
+__device__ __forceinline__ void prompt_body(const P& p, const mma::Item& it, uint8_t* smem) {
+  constexpr int BN = kPromptRows;
+  constexpr int SB = prompt_stage_bytes<L>();
+  constexpr int kThr = mma::kThreads;
+  constexpr int kWG = kPromptWarpBytes / 16;                             // 136 granules per warp tile
+  constexpr int KW = (mma::kWarps * kWG + kThr - 1) / kThr;             // weight granules per thread
+  constexpr int KX = (L * BN * (kPromptK / 8) + kThr - 1) / kThr;       // x granules per thread
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int nst = p.cols / kPromptK;
+  __shared__ int64_t xrow[BN];
+  if (threadIdx.x < BN) xrow[threadIdx.x] = threadIdx.x < it.nr ? p.xrow(it, threadIdx.x) : -1;
+  __syncthreads();
+  const size_t tile_bytes = p.row_bytes * kRows;
+  // This thread's weight copies: granule i = threadIdx.x + k * kThr is granule i % kWG of warp tile
+  // i / kWG: a quant granule (< 128) or the scales of row pair g = i % kWG - 128. Source of stage c:
+  // wsrc[k] + (c / 2) * kUnitBytes + (c % 2) * (quant ? 2048 : 16).
+  const uint8_t* wsrc[KW];
+  int wdst[KW];
+  bool wq[KW];
+#pragma unroll
+  for (int k = 0; k < KW; ++k) {
+    const int i = threadIdx.x + k * kThr, w = i / kWG, r = i - w * kWG;
+    wq[k] = r < 128;
+    wsrc[k] = i < mma::kWarps * kWG && w * kRows < it.nrows
+                  ? it.w + static_cast<size_t>(w) * tile_bytes + (r < 128 ? r * 16 : 4096 + (r - 128) * 32)
+                  : nullptr;
+    wdst[k] = w * kPromptWarpBytes + r * 16;
+  }
+  const __half* xsrc[KX];
+  int xdst[KX];
+#pragma unroll
+  for (int k = 0; k < KX; ++k) {
+    const int j = threadIdx.x + k * kThr, lv = j / (BN * (kPromptK / 8)), rem = j - lv * BN * (kPromptK / 8);
+    const int r = rem / (kPromptK / 8), q = rem - r * (kPromptK / 8);
+    xsrc[k] = j < L * BN * (kPromptK / 8) && r < it.nr ? (lv ? p.xp.lo : p.xp.hi) + xrow[r] * p.xp.stride + q * 8
+                                                         : nullptr;
+    xdst[k] = (lv * BN + r) * kPromptXStride + q * 16;
+  }
+  auto load = [&](int st, int c) {
+    uint8_t* base = smem + st * SB;
+    const size_t unit = static_cast<size_t>(c >> 1) * kUnitBytes;
+#pragma unroll
+    for (int k = 0; k < KW; ++k)
+      if (wsrc[k]) cp_async16(base + wdst[k], wsrc[k] + unit + (c & 1) * (wq[k] ? 2048 : 16));
+    uint8_t* xs = base + mma::kWarps * kPromptWarpBytes;
+#pragma unroll
+    for (int k = 0; k < KX; ++k)
+      if (xsrc[k]) cp_async16(xs + xdst[k], xsrc[k] + static_cast<int64_t>(c) * kPromptK);
+  };
+  float acc[BN / 8][4];
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[j][i] = 0.0f;
+  const int ntiles = (it.nr + 7) / 8;
+  const bool active = warp * kRows < it.nrows;
+
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < nst) load(s, s);
+    cp_async_commit();
+  }
+  for (int c = 0; c < nst; ++c) {
+    cp_async_wait<S - 2>();
+    __syncthreads();
+    if (c + S - 1 < nst) load((c + S - 1) % S, c + S - 1);
+    cp_async_commit();
+    if (!active) continue;
+    const uint8_t* base = smem + (c % S) * SB;
+    const uint8_t* ws = base + warp * kPromptWarpBytes;
+    const uint8_t* xs = base + mma::kWarps * kPromptWarpBytes + g * kPromptXStride + 16 * t;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const uint4 q = *reinterpret_cast<const uint4*>(ws + b * 512 + lane * 16);
+      uint32_t a[2][4];
+#pragma unroll
+      for (int s = 0; s < 2; ++s) {
+        const uint32_t w0 = word(q, 2 * s), w1 = word(q, 2 * s + 1);
+        a[s][0] = biased_pair(w0, 0x5140u);
+        a[s][1] = biased_pair(w0, 0x7362u);
+        a[s][2] = biased_pair(w1, 0x5140u);
+        a[s][3] = biased_pair(w1, 0x7362u);
+      }
+      const uint32_t sw = *reinterpret_cast<const uint32_t*>(ws + 2048 + g * 16 + b * 4);
+      const float2 d = __half22float2(*reinterpret_cast<const __half2*>(&sw));  // rows g, g + 8
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {
+        if (j >= ntiles) break;
+        float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int lv = 0; lv < L; ++lv) {
+          const uint4 bx = *reinterpret_cast<const uint4*>(xs + (lv * BN + 8 * j) * kPromptXStride + b * 64);
+          mma::mma16816(sum, a[0], bx.x, bx.y, sum);
+          mma::mma16816(sum, a[1], bx.z, bx.w, sum);
+        }
+        acc[j][0] = fmaf(sum[0], d.x, acc[j][0]);
+        acc[j][1] = fmaf(sum[1], d.x, acc[j][1]);
+        acc[j][2] = fmaf(sum[2], d.y, acc[j][2]);
+        acc[j][3] = fmaf(sum[3], d.y, acc[j][3]);
+      }
+    }
+  }
+  cp_async_wait<0>();
+  if (active) {
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = 8 * j + 2 * t + (i & 1), row = warp * kRows + g + 8 * (i >> 1);
+        if (r < it.nr && row < it.nrows) p.yrow(it, r)[it.row0 + row] = acc[j][i] * p.xp.inv[xrow[r]];
+      }
+  }
+  __syncthreads();
 }
 
 }  // namespace ferry::cuda::q8t

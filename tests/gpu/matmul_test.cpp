@@ -738,19 +738,24 @@ TEST_F(Ops, Q8TilesMatmulMatchesCpuForEverySplitAndKeepsRowBits) {
         EXPECT_LT(first_bit_diff(p.data(), a.data() + r0 * s.rows, m * s.rows), 0) << what << " rows " << r0 << "+" << m;
       }
     }
-    // Prompt passes: no split of K; a row's bits are those of the row anywhere in a pass.
-    auto pass = poisoned_pair(static_cast<size_t>(n * s.rows));
+    // Prompt passes (their own kernel: groups of 64 rows, 128-row tiles): a row's bits are those of the
+    // row anywhere in a pass.
+    const int64_t np = 130;
+    auto xp = both(random_floats(static_cast<size_t>(np * s.cols), 34));
+    auto pc = poisoned_pair(static_cast<size_t>(np * s.rows));
+    cpu().matmul(wc, xp.cpu(), np, pc.cpu());
+    auto pass = poisoned_pair(static_cast<size_t>(np * s.rows));
     {
       PromptPass on(gpu());
-      gpu().matmul(w, x.gpu(), n, pass.gpu());
+      gpu().matmul(w, xp.gpu(), np, pass.gpu());
     }
     const auto pa = get(gpu(), pass.gpu(), pass.g.size());
-    EXPECT_LE(rel_err(("q8t prompt pass " + shape).c_str(), c, pa), kMmaTol);
-    for (const auto& [r0, m] : {std::pair{0, 1}, std::pair{17, 3}, std::pair{24, 16}}) {
+    EXPECT_LE(rel_err(("q8t prompt pass " + shape).c_str(), get(cpu(), pc.cpu(), pc.c.size()), pa), kMmaTol);
+    for (const auto& [r0, m] : {std::pair{0, 1}, std::pair{17, 3}, std::pair{24, 16}, std::pair{60, 9}, std::pair{129, 1}}) {
       auto part = poisoned_pair(static_cast<size_t>(m * s.rows));
       {
         PromptPass on(gpu());
-        gpu().matmul(w, x.gpu() + r0 * s.cols, m, part.gpu());
+        gpu().matmul(w, xp.gpu() + r0 * s.cols, m, part.gpu());
       }
       const auto p = get(gpu(), part.gpu(), part.g.size());
       EXPECT_LT(first_bit_diff(p.data(), pa.data() + r0 * s.rows, m * s.rows), 0) << "prompt pass rows " << r0 << "+" << m;
