@@ -31,6 +31,10 @@
 //    never by row count, so a row alone still equals the row in a block of 16. Both split K over
 //    several blocks for the q8_0 shapes matmul_ksplit picks (splitk.cuh: partials added in part order).
 //
+// 5. q8_0 weights that Backend::prepare_matmul_weight repacked at load (WLayout::q8_tiles, matmul_q8t.cuh)
+//    run on the tensor cores with kernels of their own, for every row count (decode steps and verify
+//    blocks) and for prompt passes; paths 1-4 never see them.
+//
 // Measured on the H200 (tests/gpu MatmulBench: graph replays of 96 calls, weights rotated past L2;
 // floor = bytes / 4.8 TB/s; device copy measured 4.25 TB/s), 2026-11-29, time in us (GB/s):
 //   rows n                        1            2            4            8            16
