@@ -198,6 +198,7 @@ void CpuBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
 void CpuBackend::embed(const Weight& table, const int32_t* ids_host, int64_t n, float* y) {
   if (table.empty()) throw TensorError("cpu embed: empty table");
   if (table.type == WType::mxfp4) throw TensorError("cpu embed: mxfp4 tables are not supported (f32 or q8_0)");
+  if (table.layout != WLayout::rows) throw TensorError("cpu embed: a table in another back-end's layout (q8_0 tiles)");
   const size_t rb = table.row_bytes();
   const auto* base = static_cast<const uint8_t*>(table.data);
   for (int64_t i = 0; i < n; ++i) {

@@ -4,6 +4,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "kernels/backend.hpp"
 
@@ -32,8 +33,28 @@ class CountingBackend final : public Backend {
     prompt_ = on;
     in_.set_prompt_pass(on);
   }
+  // With mark_prepared, every q8_0 weight handed to prepare_matmul_weight is marked as the CUDA
+  // back-end's q8_0 tiles (bytes unchanged) and matmul takes the mark off before the inner back-end sees
+  // it; every other op passes it on, so the CPU back-end refuses a marked weight that reaches anything
+  // but matmul (tests/kernels/model: which weights load_spine prepares).
+  bool mark_prepared = false;
+  std::vector<const void*> prepared;
+  void prepare_matmul_weight(Weight& w) override {
+    tick("prepare_matmul_weight");
+    if (mark_prepared && w.type == WType::q8_0 && !w.empty()) {
+      w.layout = WLayout::q8_tiles;
+      prepared.push_back(w.data);
+    }
+    in_.prepare_matmul_weight(w);
+  }
   void matmul(const Weight& w, const float* x, int64_t n, float* y) override {
-    tick(prompt_ ? "matmul (prompt)" : "matmul"), in_.matmul(w, x, n, y);
+    tick(prompt_ ? "matmul (prompt)" : "matmul");
+    Weight plain = w;
+    if (mark_prepared) plain.layout = WLayout::rows;
+    in_.matmul(plain, x, n, y);
+  }
+  void matmul_heads(const Weight& w, const HeadsLayout& l, const float* x, int64_t n, float* y) override {
+    tick("matmul_heads"), in_.matmul_heads(w, l, x, n, y);
   }
   void embed(const Weight& t, const int32_t* ids, int64_t n, float* y) override { tick("embed"), in_.embed(t, ids, n, y); }
   void rmsnorm(const float* x, const float* w, int64_t r, int64_t d, float e, float* y) override {

@@ -5,7 +5,11 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <functional>
+#include <string>
+#include <vector>
 
+#include "io/errors.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/cpu/quant.hpp"
 #include "tests/kernels/cpu/test_util.hpp"
@@ -156,6 +160,31 @@ TEST(Matmul, RowBytesAndErrors) {
   auto be = make_cpu_backend(1);
   float x[4] = {1, 2, 3, 4}, y[4];
   EXPECT_THROW(be->matmul(Weight{WType::f32, 1, 4, nullptr}, x, 1, y), std::exception);
+}
+
+// A weight in another back-end's layout (the CUDA back-end's q8_0 tiles) is refused by name, never read
+// as rows; the CPU back-end's prepare_matmul_weight leaves a weight as it is.
+TEST(Matmul, AWeightInTheCudaTilesLayoutIsRefusedAndCpuPrepareKeepsRows) {
+  auto be = make_cpu_backend(1);
+  std::vector<uint8_t> bytes(Weight{WType::q8_0, 16, 256, nullptr}.nbytes());
+  Weight w{WType::q8_0, 16, 256, bytes.data()};
+  be->prepare_matmul_weight(w);
+  EXPECT_EQ(w.layout, WLayout::rows);
+  std::vector<float> x(256, 1.0f), y(16 * 256);
+  be->matmul(w, x.data(), 1, y.data());
+  w.layout = WLayout::q8_tiles;
+  for (const auto& op : std::vector<std::function<void()>>{[&] { be->matmul(w, x.data(), 1, y.data()); },
+                                                          [&] {
+                                                            const int32_t id = 0;
+                                                            be->embed(w, &id, 1, y.data());
+                                                          }}) {
+    try {
+      op();
+      ADD_FAILURE() << "a q8_0-tiles weight was read as rows";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("q8_0 tiles"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(Embed, F32AndQ8RowsAndBadId) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "io/errors.hpp"
@@ -83,6 +84,51 @@ TEST(PromptPassFlag, ModelHoldsItForEachPromptPassAndNeverForDecodeStepsOrBlocks
   EXPECT_EQ(be.counts["prompt_pass on"], 0);
   model.forward(*st, std::vector<int32_t>{12});
   EXPECT_EQ(be.counts["matmul (prompt)"], 0);
+}
+
+}  // namespace
+}  // namespace ferry
+
+namespace ferry {
+namespace {
+
+// load_spine hands Backend::prepare_matmul_weight exactly the weights that only ever go to matmul (the
+// CUDA back-end repacks those into q8_0 tiles, which no other op reads): with the decorator marking
+// every q8_0 weight it is handed and unmarking it in matmul alone, a prompt pass, decode steps (MLA's
+// kv_b goes to matmul_heads there) and a block of rows run through the CPU back-end, which refuses a
+// marked weight anywhere else, and give the logits of the same model unmarked.
+TEST(PrepareMatmulWeight, OnlyWeightsThatGoToMatmulAreHandedOverAndLogitsStayTheSame) {
+  const std::filesystem::path dir = std::filesystem::path(FERRY_FIXTURES) / "k3-tiny-a/hf";
+  const ModelConfig cfg = load_model_config(dir);
+  const auto src = open_safetensors_checkpoint(dir);
+  LoadOptions lo;
+  lo.spine_type = SpineType::q8_0;
+  auto run = [&](bool mark, size_t* prepared) {
+    std::unique_ptr<Backend> cpu = make_cpu_backend(1);
+    test::CountingBackend be{*cpu};
+    be.mark_prepared = mark;
+    Model model{cfg, *src, be, lo};
+    if (prepared) *prepared = be.prepared.size();
+    auto st = model.new_state(64);
+    ForwardOptions pre;
+    pre.prefill = true;
+    std::vector<float> out = model.forward(*st, std::vector<int32_t>{1, 2, 3, 4, 5}, pre);
+    for (int32_t id : {6, 7}) {
+      const auto l = model.forward(*st, std::vector<int32_t>{id});
+      out.insert(out.end(), l.begin(), l.end());
+    }
+    const auto b = model.forward(*st, std::vector<int32_t>{8, 9, 10});
+    out.insert(out.end(), b.begin(), b.end());
+    return out;
+  };
+  size_t prepared = 0;
+  const auto plain = run(false, nullptr);
+  const auto marked = run(true, &prepared);
+  // k3-tiny-a hands over several matrices per layer (the mixer's projections, the shared experts, the
+  // latent pair) and lm_head.
+  EXPECT_GT(prepared, static_cast<size_t>(cfg.n_layers) * 3);
+  ASSERT_EQ(marked.size(), plain.size());
+  EXPECT_EQ(std::memcmp(marked.data(), plain.data(), plain.size() * sizeof(float)), 0);
 }
 
 }  // namespace
