@@ -56,6 +56,8 @@ __global__ void q8t_pack_kernel(const uint8_t* __restrict__ src, uint8_t* __rest
                              gr * 16) = v;
 }
 
+// Up to 4 rows: 4 blocks of 4 warps per SM (128 registers: the two units in flight take 80 of them; ptxas
+// spills 16 bytes of loop invariants). 8 and 16 rows: 2 blocks (202 and 255 registers).
 template <int NRA>
 __global__ void __launch_bounds__(kThreads, NRA <= 4 ? 4 : 2) q8t_kernel(const __grid_constant__ mma::PlainTc p) {
   item_body<NRA>(p, p.item(blockIdx.x));
@@ -167,10 +169,6 @@ void launch_matmul_q8t(const Weight& w, const mma::XPrep& xp, int64_t n, float* 
   if (n <= 8) return launch_n<8>(p, st);
   launch_n<16>(p, st);
 }
-
-}  // namespace ferry::cuda
-
-namespace ferry::cuda {
 
 void launch_matmul_q8t_prompt(const Weight& w, const mma::XPrep& xp, int64_t n, float* y, cudaStream_t st) {
   mma::PlainTc p{static_cast<const uint8_t*>(w.data), w.row_bytes(), static_cast<int>(w.rows),

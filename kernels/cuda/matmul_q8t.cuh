@@ -138,7 +138,7 @@ __device__ __forceinline__ void item_body(const P& p, const mma::Item& it) {
   __syncthreads();
   dec::grid_dependency_wait();
   // This lane's B column g of n8 tile j: activation row 4j + g / 2 (past the group: the group's last
-  // row, whose columns are discarded), level g % 1; its accumulator rows 4j + t.
+  // row, whose columns are discarded), level g % 2 (hi, lo); its accumulator rows 4j + t.
   const __half* x[NT];
   float xinv[NT];
 #pragma unroll
