@@ -38,6 +38,12 @@ struct Weight {
   size_t nbytes() const { return row_bytes() * static_cast<size_t>(rows); }
 };
 
+// One output of Backend::matmul_group: y[n, w->rows] = x @ W^T.
+struct MatmulOut {
+  const Weight* w;
+  float* y;
+};
+
 // KDA decay gate forms (MODEL_SPEC.md §3).
 struct KdaGateParams {
   bool safe_gate = false;     // K3: g = lower_bound * sigmoid(exp(A_log[h]) * f)
@@ -195,6 +201,13 @@ class Backend {
   virtual void prepare_matmul_weight(Weight& w) { (void)w; }
   // y[n, w.rows] = x[n, w.cols] @ W^T. Row-invariant (see the exactness rule above).
   virtual void matmul(const Weight& w, const float* x, int64_t n, float* y) = 0;
+  // Several matmuls of one input x[n, cols] (a mixer's projections, an MLP's gate and up): every output
+  // has the bits matmul() gives it alone. A back-end may share work between them (CUDA with
+  // FERRY_Q8T_GROUP=1: x prepared for the tensor cores once); the default runs them one by one.
+  // (A pointer and a count, not a span: the CUDA sources that include this header are C++17.)
+  virtual void matmul_group(const MatmulOut* outs, size_t count, const float* x, int64_t n) {
+    for (size_t i = 0; i < count; ++i) matmul(*outs[i].w, x, n, outs[i].y);
+  }
   // Per-head matmuls over one weight holding every head's rows (MLA's absorbed decode): for head h and
   // token t < n, y(t, h)[o] = dot(x(t, h)[0 .. w.cols), row h * w_head_rows + o of w) for o < w.rows,
   // w.data being head 0's first row. Row-invariant like matmul. The default (backend_heads.cpp) runs

@@ -52,6 +52,7 @@ class CudaBackend final : public Backend {
   bool prompt_pass() const { return prompt_pass_; }
   void prepare_matmul_weight(Weight& w) override;
   void matmul(const Weight& w, const float* x, int64_t n, float* y) override;
+  void matmul_group(const MatmulOut* outs, size_t count, const float* x, int64_t n) override;
   void matmul_heads(const Weight& w, const HeadsLayout& l, const float* x, int64_t n, float* y) override;
   void embed(const Weight& table, const int32_t* ids_host, int64_t n, float* y) override;
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "io/formats/ggml_blocks.hpp"
 #include "kernels/cuda/common.cuh"
@@ -326,6 +327,37 @@ void CudaBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
     return launch_matmul_dec(w, xp, n, y, stream_, sk);
   }
   launch_matmul(w, x, n, y, stream_, sk);
+}
+
+namespace {
+int g_group = -1;  // matmul_group_tune
+}  // namespace
+
+void matmul_group_tune(int on) { g_group = on; }
+
+void CudaBackend::matmul_group(const MatmulOut* outs, size_t count, const float* x, int64_t n) {
+  static const bool env = [] {
+    const char* v = std::getenv("FERRY_Q8T_GROUP");
+    return v && v[0] == '1';
+  }();
+  const bool on = g_group >= 0 ? g_group == 1 : env;
+  // The q8_0-tiles weights of x's width; everything else runs alone first (stream order keeps the
+  // shared scratch of its x preparation apart from the group's).
+  std::vector<const MatmulOut*> tiles;
+  for (size_t i = 0; i < count; ++i) {
+    const Weight& w = *outs[i].w;
+    if (on && !prompt_pass_ && w.layout == WLayout::q8_tiles && w.cols == outs[0].w->cols)
+      tiles.push_back(&outs[i]);
+    else
+      matmul(w, x, n, outs[i].y);
+  }
+  if (tiles.size() == 1) matmul(*tiles[0]->w, x, n, tiles[0]->y);
+  if (tiles.size() < 2 || n <= 0) return;
+  if (n > 65535 * int64_t{8}) throw LimitError("cuda matmul: " + std::to_string(n) + " rows in one call (max 524280)");
+  bind();
+  const int64_t cols = tiles[0]->w->cols;
+  const mma::XPrep xp = prep_x(x, n, cols, scratch(kMmaX, mma_prep_bytes(n, cols)), stream_, true);
+  for (const MatmulOut* o : tiles) launch_matmul_q8t(*o->w, xp, n, o->y, stream_, split_bufs(*o->w, n));
 }
 
 splitk::Bufs CudaBackend::split_bufs(const Weight& w, int64_t n) {

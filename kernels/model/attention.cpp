@@ -1,5 +1,6 @@
 // MLA (with the K3 output gate and the DSA indexer) and GQA attention layers (MODEL_SPEC.md §4, §5).
 #include <cmath>
+#include <iterator>
 
 #include "kernels/model/model_ctx.hpp"
 
@@ -40,18 +41,21 @@ void Model::mixer_mla(int il, Ctx& c, const float* x, float* out) {
   const int64_t n = c.n, h = cfg_.n_heads, dn = cfg_.qk_nope_dim, dr = cfg_.qk_rope_dim, dv = cfg_.v_head_dim;
   const int64_t r = cfg_.kv_lora_rank, qk = dn + dr, lw = r + dr, len = c.pos0 + n;
   // Queries [n, H, dn+dr].
+  // The query's first projection and the latent cache rows [c | k_pe] of the new positions, both of x:
+  // one matmul group (Backend::matmul_group: the bits of each alone).
   Buf q(be_, static_cast<size_t>(n * h * qk), Buf::Uninit{}), cq;
+  float* lat = st.latent.get() + c.pos0 * lw;
   if (!w.q_a.empty()) {
     cq = Buf(be_, static_cast<size_t>(n * cfg_.q_lora_rank), Buf::Uninit{});
-    be_.matmul(w.q_a, x, n, cq);
+    const MatmulOut outs[] = {{&w.q_a, cq}, {&w.kv_a, lat}};
+    be_.matmul_group(outs, std::size(outs), x, n);
     be_.rmsnorm(cq, w.q_a_norm, n, cfg_.q_lora_rank, kLatentNormEps, cq);
     be_.matmul(w.q_b, cq, n, q);
   } else {
-    be_.matmul(w.q, x, n, q);
+    const MatmulOut outs[] = {{&w.q, q}, {&w.kv_a, lat}};
+    be_.matmul_group(outs, std::size(outs), x, n);
   }
-  // Latent cache rows [c (normalised) | k_pe] for the new positions.
-  float* lat = st.latent.get() + c.pos0 * lw;
-  be_.matmul(w.kv_a, x, n, lat);
+  // The latent rows' c part normalised in place.
   {
     Buf ckv(be_, static_cast<size_t>(n * r), Buf::Uninit{});
     be_.copy2d(lat, lw, ckv, r, n, r);

@@ -1,6 +1,7 @@
 // Kimi Delta Attention layer (MODEL_SPEC.md §3): projections, short convolutions, decay gate, the
 // gated delta rule (recurrent for decode rows, chunked for the prompt pass), gated output RMSNorm.
 #include <cmath>
+#include <iterator>
 
 #include "kernels/model/model_ctx.hpp"
 
@@ -28,32 +29,44 @@ void Model::mixer_kda(int il, Ctx& c, const float* x, float* out) {
   float* snap = r ? snapshot_part(*c.snap, *c.s, il) : nullptr;
   const size_t state_n = st.kda_state.size(), conv_n = st.conv_q.size();
   // q, k, v: projection, causal depthwise conv (history carried in the state), SiLU.
-  auto conv = [&](const float* wc, Buf& hist, float* out, size_t slot) {
-    if (!r) return be_.conv1d_silu(t, n, p, wc, cw, hist, out);
-    be_.conv1d_silu(t, r, p, wc, cw, hist, out);
+  auto conv = [&](const float* in, const float* wc, Buf& hist, float* out, size_t slot) {
+    if (!r) return be_.conv1d_silu(in, n, p, wc, cw, hist, out);
+    be_.conv1d_silu(in, r, p, wc, cw, hist, out);
     be_.copy(snap + state_n + slot * conv_n, hist, conv_n * sizeof(float));
-    be_.conv1d_silu(t.get() + r * p, n - r, p, wc, cw, hist, out + r * p);
+    be_.conv1d_silu(in + r * p, n - r, p, wc, cw, hist, out + r * p);
   };
-  be_.matmul(w.q, x, n, t);
-  conv(w.q_conv, st.conv_q, q, 0);
-  be_.matmul(w.k, x, n, t);
-  conv(w.k_conv, st.conv_k, kk, 1);
-  be_.matmul(w.v, x, n, t);
-  conv(w.v_conv, st.conv_v, v, 2);
+  Buf fa(be_, static_cast<size_t>(n * k), u), g(be_, np, u), beta(be_, static_cast<size_t>(n * h), u);
+  // Decode rows: every projection of x (q, k, v, f_a, b and the output gate's first matrix) in one
+  // matmul group (Backend::matmul_group: the bits of each alone; the CUDA back-end may prepare x once).
+  // A prompt pass keeps one projection buffer at a time: its activations are what the memory plan sized.
+  const bool group = !c.prefill;
+  const Weight& gate1 = cfg_.kda.full_rank_gate ? w.g : w.g_a;
+  Buf tk, tv, tg;
+  if (group) {
+    tk = Buf(be_, np, u);
+    tv = Buf(be_, np, u);
+    tg = Buf(be_, cfg_.kda.full_rank_gate ? np : static_cast<size_t>(n * k), u);
+    const MatmulOut outs[] = {{&w.q, t}, {&w.k, tk}, {&w.v, tv}, {&w.f_a, fa}, {&w.b, beta}, {&gate1, tg}};
+    be_.matmul_group(outs, std::size(outs), x, n);
+  }
+  if (!group) be_.matmul(w.q, x, n, t);
+  conv(t, w.q_conv, st.conv_q, q, 0);
+  if (!group) be_.matmul(w.k, x, n, t);
+  conv(group ? tk.get() : t.get(), w.k_conv, st.conv_k, kk, 1);
+  if (!group) be_.matmul(w.v, x, n, t);
+  conv(group ? tv.get() : t.get(), w.v_conv, st.conv_v, v, 2);
   be_.l2norm(q, n * h, k, kL2Eps, q);
   be_.scale(q, static_cast<float>(1.0 / std::sqrt(static_cast<double>(k))), static_cast<int64_t>(np));
   be_.l2norm(kk, n * h, k, kL2Eps, kk);
   // Decay gate g [n, H, K] from f = f_b(f_a(x)) + dt_bias.
-  Buf fa(be_, static_cast<size_t>(n * k), u), g(be_, np, u);
-  be_.matmul(w.f_a, x, n, fa);
+  if (!group) be_.matmul(w.f_a, x, n, fa);
   be_.matmul(w.f_b, fa, n, t);
   be_.add_rows(t, w.dt_bias, n, p, t);
   KdaGateParams gp;
   gp.safe_gate = cfg_.kda.has_lower_bound;
   gp.lower_bound = static_cast<float>(cfg_.kda.gate_lower_bound);
   be_.kda_gate(t, w.a_log, n, h, k, gp, g);
-  Buf beta(be_, static_cast<size_t>(n * h), u);
-  be_.matmul(w.b, x, n, beta);
+  if (!group) be_.matmul(w.b, x, n, beta);
   be_.sigmoid(beta, n * h, beta);
   // The delta rule. Decode rows always use the recurrent form (row-exact); a prompt pass the chunked one,
   // even of one row: its last pass (or a pass continuing a cached prefix) may have one, and must compute
@@ -69,14 +82,18 @@ void Model::mixer_kda(int il, Ctx& c, const float* x, float* out) {
   else
     be_.kda_recurrent(q, kk, v, g, beta, n, h, k, k, st.kda_state, o);
   // Output gate and per-head RMSNorm: o = rmsnorm(o) * o_norm * sigmoid(gate).
+  const float* gate = t;
   if (cfg_.kda.full_rank_gate) {
-    be_.matmul(w.g, x, n, t);
+    if (group)
+      gate = tg;
+    else
+      be_.matmul(w.g, x, n, t);
   } else {
-    be_.matmul(w.g_a, x, n, fa);
-    be_.matmul(w.g_b, fa, n, t);
+    if (!group) be_.matmul(w.g_a, x, n, fa);
+    be_.matmul(w.g_b, group ? tg.get() : fa.get(), n, t);
   }
   be_.rmsnorm(o, w.o_norm, n * h, k, static_cast<float>(cfg_.rms_eps), o);
-  be_.sigmoid_mul(o, t, static_cast<int64_t>(np), o);
+  be_.sigmoid_mul(o, gate, static_cast<int64_t>(np), o);
   be_.matmul(w.o, o, n, out);
 }
 

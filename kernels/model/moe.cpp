@@ -1,6 +1,7 @@
 // Feed-forward blocks: dense MLP (SwiGLU or SiTU), and the mixture of experts with sigmoid routing,
 // grouped top-k, shared experts and K3's latent MoE (MODEL_SPEC.md §2, §6).
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <numeric>
 
@@ -11,8 +12,8 @@ namespace ferry {
 void Model::mlp(const MlpWeights& w, const float* x, int64_t n, float* out) {
   const size_t ni = static_cast<size_t>(n * w.gate.rows);
   Buf g(be_, ni, Buf::Uninit{}), u(be_, ni, Buf::Uninit{});
-  be_.matmul(w.gate, x, n, g);
-  be_.matmul(w.up, x, n, u);
+  const MatmulOut outs[] = {{&w.gate, g}, {&w.up, u}};
+  be_.matmul_group(outs, std::size(outs), x, n);
   if (cfg_.act == Activation::situ)
     be_.situ(g, u, static_cast<int64_t>(ni), static_cast<float>(cfg_.situ_beta),
              static_cast<float>(cfg_.situ_linear_beta), g);

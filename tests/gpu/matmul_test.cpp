@@ -775,6 +775,63 @@ TEST_F(Ops, Q8TilesMatmulMatchesCpuForEverySplitAndKeepsRowBits) {
 #endif
 }
 
+// Backend::matmul_group with x prepared once for its q8_0-tiles weights (matmul_group_tune(1)): every
+// output has the bits of its matmul alone, the group's other weights (f32, q8_0 rows, another width)
+// included, in decode calls of 1-40 rows and in a prompt pass.
+TEST_F(Ops, Q8TilesMatmulGroupGivesEachOutputTheBitsOfItsMatmulAlone) {
+#if FERRY_WITH_CUDA
+  struct Shape { WType t; int64_t rows, cols; bool tiles; };
+  const std::vector<Shape> shapes = {{WType::q8_0, 128, 1536, true},  // split K (few tiles)
+                                     {WType::q8_0, 6144, 1536, true},
+                                     {WType::q8_0, 48, 1536, true},
+                                     {WType::q8_0, 40, 1536, false},  // rows % 16: row layout
+                                     {WType::f32, 33, 1536, false},
+                                     {WType::q8_0, 64, 1024, true}};  // another width: alone
+  std::vector<std::unique_ptr<Bytes>> bufs;
+  std::vector<Weight> ws;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const Shape& s = shapes[i];
+    const auto bytes = random_weight(s.t, s.rows, s.cols, 40 + static_cast<uint32_t>(i));
+    bufs.push_back(both_bytes(bytes.data(), bytes.size()));
+    ws.push_back(Weight{s.t, s.rows, s.cols, bufs.back()->g});
+    gpu().prepare_matmul_weight(ws.back());
+    EXPECT_EQ(ws.back().layout == WLayout::q8_tiles, s.tiles) << i;
+  }
+  cuda::matmul_group_tune(1);
+  for (const bool prompt : {false, true}) {
+    for (const int64_t n : {1, 3, 16, 40}) {
+      auto x = both(random_floats(static_cast<size_t>(n * 1536), 50 + static_cast<uint32_t>(n)));
+      auto x2 = both(random_floats(static_cast<size_t>(n * 1024), 60 + static_cast<uint32_t>(n)));
+      std::vector<Pair> alone, grouped;
+      std::vector<MatmulOut> outs;
+      for (size_t i = 0; i < ws.size(); ++i) {
+        alone.push_back(poisoned_pair(static_cast<size_t>(n * ws[i].rows)));
+        grouped.push_back(poisoned_pair(static_cast<size_t>(n * ws[i].rows)));
+      }
+      if (prompt) gpu().set_prompt_pass(true);
+      for (size_t i = 0; i < ws.size(); ++i) {
+        const float* xi = ws[i].cols == 1536 ? x.gpu() : x2.gpu();
+        gpu().matmul(ws[i], xi, n, alone[i].gpu());
+        if (ws[i].cols == 1536) outs.push_back(MatmulOut{&ws[i], grouped[i].gpu()});
+      }
+      gpu().matmul_group(outs.data(), outs.size(), x.gpu(), n);
+      const MatmulOut other{&ws.back(), grouped.back().gpu()};
+      gpu().matmul_group(&other, 1, x2.gpu(), n);
+      if (prompt) gpu().set_prompt_pass(false);
+      for (size_t i = 0; i < ws.size(); ++i) {
+        const auto a = get(gpu(), alone[i].gpu(), alone[i].g.size());
+        const auto g = get(gpu(), grouped[i].gpu(), grouped[i].g.size());
+        EXPECT_LT(first_bit_diff(a.data(), g.data(), static_cast<int64_t>(a.size())), 0)
+            << "weight " << i << " n=" << n << (prompt ? " prompt pass" : "");
+      }
+    }
+  }
+  cuda::matmul_group_tune(-1);
+#else
+  GTEST_SKIP() << "no CUDA back-end in this build";
+#endif
+}
+
 // The q8_0 tiles against the row layout's kernels (the default decode path) for the K3.1 slice's spine
 // shapes at 1, 4 and 16 rows, and the q8_0 tiles' split of K swept at one row.
 TEST_F(Ops, MatmulBenchQ8Tiles) {
