@@ -22,7 +22,16 @@ void Model::mixer_kda(int il, Ctx& c, const float* x, float* out) {
   const size_t np = static_cast<size_t>(n * p);
   // Every temporary here is written in full by its first op: no zero fill (Buf::Uninit).
   const Buf::Uninit u;
-  Buf q(be_, np, u), kk(be_, np, u), v(be_, np, u), t(be_, np, u);
+  // Decode rows: every projection of x (q, k, v, f_a, b and the output gate's first matrix) in one
+  // matmul group (Backend::matmul_group: the bits of each alone; the CUDA back-end may prepare x once),
+  // the k, v and gate projections in t past its first n x p floats (one allocation, as before). A prompt
+  // pass keeps one projection buffer at a time: its activations are what the memory plan sized.
+  const bool group = !c.prefill;
+  const size_t ng = cfg_.kda.full_rank_gate ? np : static_cast<size_t>(n * k);
+  Buf q(be_, np, u), kk(be_, np, u), v(be_, np, u), t(be_, group ? 3 * np + ng : np, u);
+  float* const tk = group ? t.get() + np : nullptr;
+  float* const tv = group ? t.get() + 2 * np : nullptr;
+  float* const tg = group ? t.get() + 3 * np : nullptr;
   // A snapshot after row r of this pass (ForwardOptions::snapshot): the convolutions and the delta rule
   // run in two calls split there, each state copied in between (the same bits as one call).
   const int64_t r = c.snap ? c.snap_row : 0;
@@ -36,25 +45,17 @@ void Model::mixer_kda(int il, Ctx& c, const float* x, float* out) {
     be_.conv1d_silu(in + r * p, n - r, p, wc, cw, hist, out + r * p);
   };
   Buf fa(be_, static_cast<size_t>(n * k), u), g(be_, np, u), beta(be_, static_cast<size_t>(n * h), u);
-  // Decode rows: every projection of x (q, k, v, f_a, b and the output gate's first matrix) in one
-  // matmul group (Backend::matmul_group: the bits of each alone; the CUDA back-end may prepare x once).
-  // A prompt pass keeps one projection buffer at a time: its activations are what the memory plan sized.
-  const bool group = !c.prefill;
   const Weight& gate1 = cfg_.kda.full_rank_gate ? w.g : w.g_a;
-  Buf tk, tv, tg;
   if (group) {
-    tk = Buf(be_, np, u);
-    tv = Buf(be_, np, u);
-    tg = Buf(be_, cfg_.kda.full_rank_gate ? np : static_cast<size_t>(n * k), u);
     const MatmulOut outs[] = {{&w.q, t}, {&w.k, tk}, {&w.v, tv}, {&w.f_a, fa}, {&w.b, beta}, {&gate1, tg}};
     be_.matmul_group(outs, std::size(outs), x, n);
   }
   if (!group) be_.matmul(w.q, x, n, t);
   conv(t, w.q_conv, st.conv_q, q, 0);
   if (!group) be_.matmul(w.k, x, n, t);
-  conv(group ? tk.get() : t.get(), w.k_conv, st.conv_k, kk, 1);
+  conv(group ? tk : t.get(), w.k_conv, st.conv_k, kk, 1);
   if (!group) be_.matmul(w.v, x, n, t);
-  conv(group ? tv.get() : t.get(), w.v_conv, st.conv_v, v, 2);
+  conv(group ? tv : t.get(), w.v_conv, st.conv_v, v, 2);
   be_.l2norm(q, n * h, k, kL2Eps, q);
   be_.scale(q, static_cast<float>(1.0 / std::sqrt(static_cast<double>(k))), static_cast<int64_t>(np));
   be_.l2norm(kk, n * h, k, kL2Eps, kk);
@@ -90,7 +91,7 @@ void Model::mixer_kda(int il, Ctx& c, const float* x, float* out) {
       be_.matmul(w.g, x, n, t);
   } else {
     if (!group) be_.matmul(w.g_a, x, n, fa);
-    be_.matmul(w.g_b, group ? tg.get() : fa.get(), n, t);
+    be_.matmul(w.g_b, group ? tg : fa.get(), n, t);
   }
   be_.rmsnorm(o, w.o_norm, n * h, k, static_cast<float>(cfg_.rms_eps), o);
   be_.sigmoid_mul(o, gate, static_cast<int64_t>(np), o);
