@@ -285,7 +285,8 @@ void launch_embed(const Weight& t, const int32_t* ids, int64_t n, float* y, cuda
 }
 
 // q8_0 weights of plain matmuls become q8_0 tiles (matmul_q8t.cuh), unless FERRY_Q8T=0 (measurements:
-// the row-layout kernels instead). In place, through a scratch of at most 64 MB.
+// the row-layout kernels instead). In place, through a temporary of at most 64 MB, freed before the next
+// weight: inside the memory plan's margin (io/store/memory_plan.cpp: at least 512 MiB stay free).
 void CudaBackend::prepare_matmul_weight(Weight& w) {
   static const bool on = [] {
     const char* v = std::getenv("FERRY_Q8T");
