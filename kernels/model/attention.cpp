@@ -40,9 +40,8 @@ void Model::mixer_mla(int il, Ctx& c, const float* x, float* out) {
   LayerState& st = c.s->layers[static_cast<size_t>(il)];
   const int64_t n = c.n, h = cfg_.n_heads, dn = cfg_.qk_nope_dim, dr = cfg_.qk_rope_dim, dv = cfg_.v_head_dim;
   const int64_t r = cfg_.kv_lora_rank, qk = dn + dr, lw = r + dr, len = c.pos0 + n;
-  // Queries [n, H, dn+dr].
-  // The query's first projection and the latent cache rows [c | k_pe] of the new positions, both of x:
-  // one matmul group (Backend::matmul_group: the bits of each alone).
+  // Queries [n, H, dn+dr]. The query's first projection and the latent cache rows [c | k_pe] of the new
+  // positions, both of x, are one matmul group (Backend::matmul_group: the bits of each alone).
   Buf q(be_, static_cast<size_t>(n * h * qk), Buf::Uninit{}), cq;
   float* lat = st.latent.get() + c.pos0 * lw;
   if (!w.q_a.empty()) {
