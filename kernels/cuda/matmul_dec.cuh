@@ -146,6 +146,29 @@ void launch_dependent(void (*kernel)(Arg), unsigned grid, size_t smem, cudaStrea
 // One work item: a 16-row weight tile against a group of nr (<= NRA) activation rows. As mma::Item.
 using Item = mma::Item;
 
+// The end of an item of a 16-row tile computed by 4 warps (this kernel and matmul_q8t.cuh's): each warp's
+// accumulator pairs (acc[j][h]: tile row g + 8h, activation row 4j + t) go to red (kWarps * NT * 64
+// floats of shared memory no warp still reads), the warps' sums are added in warp order, and the
+// outputs stored (splitk::store, and finish where K is split).
+template <int NT, class P, class I>
+__device__ __forceinline__ void store_warp_sums(const P& p, const I& it, const float (&acc)[NT][2], float* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) red[((warp * NT + j) * 2 + h) * 32 + lane] = acc[j][h];
+  __syncthreads();
+  for (int e = threadIdx.x; e < NT * 64; e += kThreads) {
+    const int j = e >> 6, h = (e >> 5) & 1, l = e & 31;
+    float v = red[(j * 2 + h) * 32 + l];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) v += red[((w * NT + j) * 2 + h) * 32 + l];
+    const int r = 4 * j + (l & 3), row = (l >> 2) + 8 * h;
+    if (r < it.nr && row < it.nrows) splitk::store(p, it, r, row, v);
+  }
+  splitk::finish<kRows>(p, it);
+}
+
 // Item it of problem p (p.item / p.xrow / p.yrow / p.xp / p.row_bytes / p.cols as the prompt kernel's
 // problems): out[r][row0 + i] for i < nrows, r < nr.
 template <class F, int KB, int NRA, int S, class P>
@@ -273,21 +296,7 @@ __device__ __forceinline__ void item_body(const P& p, const Item& it, uint8_t* s
   }
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with the stages: they hold the warps' sums now
-  float* red = reinterpret_cast<float*>(smem);
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) red[((warp * NT + j) * 2 + h) * 32 + lane] = acc[j][h];
-  __syncthreads();
-  for (int e = threadIdx.x; e < NT * 64; e += kThreads) {
-    const int j = e >> 6, h = (e >> 5) & 1, l = e & 31;
-    float v = red[(j * 2 + h) * 32 + l];
-#pragma unroll
-    for (int w = 1; w < kWarps; ++w) v += red[((w * NT + j) * 2 + h) * 32 + l];
-    const int r = 4 * j + (l & 3), row = (l >> 2) + 8 * h;
-    if (r < it.nr && row < it.nrows) splitk::store(p, it, r, row, v);
-  }
-  splitk::finish<kRows>(p, it);
+  store_warp_sums<NT>(p, it, acc, reinterpret_cast<float*>(smem));
 }
 
 }  // namespace ferry::cuda::dec

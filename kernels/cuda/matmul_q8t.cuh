@@ -49,6 +49,7 @@ constexpr int kUnitBytes = 4352;  // 16 rows x 8 blocks x 34 bytes
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kRows = 16;
+static_assert(kWarps == dec::kWarps && kRows == dec::kRows, "the end of an item is dec::store_warp_sums");
 
 // Read-once weight bytes: a 16-byte load that bypasses L1. volatile keeps the loads where they are
 // written (issued a unit ahead of their use), not sunk next to the mma that needs them.
@@ -160,20 +161,7 @@ __device__ __forceinline__ void item_body(const P& p, const mma::Item& it) {
     if (u < u1) load_unit(A, it.w + static_cast<size_t>(u) * kUnitBytes, lane, g);
     unit_math<NT>(B, x, v * kUnitCols, xinv, acc);
   }
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) red[((warp * NT + j) * 2 + h) * 32 + lane] = acc[j][h];
-  __syncthreads();
-  for (int e = threadIdx.x; e < NT * 64; e += kThreads) {
-    const int j = e >> 6, h = (e >> 5) & 1, l = e & 31;
-    float v = red[(j * 2 + h) * 32 + l];
-#pragma unroll
-    for (int w = 1; w < kWarps; ++w) v += red[((w * NT + j) * 2 + h) * 32 + l];
-    const int r = 4 * j + (l & 3), row = (l >> 2) + 8 * h;
-    if (r < it.nr && row < it.nrows) splitk::store(p, it, r, row, v);
-  }
-  splitk::finish<kRows>(p, it);
+  dec::store_warp_sums<NT>(p, it, acc, red);
 }
 
 // ---- prompt passes ------------------------------------------------------------------------------------
