@@ -81,13 +81,7 @@ fi
 [ "${MODEL:-1}" = 1 ] || { tar czf "$OUT/decode.tgz" -C "$R" . && rm -rf "$R"; exit 0; }
 stamp "synth"
 D=/dev/shm/ferry; M=$D/model; E=$D/experts
-if [ "${REUSE_SLICE:-0}" = 1 ] && [ -d "$M" ]; then
-  echo "reusing the slice an earlier script of this call left (REUSE_SLICE=1)"
-else
-  rm -rf "$D"; mkdir -p "$D"
-  synth_slice ${LAYERS:-4} "$M" "$E"; echo "synth exit $?"
-fi
-du -sh "$M" "$E"
+slice_for_script "$M" "$E"
 for rep in $(seq 1 ${REPS:-2}); do
   for arm in $ARMS; do
     stamp "$arm decode round $rep"

@@ -19,6 +19,18 @@ synth_slice() {
     --usage tests/fixtures/k3-expert-usage-2026-09-03.json --prepared "$model" "${dirs[@]}" --threads "$(nproc)"
 }
 
+# slice_for_script MODEL_DIR EXPERT_DIR: the 4-layer (LAYERS) slice in MODEL_DIR, or, with REUSE_SLICE=1,
+# the one an earlier script of this device call left there (KEEP_SLICE=1 there). Under D, cleared first.
+slice_for_script() {
+  if [ "${REUSE_SLICE:-0}" = 1 ] && [ -d "$1" ]; then
+    echo "reusing the slice an earlier script of this call left (REUSE_SLICE=1)"
+  else
+    rm -rf "$D"; mkdir -p "$D"
+    synth_slice ${LAYERS:-4} "$1" "$2"; echo "synth exit $?"
+  fi
+  du -sh "$1" "$2"
+}
+
 # reference_caches NEXP: sets DC (device cache) and HPN (host pool), in experts, for a model of NEXP
 # routed experts at the reference machine's fractions (27.5 and 53.7 GB of K3.1's 1,450 GB).
 reference_caches() {

@@ -35,13 +35,7 @@ fi
 [ "${MODEL:-1}" = 1 ] || exit 0
 stamp "synth"
 D=/dev/shm/ferry; M=$D/model; E=$D/experts
-if [ "${REUSE_SLICE:-0}" = 1 ] && [ -d "$M" ]; then
-  echo "reusing the slice an earlier script of this call left (REUSE_SLICE=1)"
-else
-  rm -rf "$D"; mkdir -p "$D"
-  synth_slice ${LAYERS:-4} "$M" "$E"; echo "synth exit $?"
-fi
-du -sh "$M" "$E"
+slice_for_script "$M" "$E"
 IDS=$(python3 -c "import random; random.seed(7); print(','.join(str(random.randrange(0, 1024)) for _ in range(${NPROMPT:-1024})))")
 arm_env() { case $1 in cores) echo FERRY_MMA=0;; mma) echo FERRY_MMA=1;; mma1) echo FERRY_MMA_LEVELS=1;; mmaw2) echo FERRY_MMA_GROUP_MW=2;; rowq8) echo FERRY_Q8T=0;; esac; }
 ARMS=${ARMS:-"cores mma mma1"}

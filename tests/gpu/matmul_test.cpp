@@ -491,6 +491,34 @@ double time_calls(Backend& be, const std::function<void(int)>& call, int calls, 
   return t[t.size() / 2];
 }
 
+// The q8_0 spine shapes of the K3.1 slice (the split-K and q8_0-tiles sweeps).
+constexpr std::pair<int64_t, int64_t> kSliceSpineShapes[] = {
+    {12288, 7168}, {7168, 12288}, {33792, 7168}, {7168, 33792}, {7168, 7168}, {6144, 7168}, {7168, 6144},
+    {3584, 7168},  {7168, 3584},  {1536, 7168},  {576, 7168},   {128, 7168},  {18432, 1536}, {8192, 1536}};
+
+// Copies of one random q8_0 matrix, enough to read ~200 MB per round (past the 50 MB L2), and x and y for
+// up to 16 rows: the sweeps' setup. The copies are freed with it.
+struct SpineCopies {
+  Backend& be;
+  std::vector<uint8_t> bytes;
+  std::vector<Weight> ws;
+  Buf x, y;
+  SpineCopies(Backend& b, int64_t rows, int64_t cols)
+      : be(b), bytes(random_weight(WType::q8_0, rows, cols, 9)), x(b, static_cast<size_t>(16 * cols)),
+        y(b, static_cast<size_t>(16 * rows)) {
+    const int copies = static_cast<int>(std::clamp<size_t>(size_t{200} * 1000 * 1000 / bytes.size() + 1, 1, 24));
+    for (int i = 0; i < copies; ++i) {
+      ws.push_back(Weight{WType::q8_0, rows, cols, be.alloc(bytes.size())});
+      be.upload(const_cast<void*>(ws.back().data), bytes.data(), bytes.size());
+    }
+    const auto xv = random_floats(static_cast<size_t>(16 * cols), 10);
+    be.upload(x, xv.data(), xv.size() * 4);
+  }
+  ~SpineCopies() {
+    for (const Weight& w : ws) be.release(const_cast<void*>(w.data));
+  }
+};
+
 // Median time per matmul call, rotating over `copies` weight copies so the weights come from HBM, not the
 // 50 MB L2.
 double time_matmul(Backend& be, const std::vector<Weight>& ws, const float* x, int64_t n, float* y) {
@@ -646,25 +674,14 @@ TEST_F(Ops, SmallOpBenchRoutersAndAttnRes) {
 // depend on the time; the bits depend on the parts (each count is checked against the CPU above).
 TEST_F(Ops, MatmulBenchSplitKSweep) {
 #if FERRY_WITH_CUDA
-  struct Case { int64_t rows, cols; };
   auto& be = gpu();
-  for (const Case c : {Case{12288, 7168}, Case{7168, 12288}, Case{33792, 7168}, Case{7168, 33792}, Case{7168, 7168},
-                       Case{6144, 7168}, Case{7168, 6144}, Case{3584, 7168}, Case{7168, 3584}, Case{1536, 7168},
-                       Case{576, 7168}, Case{128, 7168}, Case{18432, 1536}, Case{8192, 1536}}) {
-    const auto bytes = random_weight(WType::q8_0, c.rows, c.cols, 9);
-    const int copies = static_cast<int>(std::clamp<size_t>(size_t{200} * 1000 * 1000 / bytes.size() + 1, 1, 24));
-    std::vector<void*> bufs;
-    std::vector<Weight> ws;
-    for (int i = 0; i < copies; ++i) {
-      bufs.push_back(be.alloc(bytes.size()));
-      be.upload(bufs.back(), bytes.data(), bytes.size());
-      ws.push_back(Weight{WType::q8_0, c.rows, c.cols, bufs.back()});
-    }
-    const auto xv = random_floats(static_cast<size_t>(16 * c.cols), 10);
-    Buf x(be, xv.size()), y(be, static_cast<size_t>(16 * c.rows));
-    be.upload(x, xv.data(), xv.size() * 4);
+  for (const auto& [rows, cols] : kSliceSpineShapes) {
+    SpineCopies m(be, rows, cols);
+    const std::vector<uint8_t>& bytes = m.bytes;
+    std::vector<Weight>& ws = m.ws;
+    Buf &x = m.x, &y = m.y;
     const int def = cuda::matmul_ksplit(ws[0]).parts;
-    const int units = static_cast<int>(c.cols / cuda::matmul_ksplit(ws[0]).unit);
+    const int units = static_cast<int>(cols / cuda::matmul_ksplit(ws[0]).unit);
     for (const auto mode : {cuda::DecMode::off, cuda::DecMode::all}) {
       const cuda::DecMode old = cuda::matmul_dec_mode(mode);
       for (const int parts : {1, 2, 3, 4, 6, 8, 12}) {
@@ -673,14 +690,13 @@ TEST_F(Ops, MatmulBenchSplitKSweep) {
         for (int64_t n : {1, 16}) {
           const double t = time_matmul(be, ws, x.get(), n, y.get());
           std::printf("[splitk] q8_0 %5lldx%-5lld %-6s parts=%2d%s n=%2lld %8.2f us %6.0f GB/s\n",
-                      static_cast<long long>(c.rows), static_cast<long long>(c.cols),
+                      static_cast<long long>(rows), static_cast<long long>(cols),
                       mode == cuda::DecMode::off ? "cores" : "tensor", parts, parts == def ? "*" : " ",
                       static_cast<long long>(n), t * 1e6, bytes.size() / t / 1e9);
         }
       }
       cuda::matmul_dec_mode(old);
     }
-    for (void* p : bufs) be.release(p);
   }
 #else
   GTEST_SKIP() << "no CUDA back-end in this build";
@@ -836,27 +852,16 @@ TEST_F(Ops, Q8TilesMatmulGroupGivesEachOutputTheBitsOfItsMatmulAlone) {
 // shapes at 1, 4 and 16 rows, and the q8_0 tiles' split of K swept at one row.
 TEST_F(Ops, MatmulBenchQ8Tiles) {
 #if FERRY_WITH_CUDA
-  struct Case { int64_t rows, cols; };
   auto& be = gpu();
-  for (const Case c : {Case{12288, 7168}, Case{7168, 12288}, Case{33792, 7168}, Case{7168, 33792}, Case{7168, 7168},
-                       Case{6144, 7168}, Case{7168, 6144}, Case{3584, 7168}, Case{7168, 3584}, Case{1536, 7168},
-                       Case{576, 7168}, Case{128, 7168}, Case{18432, 1536}, Case{8192, 1536}}) {
-    const auto bytes = random_weight(WType::q8_0, c.rows, c.cols, 9);
-    const int copies = static_cast<int>(std::clamp<size_t>(size_t{200} * 1000 * 1000 / bytes.size() + 1, 1, 24));
-    std::vector<void*> bufs;
-    std::vector<Weight> ws;
-    for (int i = 0; i < copies; ++i) {
-      bufs.push_back(be.alloc(bytes.size()));
-      be.upload(bufs.back(), bytes.data(), bytes.size());
-      ws.push_back(Weight{WType::q8_0, c.rows, c.cols, bufs.back()});
-    }
-    const auto xv = random_floats(static_cast<size_t>(16 * c.cols), 10);
-    Buf x(be, xv.size()), y(be, static_cast<size_t>(16 * c.rows));
-    be.upload(x, xv.data(), xv.size() * 4);
+  for (const auto& [rows, cols] : kSliceSpineShapes) {
+    SpineCopies m(be, rows, cols);
+    const std::vector<uint8_t>& bytes = m.bytes;
+    std::vector<Weight>& ws = m.ws;
+    Buf &x = m.x, &y = m.y;
     const double floor_s = static_cast<double>(bytes.size()) / 4.2e12;
     auto line = [&](const char* what, int parts, int64_t n, double t) {
       std::printf("[q8t] q8_0 %5lldx%-5lld %-6s parts=%2d n=%2lld %8.2f us %6.0f GB/s  time/copy-floor %5.2f\n",
-                  static_cast<long long>(c.rows), static_cast<long long>(c.cols), what, parts,
+                  static_cast<long long>(rows), static_cast<long long>(cols), what, parts,
                   static_cast<long long>(n), t * 1e6, bytes.size() / t / 1e9, t / floor_s);
     };
     for (int64_t n : {1, 4, 16}) line("rows", cuda::matmul_ksplit(ws[0]).parts, n, time_matmul(be, ws, x.get(), n, y.get()));
@@ -865,13 +870,12 @@ TEST_F(Ops, MatmulBenchQ8Tiles) {
     const int def = cuda::matmul_q8t_split(ws[0]).parts;
     for (int64_t n : {1, 4, 16}) line("tiles", def, n, time_matmul(be, ws, x.get(), n, y.get()));
     for (const int parts : {1, 2, 3, 4, 5, 6, 7, 8}) {
-      if (c.rows >= 6144 && parts > 2) break;  // measured: unsplit is fastest there
+      if (rows >= 6144 && parts > 2) break;  // measured: unsplit is fastest there
       FixedQ8tParts fix(parts);
       const int p = cuda::matmul_q8t_split(ws[0]).parts;
       if (p != parts) break;
       line("tiles", p, 1, time_matmul(be, ws, x.get(), 1, y.get()));
     }
-    for (void* p : bufs) be.release(p);
   }
 #else
   GTEST_SKIP() << "no CUDA back-end in this build";
