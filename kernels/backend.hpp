@@ -202,8 +202,8 @@ class Backend {
   // y[n, w.rows] = x[n, w.cols] @ W^T. Row-invariant (see the exactness rule above).
   virtual void matmul(const Weight& w, const float* x, int64_t n, float* y) = 0;
   // Several matmuls of one input x[n, cols] (a mixer's projections, an MLP's gate and up): every output
-  // has the bits matmul() gives it alone. A back-end may share work between them (CUDA with
-  // FERRY_Q8T_GROUP=1: x prepared for the tensor cores once); the default runs them one by one.
+  // has the bits matmul() gives it alone. A back-end may share work between them (CUDA: x
+  // prepared for the tensor cores once for the group's q8_0 tiles); the default runs them one by one.
   // (A pointer and a count, not a span: the CUDA sources that include this header are C++17.)
   virtual void matmul_group(const MatmulOut* outs, size_t count, const float* x, int64_t n) {
     for (size_t i = 0; i < count; ++i) matmul(*outs[i].w, x, n, outs[i].y);

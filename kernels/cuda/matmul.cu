@@ -339,7 +339,7 @@ void matmul_group_tune(int on) { g_group = on; }
 void CudaBackend::matmul_group(const MatmulOut* outs, size_t count, const float* x, int64_t n) {
   static const bool env = [] {
     const char* v = std::getenv("FERRY_Q8T_GROUP");
-    return v && v[0] == '1';
+    return !(v && v[0] == '0');
   }();
   const bool on = g_group >= 0 ? g_group == 1 : env;
   // The q8_0-tiles weights of x's width; everything else runs alone first (stream order keeps the
