@@ -23,9 +23,11 @@ enum class WType : uint8_t { f32, q8_0, mxfp4 };
 // y = x @ W^T with W[rows=out, cols=in] (PyTorch nn.Linear layout). Each row of W is stored
 // contiguously: cols floats (f32), or cols/32 blocks of 34 bytes (q8_0) or 17 bytes (mxfp4).
 // How a weight's bytes are laid out in back-end memory: the checkpoint's rows of blocks (every back-end
-// reads it), or a back-end's own layout made by Backend::prepare_matmul_weight (CUDA: q8_0 tiles for
-// the tensor cores, kernels/cuda/matmul_q8t.cuh), which only that back-end's matmul reads.
-enum class WLayout : uint8_t { rows, q8_tiles };
+// reads it), or a back-end's own layout, which only that back-end reads: q8_tiles, made by
+// Backend::prepare_matmul_weight (CUDA: q8_0 tiles for the tensor cores, kernels/cuda/matmul_q8t.cuh;
+// matmul only), and mx_tiles, made by Backend::prepare_expert_weights (CUDA: mxfp4 tiles of resident
+// experts, kernels/cuda/matmul_mxt.cuh; matmul and expert_ffn, with the bits of the row layout).
+enum class WLayout : uint8_t { rows, q8_tiles, mx_tiles };
 
 struct Weight {
   WType type = WType::f32;
@@ -199,6 +201,15 @@ class Backend {
   // back-end has no layout of its own (CPU) or the weight's type or shape does not take one. Such a
   // weight must reach no other op (matmul_heads, embed, experts, views of its rows).
   virtual void prepare_matmul_weight(Weight& w) { (void)w; }
+  // Lays out resident routed experts' matrices (loaded once, never streamed) the way this back-end's
+  // expert_ffn reads them fastest, in place (w[i]->layout says what each is now). Unlike
+  // prepare_matmul_weight this keeps every bit: expert_ffn and matmul give a prepared weight's outputs
+  // exactly as the row layout's, so resident experts and streamed ones (the device cache holds rows)
+  // give the same logits. One call for all of a model's resident experts: a back-end may lay out all or
+  // none (a batch is one layout). A no-op on the CPU back-end. Such weights reach only expert_ffn and
+  // matmul.
+  // (Pointers and a count: the CUDA sources that include this header are C++17.)
+  virtual void prepare_expert_weights(Weight* const* w, size_t count) { (void)w, (void)count; }
   // y[n, w.rows] = x[n, w.cols] @ W^T. Row-invariant (see the exactness rule above).
   virtual void matmul(const Weight& w, const float* x, int64_t n, float* y) = 0;
   // Several matmuls of one input x[n, cols] (a mixer's projections, an MLP's gate and up): every output

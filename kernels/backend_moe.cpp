@@ -19,7 +19,7 @@ std::string where(const char* who, size_t i, const char* field) {
 
 void check_weight(const Weight& w, int64_t rows, int64_t cols, const char* who, size_t i, const char* name) {
   if (w.empty()) throw TensorError(where(who, i, name) + " is empty");
-  if (w.layout != WLayout::rows) throw TensorError(where(who, i, name) + " is in a matmul-only layout (q8_0 tiles)");
+  if (w.layout == WLayout::q8_tiles) throw TensorError(where(who, i, name) + " is in a matmul-only layout (q8_0 tiles)");
   if (w.rows != rows || w.cols != cols)
     throw TensorError(where(who, i, name) + " is [" + std::to_string(w.rows) + ", " + std::to_string(w.cols) +
                       "], expected [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");

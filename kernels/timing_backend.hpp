@@ -64,6 +64,7 @@ class TimingBackend final : public Backend {
   void add_rows(const float* x, const float* b, int64_t rows, int64_t dim, float* y) override;
 
   void prepare_matmul_weight(Weight& w) override { in_->prepare_matmul_weight(w); }
+  void prepare_expert_weights(Weight* const* w, size_t count) override { in_->prepare_expert_weights(w, count); }
   // matmul_group keeps Backend's default (one by one through matmul below): each matmul is timed alone,
   // so the inner back-end's sharing within a group is not part of a profile.
   void matmul(const Weight& w, const float* x, int64_t n, float* y) override;

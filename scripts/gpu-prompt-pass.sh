@@ -37,18 +37,22 @@ stamp "synth"
 D=/dev/shm/ferry; M=$D/model; E=$D/experts
 slice_for_script "$M" "$E"
 IDS=$(python3 -c "import random; random.seed(7); print(','.join(str(random.randrange(0, 1024)) for _ in range(${NPROMPT:-1024})))")
-arm_env() { case $1 in cores) echo FERRY_MMA=0;; mma) echo FERRY_MMA=1;; mma1) echo FERRY_MMA_LEVELS=1;; mmaw2) echo FERRY_MMA_GROUP_MW=2;; rowq8) echo FERRY_Q8T=0;; esac; }
+arm_env() { case $1 in cores) echo FERRY_MMA=0;; mma) echo FERRY_MMA=1;; mma1) echo FERRY_MMA_LEVELS=1;; mmaw2) echo FERRY_MMA_GROUP_MW=2;; rowq8) echo FERRY_Q8T=0;;
+  rowmx) echo FERRY_MXT=0;; esac; }  # rowmx: resident experts in rows, not mxfp4 tiles (same bits)
 ARMS=${ARMS:-"cores mma mma1"}
 for rep in $(seq 1 ${REPS:-2}); do
   for arm in $ARMS; do
     stamp "$arm round $rep"
     env $(arm_env $arm) timeout 150 "$B/bin/ferry" run -m "$M" --backend cuda --prompt-ids "$IDS" -n 4 --ignore-eos \
-      --json > "$R/$arm-$rep.json" 2> "$R/$arm-$rep.err"
+      --json --trace-hash "$R/$arm-$rep.hash" > "$R/$arm-$rep.json" 2> "$R/$arm-$rep.err"
     echo "exit $?"; tail -1 "$R/$arm-$rep.err"
     python3 -c "import json;j=json.load(open('$R/$arm-$rep.json'));print('$arm','prompt_s',j['prompt_s'],'tokens',j['prompt_tokens'],'ids',j['ids'])"
   done
 done
+[ -f "$R/rowmx-1.hash" ] && [ -f "$R/mma-1.hash" ] && echo "mma vs rowmx (experts in mxfp4 tiles or rows): must be identical:" &&
+  "$B/bin/ferry" trace diff "$R/mma-1.hash" "$R/rowmx-1.hash" | tail -3
 for arm in $ARMS; do
+  [ "${PROFILE:-1}" = 1 ] || continue
   env $(arm_env $arm) timeout 150 "$B/bin/ferry" run -m "$M" --backend cuda --prompt-ids "$IDS" -n 1 --ignore-eos \
     --json --profile-ops > "$R/$arm-ops.json" 2> "$R/$arm-ops.err"
   echo "$arm profile-ops exit $?"

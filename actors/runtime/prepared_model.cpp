@@ -99,6 +99,7 @@ FileExperts::FileExperts(const ModelConfig& cfg, const ExpertCatalog& cat, Backe
       storage_.push_back(std::move(b));
     }
   }
+  prepare_resident_experts(experts_, be);
 }
 
 void FileExperts::fetch(int layer, std::span<const ExpertUse> uses, const ExpertCompute& compute) {

@@ -185,7 +185,9 @@ void CpuBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
   if (w.empty() || w.rows <= 0 || w.cols <= 0)
     throw TensorError("cpu matmul: empty weight (rows=" + std::to_string(w.rows) + ", cols=" +
                       std::to_string(w.cols) + ")");
-  if (w.layout != WLayout::rows) throw TensorError("cpu matmul: a weight in another back-end's layout (q8_0 tiles)");
+  if (w.layout != WLayout::rows)
+    throw TensorError(std::string("cpu matmul: a weight in another back-end's layout (") +
+                      (w.layout == WLayout::q8_tiles ? "q8_0 tiles" : "mxfp4 tiles") + ")");
   const Job j{static_cast<const uint8_t*>(w.data), w.row_bytes(), w.rows, w.cols, x, n, y, e8m0_half_table()};
   const bool avx2 = use_avx2();
   // At least ~64k multiply-adds per thread range; smaller matmuls stay on the calling thread.
@@ -198,7 +200,9 @@ void CpuBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
 void CpuBackend::embed(const Weight& table, const int32_t* ids_host, int64_t n, float* y) {
   if (table.empty()) throw TensorError("cpu embed: empty table");
   if (table.type == WType::mxfp4) throw TensorError("cpu embed: mxfp4 tables are not supported (f32 or q8_0)");
-  if (table.layout != WLayout::rows) throw TensorError("cpu embed: a table in another back-end's layout (q8_0 tiles)");
+  if (table.layout != WLayout::rows)
+    throw TensorError(std::string("cpu embed: a table in another back-end's layout (") +
+                      (table.layout == WLayout::q8_tiles ? "q8_0 tiles" : "mxfp4 tiles") + ")");
   const size_t rb = table.row_bytes();
   const auto* base = static_cast<const uint8_t*>(table.data);
   for (int64_t i = 0; i < n; ++i) {

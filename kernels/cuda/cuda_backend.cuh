@@ -51,6 +51,7 @@ class CudaBackend final : public Backend {
   void set_prompt_pass(bool on) override { prompt_pass_ = on; }
   bool prompt_pass() const { return prompt_pass_; }
   void prepare_matmul_weight(Weight& w) override;
+  void prepare_expert_weights(Weight* const* w, size_t count) override;
   void matmul(const Weight& w, const float* x, int64_t n, float* y) override;
   void matmul_group(const MatmulOut* outs, size_t count, const float* x, int64_t n) override;
   void matmul_heads(const Weight& w, const HeadsLayout& l, const float* x, int64_t n, float* y) override;

@@ -303,6 +303,35 @@ void CudaBackend::prepare_matmul_weight(Weight& w) {
   w.layout = WLayout::q8_tiles;
 }
 
+// Resident experts' mxfp4 matrices become mxfp4 tiles (matmul_mxt.cuh), unless FERRY_MXT=0 (measurements):
+// all of them or none (a batch is one layout; a model whose expert shapes do not take the tiles keeps
+// rows), and only where the row layout would run on the tensor cores in decode steps and in prompt passes:
+// the tiles' kernels give those kernels' bits, so resident experts keep the logits of streamed ones. In
+// place, through one temporary (a tile at least, up to 64 MB), freed at the end.
+void CudaBackend::prepare_expert_weights(Weight* const* ws, size_t count) {
+  static const bool on = [] {
+    const char* v = std::getenv("FERRY_MXT");
+    return !(v && v[0] == '0');
+  }();
+  if (!on || count == 0) return;
+  size_t need = 0, tile = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const Weight& w = *ws[i];
+    if (!matmul_mxt_packable(w) || !matmul_dec_supported(w) || !matmul_mma_supported(w)) return;
+    need = std::max(need, w.nbytes());
+    tile = std::max(tile, mxt_tile_bytes(w));
+  }
+  bind();
+  const size_t bytes = std::min(need, std::max(tile, size_t{64} << 20) / tile * tile);
+  void* tmp = alloc_uninit(bytes);
+  for (size_t i = 0; i < count; ++i) {
+    launch_mxt_pack(*ws[i], tmp, bytes, stream_);
+    ws[i]->layout = WLayout::mx_tiles;
+  }
+  synchronize();
+  release(tmp);
+}
+
 void CudaBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
   if (n <= 0) return;
   if (w.empty() || w.rows <= 0 || w.cols <= 0)
@@ -316,6 +345,11 @@ void CudaBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
     void* buf = scratch(kMmaX, mma_prep_bytes(n, w.cols));
     if (prompt_pass_) return launch_matmul_q8t_prompt(w, prep_x(x, n, w.cols, buf, stream_), n, y, stream_);
     return launch_matmul_q8t(w, prep_x(x, n, w.cols, buf, stream_, true), n, y, stream_, split_bufs(w, n));
+  }
+  if (w.layout == WLayout::mx_tiles) {  // the row layout's tensor-core bits (matmul_mxt.cuh)
+    void* buf = scratch(kMmaX, mma_prep_bytes(n, w.cols));
+    if (prompt_pass_) return launch_matmul_mma(w, prep_x(x, n, w.cols, buf, stream_), n, y, stream_);
+    return launch_matmul_mxt(w, prep_x(x, n, w.cols, buf, stream_, true, XOrder::mxt), n, y, stream_);
   }
   if (prompt_pass_ && matmul_mma_supported(w)) {
     const mma::XPrep xp = prep_x(x, n, w.cols, scratch(kMmaX, mma_prep_bytes(n, w.cols)), stream_);
@@ -382,7 +416,7 @@ void CudaBackend::matmul_heads(const Weight& w, const HeadsLayout& l, const floa
   if (w.empty() || w.rows <= 0 || w.cols <= 0 || l.w_head_rows < 0)
     throw TensorError("cuda matmul_heads: empty weight or negative head offset (rows=" + std::to_string(w.rows) +
                       ", cols=" + std::to_string(w.cols) + ")");
-  if (w.layout != WLayout::rows) throw TensorError("cuda matmul_heads: a weight in the q8_0-tiles layout (matmul only)");
+  if (w.layout != WLayout::rows) throw TensorError("cuda matmul_heads: a weight in a tiles layout (matmul / experts only)");
   if (w.cols % 32 != 0 || l.heads > 65535 || n > 65535 * int64_t{8})
     return Backend::matmul_heads(w, l, x, n, y);  // per head (rare shapes)
   bind();
@@ -397,7 +431,7 @@ void CudaBackend::matmul_heads(const Weight& w, const HeadsLayout& l, const floa
 void CudaBackend::embed(const Weight& table, const int32_t* ids_host, int64_t n, float* y) {
   if (table.empty()) throw TensorError("cuda embed: empty table");
   if (table.type == WType::mxfp4) throw TensorError("cuda embed: mxfp4 tables are not supported (f32 or q8_0)");
-  if (table.layout != WLayout::rows) throw TensorError("cuda embed: a table in the q8_0-tiles layout (matmul only)");
+  if (table.layout != WLayout::rows) throw TensorError("cuda embed: a table in a tiles layout (matmul / experts only)");
   if (n <= 0) return;
   for (int64_t i = 0; i < n; ++i)
     if (ids_host[i] < 0 || ids_host[i] >= table.rows)

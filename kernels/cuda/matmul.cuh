@@ -35,6 +35,10 @@
 //    run on the tensor cores with kernels of their own, for every row count (decode steps and verify
 //    blocks) and for prompt passes; paths 1-4 never see them.
 //
+// 6. mxfp4 weights of resident experts that Backend::prepare_expert_weights repacked at load
+//    (WLayout::mx_tiles, matmul_mxt.cuh): path 4's bits (decode) and path 3's (prompt passes) from a
+//    layout read straight into registers; paths 1 and 2 never see them.
+//
 // Measured on the H200 (tests/gpu MatmulBench: graph replays of 96 calls, weights rotated past L2;
 // floor = bytes / 4.8 TB/s; device copy measured 4.25 TB/s), 2026-11-29, time in us (GB/s):
 //   rows n                        1            2            4            8            16
@@ -95,6 +99,20 @@ void launch_matmul_q8t(const Weight& w, const mma::XPrep& xp, int64_t n, float* 
                        const splitk::Bufs& sk);
 // Inside a prompt pass (matmul_q8t.cuh "prompt passes"): groups of 64 rows, 128-row tiles, no split.
 void launch_matmul_q8t_prompt(const Weight& w, const mma::XPrep& xp, int64_t n, float* y, cudaStream_t stream);
+
+// mxfp4 tiles (matmul_mxt.cuh): a resident expert's mxfp4 matrix repacked in place, with the bits of
+// the row layout's tensor-core kernels. packable: mxfp4 in row layout, rows % 16 == 0, cols % 128 == 0,
+// 16-byte aligned. The repack copies up to scratch_bytes of tiles (at least one: mxt_tile_bytes) at a
+// time to scratch. Decode steps and verify blocks: launch_matmul_mxt (x prepared in XOrder::mxt);
+// prompt passes: launch_matmul_mma (x natural), which takes either layout.
+bool matmul_mxt_packable(const Weight& w);
+size_t mxt_tile_bytes(const Weight& w);
+void launch_mxt_pack(const Weight& w, void* scratch, size_t scratch_bytes, cudaStream_t stream);
+void launch_matmul_mxt(const Weight& w, const mma::XPrep& xp, int64_t n, float* y, cudaStream_t stream);
+// Benchmark knob: units per load set of the grouped mxfp4-tiles kernel at one row per expert (4, 8 or 14;
+// 0 the default, mxt::set_units). Speed only: the bits are the same.
+void matmul_mxt_set_tune(int units);
+int matmul_mxt_set();
 
 // Backend::matmul_group on q8_0 tiles: x prepared once for every q8_0-tiles weight of the group outside
 // prompt passes (then one launch per weight, each with the bits of its matmul alone). On by default

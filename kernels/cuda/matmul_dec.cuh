@@ -99,16 +99,20 @@ struct Q8 : mma::Q8 {
 struct Mx {
   static constexpr int kBlockBytes = 17;
   static constexpr float kXScale = 16384.0f;  // 2^14: the decoded values are value * 2^-14
-  __device__ static float frag(const uint8_t* slot, int o, int b, int t, uint32_t a[2][2]) {
-    const int off = o + b * kBlockBytes + 1 + 4 * t;
-    const uint32_t* w = reinterpret_cast<const uint32_t*>(slot) + (off >> 2);
-    const uint32_t q = __funnelshift_r(w[0], w[1], (off & 3) * 8);
+  // The 4 quant bytes 4t .. 4t + 3 of a row's block -> its fragments a[step][k lo / hi] (also the mxfp4
+  // tiles' decode kernel, matmul_mxt.cuh, on the same bytes loaded from its layout).
+  __device__ static void decode(uint32_t q, uint32_t a[2][2]) {
     const uint32_t lo = ((q << 1) & 0x0E0E0E0Eu) | ((q << 4) & 0x80808080u);
     const uint32_t hi = ((q >> 3) & 0x0E0E0E0Eu) | (q & 0x80808080u);
     a[0][0] = __byte_perm(lo, 0u, 0x1404u);  // elements 4t, 4t + 1
     a[0][1] = __byte_perm(lo, 0u, 0x3424u);  // 4t + 2, 4t + 3
     a[1][0] = __byte_perm(hi, 0u, 0x1404u);  // 16 + 4t, 16 + 4t + 1
     a[1][1] = __byte_perm(hi, 0u, 0x3424u);
+  }
+  __device__ static float frag(const uint8_t* slot, int o, int b, int t, uint32_t a[2][2]) {
+    const int off = o + b * kBlockBytes + 1 + 4 * t;
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(slot) + (off >> 2);
+    decode(__funnelshift_r(w[0], w[1], (off & 3) * 8), a);
     const unsigned e = slot[o + b * kBlockBytes];
     return __uint_as_float(e ? e << 23 : 0x00400000u);  // 2^(e-127)
   }

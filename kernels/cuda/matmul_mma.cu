@@ -11,6 +11,7 @@
 #include "kernels/cuda/matmul_dec.cuh"
 #include "kernels/cuda/matmul_mma.cuh"
 #include "kernels/cuda/matmul_mma_launch.cuh"
+#include "kernels/cuda/matmul_mxt.cuh"
 
 namespace ferry::cuda {
 
@@ -26,6 +27,17 @@ constexpr int kPrepThreads = 256;
 __device__ __forceinline__ int64_t mx_pos(int64_t c) {
   const int r = static_cast<int>(c & 15), t = r >> 2, j = r & 3;
   return (c & ~int64_t{15}) + 2 * t + (j & 1) + 8 * (j >> 1);
+}
+
+// Position of element c in the mxt order (matmul_mxt.cuh): within each 32, 16s + 4t + j goes to 8t + 4s + j
+// (lane t's B fragments of both k16 steps of a block, in the mx order's k positions, contiguous).
+__device__ __forceinline__ int64_t mxt_pos(int64_t c) {
+  const int r = static_cast<int>(c & 31);
+  return (c & ~int64_t{31}) + 8 * ((r & 15) >> 2) + 4 * (r >> 4) + (r & 3);
+}
+
+__device__ __forceinline__ int64_t order_pos(int64_t c, XOrder o) {
+  return o == XOrder::mx ? mx_pos(c) : o == XOrder::mxt ? mxt_pos(c) : c;
 }
 
 // The row's k from each thread's max |x| over its share of the row (the block's kPrepThreads threads
@@ -47,7 +59,7 @@ __device__ __forceinline__ int row_scale_exp(float m) {
 
 __global__ void __launch_bounds__(kPrepThreads) prep_x_kernel(const float* __restrict__ x, int64_t cols,
                                                               __half* __restrict__ hi, __half* __restrict__ lo,
-                                                              float* __restrict__ inv, bool mx) {
+                                                              float* __restrict__ inv, XOrder order) {
   dec::allow_dependents();  // a decode matmul after this may start its weight copies now
   const int64_t r = blockIdx.x;
   const float* xr = x + r * cols;
@@ -60,7 +72,7 @@ __global__ void __launch_bounds__(kPrepThreads) prep_x_kernel(const float* __res
   for (int64_t c = threadIdx.x; c < cols; c += kPrepThreads) {
     const float v = xr[c] * up;  // exact: a power of two, inside the float range
     const __half h = __float2half_rn(v);
-    const int64_t d = mx ? mx_pos(c) : c;
+    const int64_t d = order_pos(c, order);
     hr[d] = h;
     if (lr) lr[d] = __float2half_rn(v - __half2float(h));  // v - h is exact
   }
@@ -74,7 +86,7 @@ __global__ void __launch_bounds__(kPrepThreads) prep_x_kernel(const float* __res
 template <int V>
 __global__ void __launch_bounds__(kPrepThreads) prep_x_reg_kernel(const float* __restrict__ x, int64_t cols,
                                                                   __half* __restrict__ hi, __half* __restrict__ lo,
-                                                                  float* __restrict__ inv, bool mx) {
+                                                                  float* __restrict__ inv, XOrder order) {
   dec::allow_dependents();
   const int64_t r = blockIdx.x;
   const int nv = static_cast<int>(cols / 4);
@@ -91,10 +103,14 @@ __global__ void __launch_bounds__(kPrepThreads) prep_x_reg_kernel(const float* _
   const float up = __int_as_float((k + 127) << 23);
   __half* hr = hi + r * cols;
   __half* lr = lo ? lo + r * cols : nullptr;
-  // 4 elements 4j .. 4j + 3 as two half2: at 4j and 4j + 2, or in the mx order at 2t and 8 + 2t of
-  // their 16 (t = j & 3).
-  const auto put = [mx](__half* row, int j, __half a, __half b, __half c, __half d) {
-    const int64_t p0 = mx ? 16 * (j >> 2) + 2 * (j & 3) : 4 * j, p1 = mx ? p0 + 8 : p0 + 2;
+  // 4 elements 4j .. 4j + 3 as two half2: at 4j and 4j + 2, in the mx order at 2t and 8 + 2t of their 16
+  // (t = j & 3), in the mxt order at 8t + 4s and 8t + 4s + 2 of their 32 (s = (j >> 2) & 1).
+  const auto put = [order](__half* row, int j, __half a, __half b, __half c, __half d) {
+    const bool mx = order == XOrder::mx;
+    const int64_t p0 = mx                      ? 16 * (j >> 2) + 2 * (j & 3)
+                       : order == XOrder::mxt ? 32 * (j >> 3) + 8 * (j & 3) + 4 * ((j >> 2) & 1)
+                                              : 4 * j;
+    const int64_t p1 = mx ? p0 + 8 : p0 + 2;
     *reinterpret_cast<__half2*>(row + p0) = __halves2half2(a, b);
     *reinterpret_cast<__half2*>(row + p1) = __halves2half2(c, d);
   };
@@ -251,19 +267,18 @@ XPrep prep_x(const float* x, int64_t n, int64_t cols, void* buf, cudaStream_t st
     const unsigned grid = static_cast<unsigned>(n);
     const int64_t nv = cols / 4;  // float4 per row, when the rows are 16-byte aligned
     const bool vec = cols % 16 == 0 && (reinterpret_cast<uintptr_t>(x) & 15u) == 0;
-    const bool mx = order == XOrder::mx;
     if (vec && nv <= kPrepThreads)
-      prep_x_reg_kernel<1><<<grid, kPrepThreads, 0, st>>>(x, cols, hi, lo, inv, mx);
+      prep_x_reg_kernel<1><<<grid, kPrepThreads, 0, st>>>(x, cols, hi, lo, inv, order);
     else if (vec && nv <= 2 * kPrepThreads)
-      prep_x_reg_kernel<2><<<grid, kPrepThreads, 0, st>>>(x, cols, hi, lo, inv, mx);
+      prep_x_reg_kernel<2><<<grid, kPrepThreads, 0, st>>>(x, cols, hi, lo, inv, order);
     else if (vec && nv <= 4 * kPrepThreads)
-      prep_x_reg_kernel<4><<<grid, kPrepThreads, 0, st>>>(x, cols, hi, lo, inv, mx);
+      prep_x_reg_kernel<4><<<grid, kPrepThreads, 0, st>>>(x, cols, hi, lo, inv, order);
     else if (vec && nv <= 8 * kPrepThreads)
-      prep_x_reg_kernel<8><<<grid, kPrepThreads, 0, st>>>(x, cols, hi, lo, inv, mx);
+      prep_x_reg_kernel<8><<<grid, kPrepThreads, 0, st>>>(x, cols, hi, lo, inv, order);
     else if (vec && nv <= 16 * kPrepThreads)
-      prep_x_reg_kernel<16><<<grid, kPrepThreads, 0, st>>>(x, cols, hi, lo, inv, mx);
+      prep_x_reg_kernel<16><<<grid, kPrepThreads, 0, st>>>(x, cols, hi, lo, inv, order);
     else
-      prep_x_kernel<<<grid, kPrepThreads, 0, st>>>(x, cols, hi, lo, inv, mx);
+      prep_x_kernel<<<grid, kPrepThreads, 0, st>>>(x, cols, hi, lo, inv, order);
     FERRY_CUDA_LAUNCHED(prep_x_kernel);
   }
   p.hi = hi;
@@ -278,6 +293,7 @@ void launch_matmul_mma(const Weight& w, const XPrep& xp, int64_t n, float* y, cu
              xp, y, n, 0, 0, 0};
   if (n > (int64_t{1} << 30)) throw LimitError("cuda mma matmul: " + std::to_string(n) + " rows in one call");
   const bool l2 = xp.lo != nullptr;
+  if (w.layout == WLayout::mx_tiles) return l2 ? launch_plain<mxt::MxT, 2>(p, st) : launch_plain<mxt::MxT, 1>(p, st);
   if (w.type == WType::mxfp4) return l2 ? launch_plain<Mx, 2>(p, st) : launch_plain<Mx, 1>(p, st);
   return l2 ? launch_plain<Q8, 2>(p, st) : launch_plain<Q8, 1>(p, st);
 }

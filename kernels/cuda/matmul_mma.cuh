@@ -78,6 +78,7 @@ __device__ __forceinline__ uint32_t i8x2_to_h2(uint32_t v) {
 // q8_0 (ggml: fp16 d, 32 int8). The thread's A fragments for quant block b of a stage row: step s
 // (k 16s..16s+15) needs k = 2t, 2t+1 (a0 / a1) and 2t+8, 2t+9 (a2 / a3) of rows g and g+8.
 struct Q8 {
+  static constexpr bool kTiled = false;  // rows of blocks (matmul_mxt.cuh's MxT: 16-row tiles)
   static constexpr int kBlockBytes = 34;
   static constexpr int kRaw = 4 * kBlockBytes;  // bytes per row per stage
   static constexpr int kWin = 9;                // 16-byte granules covering them (they start 8-aligned)
@@ -97,6 +98,7 @@ struct Q8 {
 // mxfp4 (ggml: e8m0 e, 16 bytes; byte j holds element j (low nibble) and j+16 (high nibble)). Step 0
 // is the low nibbles, step 1 the high ones, of bytes 2t, 2t+1 and 2t+8, 2t+9.
 struct Mx {
+  static constexpr bool kTiled = false;
   static constexpr int kBlockBytes = 17;
   static constexpr int kRaw = 4 * kBlockBytes;  // 68
   static constexpr int kWin = 5;                // 16-byte granules covering them (they start 4-aligned)
@@ -124,9 +126,26 @@ struct Mx {
   }
 };
 
+// A stage's 16-byte weight granules per row (its window) or, F::kTiled (matmul_mxt.cuh's MxT), per 16-row
+// tile (its unit); and a stage's weight bytes.
+template <class F>
+__host__ __device__ constexpr int stage_granules() {
+  if constexpr (F::kTiled)
+    return F::kTileBytes / 16;
+  else
+    return F::kWin;
+}
+template <class F, int MW>
+__host__ __device__ constexpr int stage_weight_bytes() {
+  if constexpr (F::kTiled)
+    return tile_rows(MW) / 16 * F::kTileBytes;
+  else
+    return tile_rows(MW) * F::kWin * 16;
+}
+
 template <class F, int BN, int L, int MW>
 __host__ __device__ constexpr int stage_bytes() {
-  return tile_rows(MW) * F::kWin * 16 + 16 + L * BN * kXStride;  // +16: u16_at's read past the last row
+  return stage_weight_bytes<F, MW>() + 16 + L * BN * kXStride;  // +16: u16_at's read past the last row
 }
 
 // One work item: a 128-row weight tile against a group of nr (<= BN) activation rows.
@@ -190,8 +209,12 @@ template <class F, int BN, int S, int L, int MW, class P>
 __device__ __forceinline__ void item_body(const P& p, const Item& it, uint8_t* smem) {
   constexpr int kBM = tile_rows(MW);
   constexpr int SB = stage_bytes<F, BN, L, MW>();
-  constexpr int kSlot = F::kWin * 16;                             // bytes per weight row in a stage
-  constexpr int KW = (kBM * F::kWin + kThreads - 1) / kThreads;   // weight granules per thread
+  constexpr int kWB = stage_weight_bytes<F, MW>();
+  // Weight granules of a stage: per row a window of kWin (rows), or per 16-row tile a unit (tiled).
+  constexpr int kGPer = stage_granules<F>();
+  constexpr int kGRows = F::kTiled ? kBM / 16 : kBM;
+  constexpr int kSlot = kGPer * 16;                               // bytes per weight row / tile in a stage
+  constexpr int KW = (kGRows * kGPer + kThreads - 1) / kThreads;  // weight granules per thread
   constexpr int KX = (L * BN * (kK / 8) + kThreads - 1) / kThreads;  // x granules per thread
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int nst = p.cols / kK;
@@ -203,13 +226,15 @@ __device__ __forceinline__ void item_body(const P& p, const Item& it, uint8_t* s
   // i % kWin of the 16-aligned window over row i / kWin's stage bytes; only granules holding some of
   // those bytes are copied (the window never reaches past the matrix: matmul_mma_supported). x granule
   // j is 8 halves of row (j / 16) % BN of level j / (16 BN).
+  // Tiled: granule i is granule i % kGPer of tile i / kGPer's unit (the tile at 16 rows' bytes).
   const uint8_t* wrow[KW];
   int wdst[KW], wg16[KW];
 #pragma unroll
   for (int k = 0; k < KW; ++k) {
-    const int i = threadIdx.x + k * kThreads, r = i / F::kWin;
-    wrow[k] = i < kBM * F::kWin && r < it.nrows ? it.w + static_cast<size_t>(r) * p.row_bytes : nullptr;
-    wg16[k] = (i - r * F::kWin) * 16;
+    const int i = threadIdx.x + k * kThreads, r = i / kGPer;
+    const int row = F::kTiled ? 16 * r : r;
+    wrow[k] = i < kGRows * kGPer && row < it.nrows ? it.w + static_cast<size_t>(row) * p.row_bytes : nullptr;
+    wg16[k] = (i - r * kGPer) * 16;
     wdst[k] = r * kSlot + wg16[k];
   }
   const __half* xsrc[KX];
@@ -223,15 +248,22 @@ __device__ __forceinline__ void item_body(const P& p, const Item& it, uint8_t* s
   }
   auto load = [&](int st, int c) {
     uint8_t* base = smem + st * SB;
-    const size_t off = static_cast<size_t>(c) * F::kRaw;
+    if constexpr (F::kTiled) {
+      const size_t off = static_cast<size_t>(c) * F::kTileBytes;
 #pragma unroll
-    for (int k = 0; k < KW; ++k) {
-      if (!wrow[k]) continue;
-      const uint8_t* src = wrow[k] + off;
-      const int o = static_cast<int>(reinterpret_cast<uintptr_t>(src) & 15u);
-      if (wg16[k] < o + F::kRaw) cp_async16(base + wdst[k], src - o + wg16[k]);
+      for (int k = 0; k < KW; ++k)
+        if (wrow[k]) cp_async16(base + wdst[k], wrow[k] + off + wg16[k]);
+    } else {
+      const size_t off = static_cast<size_t>(c) * F::kRaw;
+#pragma unroll
+      for (int k = 0; k < KW; ++k) {
+        if (!wrow[k]) continue;
+        const uint8_t* src = wrow[k] + off;
+        const int o = static_cast<int>(reinterpret_cast<uintptr_t>(src) & 15u);
+        if (wg16[k] < o + F::kRaw) cp_async16(base + wdst[k], src - o + wg16[k]);
+      }
     }
-    uint8_t* xs = base + kBM * kSlot + 16;
+    uint8_t* xs = base + kWB + 16;
 #pragma unroll
     for (int k = 0; k < KX; ++k)
       if (xsrc[k]) cp_async16(xs + xdst[k], xsrc[k] + static_cast<int64_t>(c) * kK);
@@ -269,8 +301,8 @@ __device__ __forceinline__ void item_body(const P& p, const Item& it, uint8_t* s
     cp_async_commit();
     if (!active) continue;
     const uint8_t* base = smem + (c % S) * SB;
-    const uint8_t* xs = base + kBM * kSlot + 16;
-    const unsigned so = static_cast<unsigned>(c) * F::kRaw;
+    const uint8_t* xs = base + kWB + 16;
+    const unsigned so = F::kTiled ? 0u : static_cast<unsigned>(c) * F::kBlockBytes * 4;
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
       // A fragments of the warp's MW m16 tiles for quant block b, and their rows' block scales.
@@ -280,9 +312,13 @@ __device__ __forceinline__ void item_body(const P& p, const Item& it, uint8_t* s
       for (int m = 0; m < MW; ++m) {
         uint32_t af[2][2][2];  // [row g / g + 8][step][k lo / hi]
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-          d[m][h] = F::frag(base + (wr0 + 16 * m + 8 * h + g) * kSlot, static_cast<int>((ra[m][h] + so) & 15u), b, t,
-                            af[h]);
+        for (int h = 0; h < 2; ++h) {
+          if constexpr (F::kTiled)
+            d[m][h] = F::frag_tile(base + (MW * warp + m) * kSlot, h, g, b, t, af[h]);
+          else
+            d[m][h] = F::frag(base + (wr0 + 16 * m + 8 * h + g) * kSlot, static_cast<int>((ra[m][h] + so) & 15u), b,
+                              t, af[h]);
+        }
 #pragma unroll
         for (int s = 0; s < 2; ++s)
           a[m][s][0] = af[0][s][0], a[m][s][1] = af[1][s][0], a[m][s][2] = af[0][s][1], a[m][s][3] = af[1][s][1];

@@ -48,13 +48,15 @@ int dec_stage_blocks(int64_t cols);
 size_t mma_prep_bytes(int64_t n, int64_t cols);
 // x [n, cols] (contiguous) prepared into buf (mma_prep_bytes(n, cols) bytes) on stream st: hi + lo, or
 // hi only under FERRY_MMA_LEVELS=1 unless both_levels (the decode kernels always take both).
-// order: natural, or mx (the decode kernels' mxfp4 order: within each 16 columns, 4t + j at 2t + (j & 1)
-// + 8 (j >> 1); matmul_dec.cuh).
-enum class XOrder { natural, mx };
-// The order prep_x writes for a weight: the decode kernels read mxfp4's x permuted, the prompt pass's
-// kernels and q8_0 read it in natural order.
-inline XOrder x_order(WType type, bool prompt) {
-  return !prompt && type == WType::mxfp4 ? XOrder::mx : XOrder::natural;
+// order: natural, mx (the decode kernels' mxfp4 order: within each 16 columns, 4t + j at 2t + (j & 1)
+// + 8 (j >> 1); matmul_dec.cuh) or mxt (below).
+// mxt (the mxfp4 tiles' decode kernel, matmul_mxt.cuh): within each 32 columns, 16s + 4t + j at 8t + 4s + j.
+enum class XOrder { natural, mx, mxt };
+// The order prep_x writes for a weight: the decode kernels read mxfp4's x permuted (mx for the row
+// layout, mxt for the mxfp4 tiles), the prompt pass's kernels and q8_0 read it in natural order.
+inline XOrder x_order(WType type, bool prompt, WLayout layout = WLayout::rows) {
+  if (prompt || type != WType::mxfp4) return XOrder::natural;
+  return layout == WLayout::mx_tiles ? XOrder::mxt : XOrder::mx;
 }
 mma::XPrep prep_x(const float* x, int64_t n, int64_t cols, void* buf, cudaStream_t st, bool both_levels = false,
                   XOrder order = XOrder::natural);

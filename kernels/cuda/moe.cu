@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "io/errors.hpp"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_backend.cuh"
 #include "kernels/cuda/cuda_check.cuh"
@@ -197,36 +198,47 @@ void ffn_wave_tc(CudaBackend& be, const ExpertFfnArgs& a, const Launch* ls, size
   const cudaStream_t st = be.stream();
   const int in = static_cast<int>(a.in), inter = static_cast<int>(a.inter);
   const WType type = a.calls[0].gate.type;
+  const WLayout layout = a.calls[0].gate.layout;  // one for the batch: grouped_tc_ok
   for (const Launch& l : Span{ls, nls}) {
     if (prompt)
-      launch_grouped_gate_up_mma(l.t, type, xp, in, inter, s.g, s.u, st);
+      launch_grouped_gate_up_mma(l.t, type, layout, xp, in, inter, s.g, s.u, st);
     else
-      launch_grouped_gate_up_dec(l.t, type, xp, in, inter, s.g, s.u, st);
+      launch_grouped_gate_up_dec(l.t, type, layout, xp, in, inter, s.g, s.u, st);
   }
   expert_act(be, a.act, s.g, s.u, rows * a.inter);
-  const mma::XPrep ap = prep_x(s.g, rows, inter, act_buf, st, !prompt, x_order(type, prompt));
+  const mma::XPrep ap = prep_x(s.g, rows, inter, act_buf, st, !prompt, x_order(type, prompt, layout));
   for (const Launch& l : Span{ls, nls}) {
     if (prompt)
-      launch_grouped_down_mma(l.t, type, ap, in, inter, a.y, st);
+      launch_grouped_down_mma(l.t, type, layout, ap, in, inter, a.y, st);
     else
-      launch_grouped_down_dec(l.t, type, ap, in, inter, a.y, st);
+      launch_grouped_down_dec(l.t, type, layout, ap, in, inter, a.y, st);
   }
 }
 
 // Whether every weight of the batch runs on the tensor cores: a prompt pass's kernels (prompt) or the
 // decode kernels. The same test as CudaBackend::matmul's for each weight, so the batch has the bits of
-// the per-expert matmuls.
+// the per-expert matmuls. mxfp4 tiles (resident experts, prepare_expert_weights) always do, and only
+// in a batch of tiles: a batch that mixes them with rows is refused by name (FileExperts and
+// ResidentExperts prepare all their experts; the streamed ones are never prepared).
 bool grouped_tc_ok(const ExpertFfnArgs& a, bool prompt) {
   const WType type = a.calls[0].gate.type;
-  const auto ok = [prompt](const Weight& w) {
+  const WLayout layout = a.calls[0].gate.layout;
+  const auto ok = [prompt, layout](const Weight& w) {
+    if (w.layout != layout)
+      throw TensorError("cuda expert_ffn: a batch mixes experts in mxfp4 tiles (resident) with experts in rows");
+    if (layout == WLayout::mx_tiles) return true;
     return prompt ? matmul_mma_supported(w) : matmul_dec_supported(w) && matmul_ksplit(w).parts == 1;
   };
+  bool all = true;
   for (size_t i = 0; i < a.n_calls; ++i) {
     const ExpertCall& c = a.calls[i];
-    if (c.gate.type != type || c.up.type != type || c.down.type != type || !ok(c.gate) || !ok(c.up) || !ok(c.down))
-      return false;
+    const bool same = c.gate.type == type && c.up.type == type && c.down.type == type;
+    const bool on = ok(c.gate) & ok(c.up) & ok(c.down);  // & : every weight's layout is checked
+    if (!same || !on) all = false;
   }
-  return true;
+  if (!all && layout == WLayout::mx_tiles)
+    throw TensorError("cuda expert_ffn: a batch of mxfp4 tiles with other weight types");
+  return all;
 }
 
 void ffn_wave_generic(CudaBackend& be, const ExpertFfnArgs& a, const Launch* ls, size_t nls, int rows,
@@ -282,7 +294,8 @@ void CudaBackend::expert_ffn(const ExpertFfnArgs& a) {
   if (mma) {
     const size_t xb = (mma_prep_bytes(a.x_rows, a.in) + 255) & ~size_t{255};
     auto* buf = static_cast<uint8_t*>(scratch(kMmaX, xb + mma_prep_bytes(wave, a.inter)));
-    xp = prep_x(a.x, a.x_rows, a.in, buf, stream_, !prompt_pass_, x_order(a.calls[0].gate.type, prompt_pass_));
+    xp = prep_x(a.x, a.x_rows, a.in, buf, stream_, !prompt_pass_,
+                x_order(a.calls[0].gate.type, prompt_pass_, a.calls[0].gate.layout));
     act_buf = buf + xb;
   }
   for (const Wave& w : waves) {

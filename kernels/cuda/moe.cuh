@@ -42,16 +42,17 @@ void launch_grouped_down(const GroupTable& t, WType type, const float* act, int 
                          cudaStream_t st);
 
 // The same two steps in a prompt pass, on the tensor cores (matmul_mma.cuh), from prepared rows: x
-// prepared as [x_rows, in] (rows t.src[i]), act as [wave rows, inter] (rows base + i).
-void launch_grouped_gate_up_mma(const GroupTable& t, WType type, const mma::XPrep& x, int in, int inter, float* g,
-                                float* u, cudaStream_t st);
-void launch_grouped_down_mma(const GroupTable& t, WType type, const mma::XPrep& act, int in, int inter, float* y,
-                             cudaStream_t st);
-// And outside prompt passes (decode steps, verify blocks), on matmul_dec.cuh's kernel: the bits of
-// CudaBackend::matmul on each expert's weight.
-void launch_grouped_gate_up_dec(const GroupTable& t, WType type, const mma::XPrep& x, int in, int inter, float* g,
-                                float* u, cudaStream_t st);
-void launch_grouped_down_dec(const GroupTable& t, WType type, const mma::XPrep& act, int in, int inter, float* y,
-                             cudaStream_t st);
+// prepared as [x_rows, in] (rows t.src[i]), act as [wave rows, inter] (rows base + i). layout: the
+// batch's weights' (all rows, or all mx_tiles: matmul_mxt.cuh, the same bits).
+void launch_grouped_gate_up_mma(const GroupTable& t, WType type, WLayout layout, const mma::XPrep& x, int in,
+                                int inter, float* g, float* u, cudaStream_t st);
+void launch_grouped_down_mma(const GroupTable& t, WType type, WLayout layout, const mma::XPrep& act, int in,
+                             int inter, float* y, cudaStream_t st);
+// And outside prompt passes (decode steps, verify blocks), on matmul_dec.cuh's kernel (rows) or
+// matmul_mxt.cuh's (mxfp4 tiles): the bits of CudaBackend::matmul on each expert's weight.
+void launch_grouped_gate_up_dec(const GroupTable& t, WType type, WLayout layout, const mma::XPrep& x, int in,
+                                int inter, float* g, float* u, cudaStream_t st);
+void launch_grouped_down_dec(const GroupTable& t, WType type, WLayout layout, const mma::XPrep& act, int in,
+                             int inter, float* y, cudaStream_t st);
 
 }  // namespace ferry::cuda

@@ -14,6 +14,7 @@
 #include "kernels/cuda/matmul_fast.cuh"
 #include "kernels/cuda/matmul_dec.cuh"
 #include "kernels/cuda/matmul_mma.cuh"
+#include "kernels/cuda/matmul_mxt.cuh"
 #include "kernels/cuda/moe.cuh"
 
 namespace ferry::cuda {
@@ -241,9 +242,14 @@ void launch_mma_f(GroupTc& a, int nz, cudaStream_t st) {
   FERRY_CUDA_LAUNCHED(grouped_mma_kernel);
 }
 
-void launch_mma(GroupTc& a, WType type, int nz, cudaStream_t st) {
+void launch_mma(GroupTc& a, WType type, WLayout layout, int nz, cudaStream_t st) {
   const bool l2 = a.xp.lo != nullptr;
   const bool w2 = group_mw() == 2;
+  if (layout == WLayout::mx_tiles) {  // the same kernel on the mxfp4 tiles (matmul_mxt.cuh): same bits
+    using T = mxt::MxT;
+    if (l2) return w2 ? launch_mma_f<T, 2, 2>(a, nz, st) : launch_mma_f<T, 2, 1>(a, nz, st);
+    return w2 ? launch_mma_f<T, 1, 2>(a, nz, st) : launch_mma_f<T, 1, 1>(a, nz, st);
+  }
   if (type == WType::mxfp4) {
     if (l2) return w2 ? launch_mma_f<mma::Mx, 2, 2>(a, nz, st) : launch_mma_f<mma::Mx, 2, 1>(a, nz, st);
     return w2 ? launch_mma_f<mma::Mx, 1, 2>(a, nz, st) : launch_mma_f<mma::Mx, 1, 1>(a, nz, st);
@@ -295,35 +301,70 @@ void launch_dec_f(GroupTc& a, int nz, cudaStream_t st) {
   launch_dec_nr<F, 1, 16>(a, nz, st);
 }
 
-void launch_dec(GroupTc& a, WType type, int nz, cudaStream_t st) {
+// The mxfp4 tiles' decode kernel (matmul_mxt.cuh): the bits of dec::item_body<dec::Mx> on the rows.
+template <int NRA, int U>
+__global__ void __launch_bounds__(mxt::kThreads, 4) grouped_mxt_kernel(const __grid_constant__ GroupTc a) {
+  mxt::item_body<NRA, U>(a, a.item(blockIdx.x));
+}
+
+// U: units per load set (mxt::set_units by default; at one row per expert also 8 and 14 under
+// matmul_mxt_set_tune, for measurements).
+template <int NRA, int U = mxt::set_units(NRA)>
+void launch_mxt_nr(GroupTc& a, int nz, cudaStream_t st) {
+  if constexpr (NRA == 1 && U == mxt::set_units(1)) {
+    switch (matmul_mxt_set()) {
+      case 8: return launch_mxt_nr<1, 8>(a, nz, st);
+      case 14: return launch_mxt_nr<1, 14>(a, nz, st);
+      default: break;
+    }
+  }
+  const int nb = tabulate_row_groups(a.t, NRA);
+  if (nb == 0) return;
+  a.nb = nb;
+  a.group = NRA;
+  a.bm = mxt::kRows;
+  a.ntiles = a.rows / mxt::kRows;
+  const int64_t items = static_cast<int64_t>(nz) * nb * a.ntiles;
+  dec::launch_dependent(grouped_mxt_kernel<NRA, U>, static_cast<unsigned>(items), 0, st, a);
+}
+
+void launch_dec(GroupTc& a, WType type, WLayout layout, int nz, cudaStream_t st) {
+  if (layout == WLayout::mx_tiles) {
+    int m = 0;
+    for (int c = 0; c < a.t.ncalls; ++c) m = std::max(m, a.t.m[c]);
+    if (m <= 1) return launch_mxt_nr<1>(a, nz, st);
+    if (m <= 4) return launch_mxt_nr<4>(a, nz, st);
+    if (m <= 8) return launch_mxt_nr<8>(a, nz, st);
+    return launch_mxt_nr<16>(a, nz, st);
+  }
   if (type == WType::mxfp4) return launch_dec_f<dec::Mx>(a, nz, st);
   launch_dec_f<dec::Q8>(a, nz, st);
 }
 
 }  // namespace
 
-void launch_grouped_gate_up_dec(const GroupTable& t, WType type, const mma::XPrep& x, int in, int inter, float* g,
-                                float* u, cudaStream_t st) {
+void launch_grouped_gate_up_dec(const GroupTable& t, WType type, WLayout layout, const mma::XPrep& x, int in,
+                                int inter, float* g, float* u, cudaStream_t st) {
   GroupTc a{t, 0, row_bytes_of(type, in), inter, in, x, {g, u}, 0, 0, 0, 0};
-  launch_dec(a, type, 2, st);
+  launch_dec(a, type, layout, 2, st);
 }
 
-void launch_grouped_down_dec(const GroupTable& t, WType type, const mma::XPrep& act, int in, int inter, float* y,
-                             cudaStream_t st) {
+void launch_grouped_down_dec(const GroupTable& t, WType type, WLayout layout, const mma::XPrep& act, int in,
+                             int inter, float* y, cudaStream_t st) {
   GroupTc a{t, 2, row_bytes_of(type, inter), in, inter, act, {y, nullptr}, 0, 0, 0, 0};
-  launch_dec(a, type, 1, st);
+  launch_dec(a, type, layout, 1, st);
 }
 
-void launch_grouped_gate_up_mma(const GroupTable& t, WType type, const mma::XPrep& x, int in, int inter, float* g,
-                                float* u, cudaStream_t st) {
+void launch_grouped_gate_up_mma(const GroupTable& t, WType type, WLayout layout, const mma::XPrep& x, int in,
+                                int inter, float* g, float* u, cudaStream_t st) {
   GroupTc a{t, 0, row_bytes_of(type, in), inter, in, x, {g, u}, 0, 0, 0, 0};
-  launch_mma(a, type, 2, st);
+  launch_mma(a, type, layout, 2, st);
 }
 
-void launch_grouped_down_mma(const GroupTable& t, WType type, const mma::XPrep& act, int in, int inter, float* y,
-                             cudaStream_t st) {
+void launch_grouped_down_mma(const GroupTable& t, WType type, WLayout layout, const mma::XPrep& act, int in,
+                             int inter, float* y, cudaStream_t st) {
   GroupTc a{t, 2, row_bytes_of(type, inter), in, inter, act, {y, nullptr}, 0, 0, 0, 0};
-  launch_mma(a, type, 1, st);
+  launch_mma(a, type, layout, 1, st);
 }
 
 void launch_grouped_gate_up(const GroupTable& t, WType type, const float* x, int in, int inter, float* g, float* u,

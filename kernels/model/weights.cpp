@@ -246,6 +246,16 @@ ResidentExperts::ResidentExperts(const ModelConfig& c, const TensorSource& src, 
       }
     }
   }
+  prepare_resident_experts(experts_, be);
+}
+
+void prepare_resident_experts(std::vector<ExpertWeights>& experts, Backend& be) {
+  std::vector<Weight*> ws;
+  ws.reserve(3 * experts.size());
+  for (ExpertWeights& e : experts)
+    for (Weight* w : {&e.gate, &e.up, &e.down})
+      if (!w->empty()) ws.push_back(w);
+  if (!ws.empty()) be.prepare_expert_weights(ws.data(), ws.size());
 }
 
 const ExpertWeights& ResidentExperts::get(int layer, int expert) const {

@@ -134,6 +134,11 @@ class ResidentExperts final : public ExpertSource {
   std::vector<Buf> storage_;
 };
 
+// Hands every matrix of resident experts (empty entries skipped) to Backend::prepare_expert_weights: the
+// back-end's own layout for its expert kernels, same bits (CUDA: mxfp4 tiles). ResidentExperts and the
+// prepared model's FileExperts call it once all are loaded.
+void prepare_resident_experts(std::vector<ExpertWeights>& experts, Backend& be);
+
 // Names of a routed expert's three matrices in a checkpoint ("gate", "up", "down" order), without
 // the ".weight"/".weight_packed" suffix.
 std::array<std::string, 3> expert_tensor_bases(const ModelConfig& cfg, int layer, int expert);

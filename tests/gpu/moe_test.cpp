@@ -18,6 +18,7 @@
 #include <tuple>
 #include <utility>
 
+#include "io/errors.hpp"
 #include "tests/gpu/gpu_util.hpp"
 #include "tests/kernels/cpu/moe_util.hpp"
 #if FERRY_WITH_CUDA
@@ -156,6 +157,124 @@ TEST_F(Ops, ExpertFfnGenericFallbackMatchesBitwise) {
               "mixed: down on the decode tensor cores, gate / up on the CUDA cores");
 }
 
+// Resident experts in the CUDA back-end's mxfp4 tiles (Backend::prepare_expert_weights,
+// kernels/cuda/matmul_mxt.cuh) give the bits of the same experts in rows (what the device cache of a
+// streamed model holds): expert_ffn for decode batches (1 row per expert), verify blocks (up to 16 rows)
+// and prompt passes (hundreds of rows, pieces of more than one launch), at the K3 shape and a small one
+// with inter % 512 != 0; and plain matmuls of a tiled matrix for 1 to 100 rows, in and out of prompt passes.
+TEST_F(Ops, MxTilesExpertsGiveTheBitsOfTheRowLayout) {
+#if FERRY_WITH_CUDA
+  struct Case {
+    Shape s;
+    std::vector<int64_t> m;
+    int64_t x_rows;
+    bool prompt;
+    const char* what;
+  };
+  std::vector<int64_t> prompt_m{18, 1, 40, 3, 70, 17, 33, 300};
+  for (int i = 0; i < 12; ++i) prompt_m.push_back(1 + (i * 37) % 50);
+  const std::vector<Case> cases{
+      {{WType::mxfp4, 3584, 3072}, std::vector<int64_t>(16, 1), 1, false, "K3 decode, 16 experts x 1 row"},
+      {{WType::mxfp4, 3584, 3072}, {4, 1, 8, 2, 16, 3}, 16, false, "K3 verify block"},
+      {{WType::mxfp4, 3584, 3072}, {18, 2, 25}, 30, true, "K3 prompt pass"},
+      {{WType::mxfp4, 512, 384}, {1, 3, 16, 2, 7, 1, 1, 4, 9, 1, 1, 12, 1, 2, 5, 16}, 16, false, "small decode"},
+      {{WType::mxfp4, 512, 384}, prompt_m, 400, true, "small prompt pass"},
+  };
+  uint32_t seed = 500;
+  for (const Case& c : cases) {
+    seed += 10;
+    RandomExperts rows(gpu(), c.s.t, static_cast<int64_t>(c.m.size()), c.s.in, c.s.inter, seed);
+    RandomExperts tiles(gpu(), c.s.t, static_cast<int64_t>(c.m.size()), c.s.in, c.s.inter, seed);
+    tiles.prepare_resident();
+    for (size_t e = 0; e < tiles.size(); ++e)
+      for (const Weight* w : {&tiles[e].gate, &tiles[e].up, &tiles[e].down})
+        ASSERT_EQ(w->layout, WLayout::mx_tiles) << c.what;
+    Batch br = random_batch(rows, 0, c.m, c.x_rows, seed + 1), bt = random_batch(tiles, 0, c.m, c.x_rows, seed + 1);
+    const int64_t y_rows = rows_of(c.m);
+    const auto xv = random_floats(static_cast<size_t>(c.x_rows * c.s.in), seed + 2);
+    Buf x(gpu(), xv.size());
+    gpu().upload(x, xv.data(), xv.size() * 4);
+    const auto poison = poisoned(static_cast<size_t>(y_rows * c.s.in));
+    Buf yr(gpu(), poison.size()), yt(gpu(), poison.size());
+    for (Buf* b : {&yr, &yt}) gpu().upload(*b, poison.data(), poison.size() * 4);
+    gpu().set_prompt_pass(c.prompt);
+    gpu().expert_ffn(args_for(br.bind(), x, c.x_rows, yr, y_rows, c.s, all_acts()[2]));
+    gpu().expert_ffn(args_for(bt.bind(), x, c.x_rows, yt, y_rows, c.s, all_acts()[2]));
+    gpu().set_prompt_pass(false);
+    std::vector<float> r(poison.size()), t(poison.size());
+    gpu().download(r.data(), yr, r.size() * 4);
+    gpu().download(t.data(), yt, t.size() * 4);
+    EXPECT_TRUE(bits_equal((std::string(c.what) + ": tiles vs rows").c_str(), r, t)) << c.what;
+    // The load-set sizes the benchmark sweeps at one row per expert change the speed, not the bits.
+    for (const int units : {8, 14}) {
+      if (c.prompt || *std::max_element(c.m.begin(), c.m.end()) != 1) break;
+      gpu().upload(yt, poison.data(), poison.size() * 4);
+      cuda::matmul_mxt_set_tune(units);
+      gpu().expert_ffn(args_for(bt.bind(), x, c.x_rows, yt, y_rows, c.s, all_acts()[2]));
+      cuda::matmul_mxt_set_tune(0);
+      gpu().download(t.data(), yt, t.size() * 4);
+      EXPECT_TRUE(bits_equal((std::string(c.what) + ": tiles, set of " + std::to_string(units)).c_str(), r, t));
+    }
+    // The plain matmul of one tiled matrix (gate, then down) against its rows.
+    for (const bool prompt : {false, true})
+      for (const int64_t n : {1, 2, 4, 5, 8, 16, 100}) {
+        if (!prompt && n > 16) continue;
+        for (const int z : {0, 2}) {
+          const Weight& wr = z == 0 ? rows[0].gate : rows[0].down;
+          const Weight& wt = z == 0 ? tiles[0].gate : tiles[0].down;
+          const auto xm = random_floats(static_cast<size_t>(n * wr.cols), seed + 3 + static_cast<uint32_t>(n));
+          Buf xb(gpu(), xm.size()), o1(gpu(), static_cast<size_t>(n * wr.rows)), o2(gpu(), static_cast<size_t>(n * wr.rows));
+          gpu().upload(xb, xm.data(), xm.size() * 4);
+          gpu().set_prompt_pass(prompt);
+          gpu().matmul(wr, xb, n, o1);
+          gpu().matmul(wt, xb, n, o2);
+          gpu().set_prompt_pass(false);
+          std::vector<float> a(static_cast<size_t>(n * wr.rows)), b(a.size());
+          gpu().download(a.data(), o1, a.size() * 4);
+          gpu().download(b.data(), o2, b.size() * 4);
+          EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0)
+              << c.what << ": matmul " << (z == 0 ? "gate" : "down") << " n=" << n << " prompt=" << prompt;
+        }
+      }
+  }
+#else
+  GTEST_SKIP() << "no CUDA back-end in this build";
+#endif
+}
+
+// A batch that mixes resident experts (mxfp4 tiles) with experts in rows is refused by name, and the CPU
+// back-end refuses a tiled matrix (it reads rows only).
+TEST_F(Ops, MxTilesMixedWithRowsAreRefusedByName) {
+#if FERRY_WITH_CUDA
+  const Shape s{WType::mxfp4, 512, 384};
+  RandomExperts rows(gpu(), s.t, 2, s.in, s.inter, 700), tiles(gpu(), s.t, 2, s.in, s.inter, 700);
+  tiles.prepare_resident();
+  Batch b = random_batch(rows, 0, {1, 1}, 1, 701);
+  b.calls[1] = ExpertCall{tiles[1].gate, tiles[1].up, tiles[1].down};
+  const auto xv = random_floats(static_cast<size_t>(s.in), 702);
+  Buf x(gpu(), xv.size()), y(gpu(), static_cast<size_t>(2 * s.in));
+  gpu().upload(x, xv.data(), xv.size() * 4);
+  try {
+    gpu().expert_ffn(args_for(b.bind(), x, 1, y, 2, s, all_acts()[2]));
+    ADD_FAILURE() << "a mixed batch ran";
+  } catch (const TensorError& e) {
+    EXPECT_NE(std::string(e.what()).find("mxfp4 tiles"), std::string::npos) << e.what();
+  }
+  Weight w = tiles[0].gate;
+  Buf xc(cpu(), static_cast<size_t>(s.in)), yc(cpu(), static_cast<size_t>(s.inter));
+  EXPECT_THROW(cpu().matmul(w, xc, 1, yc), TensorError);
+  // One matrix of a call that the tiles do not take (cols % 128 != 0) keeps every matrix of it in rows.
+  RandomExperts odd(gpu(), s.t, 1, 256 + 32, 384, 703), fine(gpu(), s.t, 1, s.in, s.inter, 704);
+  Weight a = fine[0].gate, c = odd[0].gate;
+  Weight* both_ws[2] = {&a, &c};
+  gpu().prepare_expert_weights(both_ws, 2);
+  EXPECT_EQ(a.layout, WLayout::rows);
+  EXPECT_EQ(c.layout, WLayout::rows);
+#else
+  GTEST_SKIP() << "no CUDA back-end in this build";
+#endif
+}
+
 TEST_F(Ops, ExpertFfnRowInABatchOfSixteenEqualsTheRowAlone) {
   const Shape s{WType::mxfp4, 3584, 3072};
   RandomExperts ex(gpu(), s.t, 16, s.in, s.inter, 50);
@@ -277,6 +396,35 @@ TEST_F(Ops, MoeBenchExpertBatchBandwidth) {
                   static_cast<long long>(m), depth, spread, t * 1e6, bytes / t / 1e9, bytes / 4.8e12 * 1e6);
     }
     cuda::matmul_fast_tune(0, 0);
+  }
+#else
+  GTEST_SKIP() << "no CUDA back-end in this build";
+#endif
+}
+
+// The same batches on resident experts in mxfp4 tiles (kernels/cuda/matmul_mxt.cuh) against the row
+// layout, one call: same bits (Ops.MxTilesExpertsGiveTheBitsOfTheRowLayout), so only the time differs.
+TEST_F(Ops, MoeBenchExpertBatchMxTiles) {
+#if FERRY_WITH_CUDA
+  const Shape s{WType::mxfp4, 3584, 3072};
+  RandomExperts rows(gpu(), s.t, 16, s.in, s.inter, 80), tiles(gpu(), s.t, 16, s.in, s.inter, 80);
+  tiles.prepare_resident();
+  const double bytes = 16.0 * 3 * static_cast<double>(rows[0].gate.nbytes());
+  for (const int64_t m : {1, 2, 4, 8, 16}) {
+    Batch br = random_batch(rows, 0, std::vector<int64_t>(16, m), m, 81);
+    Batch bt = random_batch(tiles, 0, std::vector<int64_t>(16, m), m, 81);
+    auto x = both(random_floats(static_cast<size_t>(m * s.in), 82));
+    Buf y(gpu(), static_cast<size_t>(16 * m * s.in));
+    const double tr = device_time_per_call(gpu(), args_for(br.bind(), x.gpu(), m, y, 16 * m, s, all_acts()[2]));
+    for (const int units : {0, 8, 14}) {
+      if (units != 0 && m != 1) continue;
+      cuda::matmul_mxt_set_tune(units);
+      const double tt = device_time_per_call(gpu(), args_for(bt.bind(), x.gpu(), m, y, 16 * m, s, all_acts()[2]));
+      std::printf("[bench] expert batch 16 x 3072x3584 mxfp4, m=%2lld rows each: rows %7.1f us %5.0f GB/s, mxfp4 "
+                  "tiles (set %d) %7.1f us %5.0f GB/s (x%.2f)\n",
+                  static_cast<long long>(m), tr * 1e6, bytes / tr / 1e9, units, tt * 1e6, bytes / tt / 1e9, tr / tt);
+    }
+    cuda::matmul_mxt_set_tune(0);
   }
 #else
   GTEST_SKIP() << "no CUDA back-end in this build";

@@ -47,6 +47,12 @@ class CountingBackend final : public Backend {
     }
     in_.prepare_matmul_weight(w);
   }
+  std::vector<const void*> expert_prepared;  // data of every weight handed to prepare_expert_weights
+  void prepare_expert_weights(Weight* const* w, size_t count) override {
+    tick("prepare_expert_weights");
+    for (size_t i = 0; i < count; ++i) expert_prepared.push_back(w[i]->data);
+    in_.prepare_expert_weights(w, count);
+  }
   void matmul(const Weight& w, const float* x, int64_t n, float* y) override {
     tick(prompt_ ? "matmul (prompt)" : "matmul");
     Weight plain = w;

@@ -4,6 +4,7 @@
 // the number the MoE batching work drives down; the printed table is the measurement in the report.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -129,6 +130,26 @@ TEST(PrepareMatmulWeight, OnlyWeightsThatGoToMatmulAreHandedOverAndLogitsStayThe
   EXPECT_GT(prepared, static_cast<size_t>(cfg.n_layers) * 3);
   ASSERT_EQ(marked.size(), plain.size());
   EXPECT_EQ(std::memcmp(marked.data(), plain.data(), plain.size() * sizeof(float)), 0);
+}
+
+// Resident experts (ResidentExperts, built by Model when no expert source is given) hand every routed
+// expert matrix to Backend::prepare_expert_weights exactly once, in one call, after all are loaded (the
+// CUDA back-end lays them out as mxfp4 tiles there; the CPU back-end keeps them).
+TEST(PrepareExpertWeights, ResidentExpertsHandOverEveryMatrixOnceAfterLoading) {
+  const std::filesystem::path dir = std::filesystem::path(FERRY_FIXTURES) / "k3-tiny-a/hf";
+  const ModelConfig cfg = load_model_config(dir);
+  const auto src = open_safetensors_checkpoint(dir);
+  std::unique_ptr<Backend> cpu = make_cpu_backend(1);
+  test::CountingBackend be{*cpu};
+  Model model{cfg, *src, be, LoadOptions{}};
+  EXPECT_EQ(be.counts["prepare_expert_weights"], 1);
+  const size_t want = 3 * static_cast<size_t>(cfg.count(Ffn::moe) * cfg.moe.n_experts);
+  ASSERT_GT(want, 0u);
+  EXPECT_EQ(be.expert_prepared.size(), want);
+  std::vector<const void*> seen = be.expert_prepared;
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(std::adjacent_find(seen.begin(), seen.end()), seen.end()) << "a matrix was handed over twice";
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), nullptr), 0);
 }
 
 }  // namespace

@@ -36,6 +36,13 @@ class RandomExperts {
   RandomExperts& operator=(const RandomExperts&) = delete;
   // Weights of expert i (rows_host, dst_host and m left empty).
   const ExpertCall& operator[](size_t i) const { return experts_[i]; }
+  // Hands every matrix to Backend::prepare_expert_weights, as resident experts are (CUDA: mxfp4 tiles).
+  void prepare_resident() {
+    std::vector<Weight*> ws;
+    for (ExpertCall& c : experts_)
+      for (Weight* w : {&c.gate, &c.up, &c.down}) ws.push_back(w);
+    be_.prepare_expert_weights(ws.data(), ws.size());
+  }
   size_t size() const { return experts_.size(); }
 
  private:

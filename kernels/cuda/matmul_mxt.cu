@@ -1,0 +1,113 @@
+// mxfp4 tiles (matmul_mxt.cuh): the repacking of resident experts and the plain matmul's launchers.
+#include <algorithm>
+#include <string>
+
+#include "io/errors.hpp"
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/matmul.cuh"
+#include "kernels/cuda/matmul_mma_launch.cuh"
+#include "kernels/cuda/matmul_mxt.cuh"
+
+namespace ferry::cuda {
+
+namespace {
+
+using namespace mxt;
+
+constexpr int kGranules = kUnitBytes / 16;  // 68: 64 of quants, 4 of scales
+
+// One thread per 16-byte granule of the packed tiles [t0, t0 + tiles): src holds those tiles' raw rows.
+__global__ void mxt_pack_kernel(const uint8_t* __restrict__ src, uint8_t* __restrict__ dst, int64_t tiles, int units,
+                                size_t row_bytes) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= tiles * units * kGranules) return;
+  const int gr = static_cast<int>(idx % kGranules);
+  const int64_t tu = idx / kGranules;
+  const int u = static_cast<int>(tu % units);
+  const int64_t tile = tu / units;
+  const uint8_t* rows = src + static_cast<size_t>(tile) * kRows * row_bytes;
+  uint8_t out[16];
+  if (gr < 64) {  // block b's 256 bytes: granule gr holds lanes 2 (gr % 16) and 2 (gr % 16) + 1
+    const int b = gr >> 4;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int l = 2 * (gr & 15) + k, g = l >> 2, t = l & 3;
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          out[8 * k + 4 * h + i] = rows[(g + 8 * h) * row_bytes + (4 * u + b) * 17 + 1 + 4 * t + i];
+    }
+  } else {  // scales: byte s = b * 16 + g * 2 + h
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int s = (gr - 64) * 16 + i, b = s >> 4, g = (s >> 1) & 7, h = s & 1;
+      out[i] = rows[(g + 8 * h) * row_bytes + (4 * u + b) * 17];
+    }
+  }
+  uint4 v;
+  memcpy(&v, out, 16);
+  *reinterpret_cast<uint4*>(dst + static_cast<size_t>(tile) * kRows * row_bytes + static_cast<size_t>(u) * kUnitBytes +
+                             gr * 16) = v;
+}
+
+template <int NRA>
+__global__ void __launch_bounds__(kThreads, 4) mxt_kernel(const __grid_constant__ mma::PlainTc p) {
+  item_body<NRA, set_units(NRA)>(p, p.item(blockIdx.x));
+}
+
+template <int NRA>
+void launch_n(mma::PlainTc p, cudaStream_t st) {
+  p.group = NRA;
+  p.bm = kRows;
+  p.groups_fastest = true;
+  p.ntiles = p.rows / kRows;
+  const int64_t items = static_cast<int64_t>(p.ntiles) * ((p.n + NRA - 1) / NRA);
+  if (items > (int64_t{1} << 31) - 1) throw LimitError("cuda matmul: " + std::to_string(items) + " tiles in one call");
+  dec::launch_dependent(mxt_kernel<NRA>, static_cast<unsigned>(items), 0, st, p);
+}
+
+int g_set = 0;  // matmul_mxt_set_tune
+
+}  // namespace
+
+void matmul_mxt_set_tune(int units) { g_set = units; }
+int matmul_mxt_set() { return g_set; }
+
+bool matmul_mxt_packable(const Weight& w) {
+  return w.type == WType::mxfp4 && w.layout == WLayout::rows && w.rows > 0 && w.rows % kRows == 0 &&
+         w.cols % kUnitCols == 0 && w.cols <= (int64_t{1} << 30) && w.rows <= (int64_t{1} << 30) &&
+         (reinterpret_cast<uintptr_t>(w.data) & 15u) == 0;
+}
+
+size_t mxt_tile_bytes(const Weight& w) { return w.row_bytes() * kRows; }
+
+void launch_mxt_pack(const Weight& w, void* scratch, size_t scratch_bytes, cudaStream_t st) {
+  const size_t tile_bytes = mxt_tile_bytes(w);
+  if (scratch_bytes < tile_bytes) throw LimitError("mxfp4 tiles: a scratch of " + std::to_string(scratch_bytes) + " bytes");
+  const int64_t ntiles = w.rows / kRows;
+  const int64_t per = static_cast<int64_t>(scratch_bytes / tile_bytes);
+  auto* base = static_cast<uint8_t*>(const_cast<void*>(w.data));
+  const int units = static_cast<int>(w.cols / kUnitCols);
+  for (int64_t t0 = 0; t0 < ntiles; t0 += per) {
+    const int64_t n = std::min(per, ntiles - t0);
+    uint8_t* at = base + static_cast<size_t>(t0) * tile_bytes;
+    FERRY_CUDA_CHECK(cudaMemcpyAsync(scratch, at, static_cast<size_t>(n) * tile_bytes, cudaMemcpyDeviceToDevice, st));
+    const int64_t threads = n * units * kGranules;
+    mxt_pack_kernel<<<blocks_for(threads, 256), 256, 0, st>>>(static_cast<const uint8_t*>(scratch), at, n, units,
+                                                              w.row_bytes());
+    FERRY_CUDA_LAUNCHED(mxt_pack_kernel);
+  }
+}
+
+void launch_matmul_mxt(const Weight& w, const mma::XPrep& xp, int64_t n, float* y, cudaStream_t st) {
+  mma::PlainTc p{static_cast<const uint8_t*>(w.data), w.row_bytes(), static_cast<int>(w.rows),
+                 static_cast<int>(w.cols), xp, y, n, 0, 0, 0};
+  if (n > (int64_t{1} << 30)) throw LimitError("cuda matmul: " + std::to_string(n) + " rows in one call");
+  if (n <= 1) return launch_n<1>(p, st);
+  if (n <= 4) return launch_n<4>(p, st);
+  if (n <= 8) return launch_n<8>(p, st);
+  launch_n<16>(p, st);
+}
+
+}  // namespace ferry::cuda

@@ -1,0 +1,177 @@
+// mxfp4 weights repacked for the tensor cores ("mxfp4 tiles": Weight::layout == WLayout::mx_tiles): the
+// resident routed experts (Backend::prepare_expert_weights), with the bits of the row layout's kernels.
+//
+// Why: the decode kernel on the row layout (matmul_dec.cuh) stages every byte through shared memory with
+// cp.async and realigns each 17-byte block with a funnel shift; its 16-expert batches ran at 1.8 TB/s on
+// the H200 (Nsight Compute, 2026-12-02: latency-bound, 0.53 instructions issued per scheduler and cycle).
+// Here a lane's bytes of a quant block are one 8-byte load straight into registers, no shared memory.
+//
+// Why the same bits: resident and streamed experts must give the same logits (the device cache holds
+// the row layout: an expert lands there as the store wrote it). So the layout only moves bytes: every
+// kernel on the tiles issues the mma of the row layout's kernel, with the same fragments, in the same
+// order. Decode steps and verify blocks (item_body below) reproduce dec::item_body<dec::Mx>: warp w takes
+// the quant blocks b with b % 4 == w in increasing b, one fresh accumulator per block, acc = fma((c0 + c1)
+// * 2^-k * 2^14, 2^(e-127), acc), the warps' sums in warp order. Prompt passes run mma::item_body with the
+// format MxT below, whose fragments are mma::Mx's. Tests: tests/gpu Ops.MxTiles* compare the bits.
+//
+// Layout. A weight of R rows (R % 16 == 0) and C columns (C % 128 == 0) keeps its size (17 bytes per 32
+// weights) and each 16-row tile its place: tile T is bytes [T * 16 * RB, (T + 1) * 16 * RB), RB = C / 32 *
+// 17. Inside a tile, unit u (columns 128u .. 128u + 127: quant blocks 4u + b, b < 4) is the 1,088 bytes
+// at u * 1088:
+//   - quants, 4 x 256 bytes: block 4u + b's are the 32 lanes' 8 bytes at b * 256 + l * 8 (lane l: g =
+//     l / 4, t = l % 4): quant bytes 4t .. 4t + 3 of row g, then of row g + 8 (a byte holds elements j,
+//     low nibble, and j + 16: mma::Mx);
+//   - scales, 64 bytes at 1024: the e8m0 of (row g + 8h, block 4u + b) at 1024 + b * 16 + g * 2 + h.
+// Decode: warp w of a block loads per unit its 8 bytes at w * 256 + l * 8 and the 2 scale bytes at
+// 1024 + w * 16 + g * 2. A prompt pass's stage of 128 columns is one unit per 16-row tile, contiguous.
+// x for the decode kernel is prep_x's XOrder::mxt: a lane's 8 halves of a block (its B fragments of
+// both k16 steps, elements 4t .. 4t + 3 and 16 + 4t .. 16 + 4t + 3) are one 16-byte load.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/matmul_dec.cuh"
+#include "kernels/cuda/matmul_mma.cuh"
+#include "kernels/cuda/matmul_q8t.cuh"
+
+namespace ferry::cuda::mxt {
+
+constexpr int kUnitCols = 128;
+constexpr int kUnitBytes = 1088;  // 16 rows x 4 blocks x 17 bytes
+constexpr int kScaleOff = 1024;
+constexpr int kWarps = dec::kWarps;
+constexpr int kThreads = dec::kThreads;
+constexpr int kRows = dec::kRows;
+
+__device__ __forceinline__ uint2 ld_stream8(const void* p) {
+  uint2 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ uint32_t ld_stream16(const void* p) {
+  unsigned short v;
+  asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];\n" : "=h"(v) : "l"(p));
+  return v;
+}
+
+// The prompt kernel's format (mma::item_body with F::kTiled): a stage's weights are one unit per 16-row
+// tile; frag_tile gives mma::Mx::frag's fragments of (row g + 8h, block b of the stage) from the tile's
+// unit in shared memory: the two quant bytes 2t, 2t + 1 (lane (g, t / 2)'s word, byte 2 (t % 2)) and
+// 2t + 8, 2t + 9 (lane (g, 2 + t / 2)'s).
+struct MxT {
+  static constexpr bool kTiled = true;
+  static constexpr int kBlockBytes = 17;
+  static constexpr int kTileBytes = kUnitBytes;
+  __device__ static float frag_tile(const uint8_t* unit, int h, int g, int b, int t, uint32_t a[2][2]) {
+    const uint8_t* q = unit + b * 256 + h * 4 + 2 * (t & 1);
+    const uint32_t v0 = *reinterpret_cast<const uint16_t*>(q + (g * 4 + (t >> 1)) * 8);
+    const uint32_t v1 = *reinterpret_cast<const uint16_t*>(q + (g * 4 + 2 + (t >> 1)) * 8);
+    mma::Mx::nibbles(v0, a[0][0], a[1][0]);
+    mma::Mx::nibbles(v1, a[0][1], a[1][1]);
+    const unsigned e = unit[kScaleOff + b * 16 + g * 2 + h];
+    return __uint_as_float(e ? e << 23 : 0x00400000u);  // 2^(e-127)
+  }
+};
+
+// Units per load set of the decode kernel: 4 at one activation row (H200, 16-expert batch: 120.7 us against
+// 137.4 with 8 and 149.5 with 14, MoeBenchExpertBatchMxTiles), 8 up to 4 rows, 4 above (registers). Speed
+// only (matmul_mxt_set_tune sweeps it at one row).
+__host__ __device__ constexpr int set_units(int nra) { return nra == 1 ? 4 : nra <= 4 ? 8 : 4; }
+
+// U units of one warp's blocks as lane l loads them: q[i] = (row g, row g + 8) quant words, e[i] = the
+// two rows' scale bytes (row g low).
+template <int U>
+struct Set {
+  uint2 q[U];
+  uint32_t e[U];
+};
+
+template <int U>
+__device__ __forceinline__ void load_set(Set<U>& s, const uint8_t* qp, const uint8_t* ep, int u, int u1) {
+#pragma unroll
+  for (int i = 0; i < U; ++i) {
+    if (u + i < u1) {
+      s.q[i] = ld_stream8(qp + static_cast<size_t>(u + i) * kUnitBytes);
+      s.e[i] = ld_stream16(ep + static_cast<size_t>(u + i) * kUnitBytes);
+    }
+  }
+}
+
+// The set's blocks against NT n8 tiles of x (x[j] + col: this lane's B column's 8 halves of the set's
+// first unit's block, XOrder::mxt; xinv[j] = 2^-k * 2^14 of accumulator row 4j + t).
+template <int U, int NT>
+__device__ __forceinline__ void set_math(const Set<U>& s, const __half* const x[NT], int64_t col, int u, int u1,
+                                         const float xinv[NT], float acc[NT][2]) {
+#pragma unroll
+  for (int i = 0; i < U; ++i) {
+    if (u + i >= u1) break;
+    uint32_t af[2][2][2];  // [row g / g + 8][step][k lo / hi], as dec::Mx::frag
+    dec::Mx::decode(s.q[i].x, af[0]);
+    dec::Mx::decode(s.q[i].y, af[1]);
+    uint32_t a[2][4];
+#pragma unroll
+    for (int st = 0; st < 2; ++st) a[st][0] = af[0][st][0], a[st][1] = af[1][st][0], a[st][2] = af[0][st][1], a[st][3] = af[1][st][1];
+    const unsigned e0 = s.e[i] & 0xffu, e1 = s.e[i] >> 8;
+    const float d0 = __uint_as_float(e0 ? e0 << 23 : 0x00400000u), d1 = __uint_as_float(e1 ? e1 << 23 : 0x00400000u);
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const uint4 b = q8t::ld_x(x[j] + col + static_cast<int64_t>(i) * 4 * 32);
+      float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      mma::mma16816(sum, a[0], b.x, b.y, sum);
+      mma::mma16816(sum, a[1], b.z, b.w, sum);
+      acc[j][0] = fmaf((sum[0] + sum[1]) * xinv[j], d0, acc[j][0]);
+      acc[j][1] = fmaf((sum[2] + sum[3]) * xinv[j], d1, acc[j][1]);
+    }
+  }
+}
+
+// Item it of a problem (mma::PlainTc, or the grouped experts' GroupTc, with bm = 16 and K unsplit):
+// out[r][row0 + i] for i < 16, r < nr. Warp w streams its blocks of every unit, U units per load, two
+// sets in flight (the next loads while the current computes).
+// Tried 2026-12-02 and not kept: persistent blocks streaming several items each through a ring of sets
+// (loads never drain between items): 152-208 us for a 16-expert batch against 139 us for this (H200,
+// MoeBenchExpertBatchMxTiles; more registers, 4 blocks per SM instead of 5, two barriers per item).
+template <int NRA, int U, class P>
+__device__ __forceinline__ void item_body(const P& p, const mma::Item& it) {
+  constexpr int NT = (NRA + 3) / 4;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int u0 = it.k0 / kUnitCols, u1 = it.k1 / kUnitCols;
+  __shared__ int64_t xrow[NRA];
+  __shared__ float red[kWarps * NT * 2 * 32];
+  if (threadIdx.x < NRA) xrow[threadIdx.x] = threadIdx.x < it.nr ? p.xrow(it, threadIdx.x) : -1;
+  const uint8_t* qp = it.w + warp * 256 + lane * 8;
+  const uint8_t* ep = it.w + kScaleOff + warp * 16 + g * 2;
+  Set<U> A, B;
+  // The first set's weights do not depend on the kernel before this one (prep_x): load them first.
+  load_set<U>(A, qp, ep, u0, u1);
+  __syncthreads();
+  dec::grid_dependency_wait();
+  // This lane's B column g of n8 tile j: activation row 4j + g / 2 (past the group: the group's last row,
+  // whose columns are discarded), level g % 2; x[j] points at its halves 8t .. 8t + 7 of warp w's block
+  // of unit 0.
+  const __half* x[NT];
+  float xinv[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const int r = min(4 * j + (g >> 1), it.nr - 1);
+    x[j] = ((g & 1) ? p.xp.lo : p.xp.hi) + xrow[r] * p.xp.stride + warp * 32 + 8 * t;
+    xinv[j] = 4 * j + t < it.nr ? p.xp.inv[xrow[4 * j + t]] * dec::Mx::kXScale : 0.0f;
+  }
+  float acc[NT][2];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = 0.0f;
+  for (int u = u0; u < u1; u += 2 * U) {
+    load_set<U>(B, qp, ep, u + U, u1);
+    set_math<U, NT>(A, x, static_cast<int64_t>(u) * kUnitCols, u, u1, xinv, acc);
+    if (u + U >= u1) break;
+    load_set<U>(A, qp, ep, u + 2 * U, u1);
+    set_math<U, NT>(B, x, static_cast<int64_t>(u + U) * kUnitCols, u + U, u1, xinv, acc);
+  }
+  dec::store_warp_sums<NT>(p, it, acc, red);
+}
+
+}  // namespace ferry::cuda::mxt
