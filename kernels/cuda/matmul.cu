@@ -365,10 +365,12 @@ void CudaBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
 }
 
 namespace {
-int g_group = -1;  // matmul_group_tune
+int g_group = -1;         // matmul_group_tune
+int g_group_launch = -1;  // matmul_group_launch_tune
 }  // namespace
 
 void matmul_group_tune(int on) { g_group = on; }
+void matmul_group_launch_tune(int on) { g_group_launch = on; }
 
 void CudaBackend::matmul_group(const MatmulOut* outs, size_t count, const float* x, int64_t n) {
   static const bool env = [] {
@@ -392,7 +394,22 @@ void CudaBackend::matmul_group(const MatmulOut* outs, size_t count, const float*
   bind();
   const int64_t cols = tiles[0]->w->cols;
   const mma::XPrep xp = prep_x(x, n, cols, scratch(kMmaX, mma_prep_bytes(n, cols)), stream_, true);
-  for (const MatmulOut* o : tiles) launch_matmul_q8t(*o->w, xp, n, o->y, stream_, split_bufs(*o->w, n));
+  static const bool one_env = [] {
+    const char* v = std::getenv("FERRY_Q8T_ONE_LAUNCH");
+    return v && v[0] == '1';
+  }();
+  const bool one = g_group_launch >= 0 ? g_group_launch == 1 : one_env;
+  std::vector<const Weight*> whole;  // unsplit: one launch for all of them
+  std::vector<float*> whole_y;
+  for (const MatmulOut* o : tiles) {
+    if (one && matmul_q8t_split(*o->w).parts == 1) {
+      whole.push_back(o->w);
+      whole_y.push_back(o->y);
+    } else {
+      launch_matmul_q8t(*o->w, xp, n, o->y, stream_, split_bufs(*o->w, n));
+    }
+  }
+  if (!whole.empty()) launch_matmul_q8t_group(whole.data(), whole_y.data(), whole.size(), xp, n, stream_);
 }
 
 splitk::Bufs CudaBackend::split_bufs(const Weight& w, int64_t n) {

@@ -97,6 +97,10 @@ struct XPrep;
 }
 void launch_matmul_q8t(const Weight& w, const mma::XPrep& xp, int64_t n, float* y, cudaStream_t stream,
                        const splitk::Bufs& sk);
+// Several unsplit (matmul_q8t_split parts == 1) q8_0-tiles weights of one width and one prepared x in one
+// launch (up to 8 per launch): ys[i] = x @ ws[i]^T, each with the bits of launch_matmul_q8t alone.
+void launch_matmul_q8t_group(const Weight* const* ws, float* const* ys, size_t count, const mma::XPrep& xp, int64_t n,
+                             cudaStream_t stream);
 // Inside a prompt pass (matmul_q8t.cuh "prompt passes"): groups of 64 rows, 128-row tiles, no split.
 void launch_matmul_q8t_prompt(const Weight& w, const mma::XPrep& xp, int64_t n, float* y, cudaStream_t stream);
 
@@ -119,6 +123,10 @@ int matmul_mxt_set();
 // (H200, 2026-12-02: 4-layer slice decode 423-427 tok/s against 411-417 one by one, identical hashes);
 // FERRY_Q8T_GROUP=0 or this knob (1 on, 0 off, -1 the environment's) turns it off.
 void matmul_group_tune(int on);
+// And whether the group's unsplit q8_0 tiles share one launch (launch_matmul_q8t_group) instead of one
+// launch each: off until measured on the GPU (FERRY_Q8T_ONE_LAUNCH=1, or this knob: 1 on, 0 off, -1 the
+// environment's). Same bits either way.
+void matmul_group_launch_tune(int on);
 
 // Rows per group (one weight read serves this many rows) for a weight type.
 int matmul_group_rows(WType t);

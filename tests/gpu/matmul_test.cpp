@@ -791,9 +791,10 @@ TEST_F(Ops, Q8TilesMatmulMatchesCpuForEverySplitAndKeepsRowBits) {
 #endif
 }
 
-// Backend::matmul_group with x prepared once for its q8_0-tiles weights (matmul_group_tune(1)): every
-// output has the bits of its matmul alone, the group's other weights (f32, q8_0 rows, another width)
-// included, in decode calls of 1-40 rows and in a prompt pass.
+// Backend::matmul_group with x prepared once for its q8_0-tiles weights (matmul_group_tune(1)), their
+// unsplit ones in one launch each or all in one (matmul_group_launch_tune): every output has the bits of
+// its matmul alone, the group's other weights (f32, q8_0 rows, another width) included, in decode calls
+// of 1-40 rows and in a prompt pass.
 TEST_F(Ops, Q8TilesMatmulGroupGivesEachOutputTheBitsOfItsMatmulAlone) {
 #if FERRY_WITH_CUDA
   struct Shape { WType t; int64_t rows, cols; bool tiles; };
@@ -814,7 +815,9 @@ TEST_F(Ops, Q8TilesMatmulGroupGivesEachOutputTheBitsOfItsMatmulAlone) {
     EXPECT_EQ(ws.back().layout == WLayout::q8_tiles, s.tiles) << i;
   }
   cuda::matmul_group_tune(1);
+  for (const int one_launch : {0, 1})
   for (const bool prompt : {false, true}) {
+    cuda::matmul_group_launch_tune(one_launch);
     for (const int64_t n : {1, 3, 16, 40}) {
       auto x = both(random_floats(static_cast<size_t>(n * 1536), 50 + static_cast<uint32_t>(n)));
       auto x2 = both(random_floats(static_cast<size_t>(n * 1024), 60 + static_cast<uint32_t>(n)));
@@ -838,11 +841,52 @@ TEST_F(Ops, Q8TilesMatmulGroupGivesEachOutputTheBitsOfItsMatmulAlone) {
         const auto a = get(gpu(), alone[i].gpu(), alone[i].g.size());
         const auto g = get(gpu(), grouped[i].gpu(), grouped[i].g.size());
         EXPECT_LT(first_bit_diff(a.data(), g.data(), static_cast<int64_t>(a.size())), 0)
-            << "weight " << i << " n=" << n << (prompt ? " prompt pass" : "");
+            << "weight " << i << " n=" << n << (prompt ? " prompt pass" : "") << " one launch " << one_launch;
       }
     }
   }
+  cuda::matmul_group_launch_tune(-1);
   cuda::matmul_group_tune(-1);
+#else
+  GTEST_SKIP() << "no CUDA back-end in this build";
+#endif
+}
+
+// A KDA layer's decode projections as one matmul_group (4 unsplit 12288x7168 q8_0 tiles, 128x7168 and
+// 96x7168 split), one row: the unsplit ones in one launch against one launch each (same bits:
+// Ops.Q8TilesMatmulGroupGivesEachOutputTheBitsOfItsMatmulAlone). 376 MB of weights: past the L2.
+TEST_F(Ops, MatmulBenchQ8TilesGroupLaunch) {
+#if FERRY_WITH_CUDA
+  auto& be = gpu();
+  const std::vector<int64_t> rows = {12288, 12288, 12288, 128, 96, 12288};
+  constexpr int64_t kCols = 7168;
+  std::vector<Weight> ws;
+  std::vector<Buf> ys;
+  double bytes = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto b = random_weight(WType::q8_0, rows[i], kCols, 70 + static_cast<uint32_t>(i));
+    ws.push_back(Weight{WType::q8_0, rows[i], kCols, be.alloc(b.size())});
+    be.upload(const_cast<void*>(ws.back().data), b.data(), b.size());
+    be.prepare_matmul_weight(ws.back());
+    ASSERT_EQ(ws.back().layout, WLayout::q8_tiles);
+    ys.emplace_back(be, static_cast<size_t>(rows[i]));
+    bytes += static_cast<double>(b.size());
+  }
+  std::vector<MatmulOut> outs;
+  for (size_t i = 0; i < ws.size(); ++i) outs.push_back(MatmulOut{&ws[i], ys[i].get()});
+  const auto xv = random_floats(static_cast<size_t>(kCols), 77);
+  Buf x(be, xv.size());
+  be.upload(x, xv.data(), xv.size() * 4);
+  cuda::matmul_group_tune(1);
+  for (const int one : {0, 1, 0, 1}) {
+    cuda::matmul_group_launch_tune(one);
+    const double t = time_calls(be, [&](int) { be.matmul_group(outs.data(), outs.size(), x.get(), 1); }, 32, 8, false);
+    std::printf("[q8t] KDA decode group (4 x 12288x7168 + 128x7168 + 96x7168), %s: %8.2f us %6.0f GB/s\n",
+                one ? "one launch for the unsplit" : "one launch per weight", t * 1e6, bytes / t / 1e9);
+  }
+  cuda::matmul_group_launch_tune(-1);
+  cuda::matmul_group_tune(-1);
+  for (const Weight& w : ws) be.release(const_cast<void*>(w.data));
 #else
   GTEST_SKIP() << "no CUDA back-end in this build";
 #endif
