@@ -113,7 +113,7 @@ bool matmul_mxt_packable(const Weight& w);
 size_t mxt_tile_bytes(const Weight& w);
 void launch_mxt_pack(const Weight& w, void* scratch, size_t scratch_bytes, cudaStream_t stream);
 void launch_matmul_mxt(const Weight& w, const mma::XPrep& xp, int64_t n, float* y, cudaStream_t stream);
-// Benchmark knob: units per load set of the grouped mxfp4-tiles kernel at one row per expert (4, 8 or 14;
+// Benchmark knob: units per load set of the grouped mxfp4-tiles kernel at one row per expert (2, 4, 8 or 14;
 // 0 the default, mxt::set_units). Speed only: the bits are the same.
 void matmul_mxt_set_tune(int units);
 int matmul_mxt_set();

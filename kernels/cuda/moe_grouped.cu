@@ -303,16 +303,17 @@ void launch_dec_f(GroupTc& a, int nz, cudaStream_t st) {
 
 // The mxfp4 tiles' decode kernel (matmul_mxt.cuh): the bits of dec::item_body<dec::Mx> on the rows.
 template <int NRA, int U>
-__global__ void __launch_bounds__(mxt::kThreads, 4) grouped_mxt_kernel(const __grid_constant__ GroupTc a) {
+__global__ void __launch_bounds__(mxt::kThreads, U <= 2 ? 8 : 4) grouped_mxt_kernel(const __grid_constant__ GroupTc a) {
   mxt::item_body<NRA, U>(a, a.item(blockIdx.x));
 }
 
-// U: units per load set (mxt::set_units by default; at one row per expert also 8 and 14 under
-// matmul_mxt_set_tune, for measurements).
+// U: units per load set (mxt::set_units by default; at one row per expert also 2, 8 and 14 under
+// matmul_mxt_set_tune, for measurements; 2 with registers capped for 8 blocks per SM).
 template <int NRA, int U = mxt::set_units(NRA)>
 void launch_mxt_nr(GroupTc& a, int nz, cudaStream_t st) {
   if constexpr (NRA == 1 && U == mxt::set_units(1)) {
     switch (matmul_mxt_set()) {
+      case 2: return launch_mxt_nr<1, 2>(a, nz, st);
       case 8: return launch_mxt_nr<1, 8>(a, nz, st);
       case 14: return launch_mxt_nr<1, 14>(a, nz, st);
       default: break;

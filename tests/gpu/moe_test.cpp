@@ -206,7 +206,7 @@ TEST_F(Ops, MxTilesExpertsGiveTheBitsOfTheRowLayout) {
     gpu().download(t.data(), yt, t.size() * 4);
     EXPECT_TRUE(bits_equal((std::string(c.what) + ": tiles vs rows").c_str(), r, t)) << c.what;
     // The load-set sizes the benchmark sweeps at one row per expert change the speed, not the bits.
-    for (const int units : {8, 14}) {
+    for (const int units : {2, 8, 14}) {
       if (c.prompt || *std::max_element(c.m.begin(), c.m.end()) != 1) break;
       gpu().upload(yt, poison.data(), poison.size() * 4);
       cuda::matmul_mxt_set_tune(units);
@@ -416,7 +416,7 @@ TEST_F(Ops, MoeBenchExpertBatchMxTiles) {
     auto x = both(random_floats(static_cast<size_t>(m * s.in), 82));
     Buf y(gpu(), static_cast<size_t>(16 * m * s.in));
     const double tr = device_time_per_call(gpu(), args_for(br.bind(), x.gpu(), m, y, 16 * m, s, all_acts()[2]));
-    for (const int units : {0, 8, 14}) {
+    for (const int units : {0, 2, 8, 14}) {
       if (units != 0 && m != 1) continue;
       cuda::matmul_mxt_set_tune(units);
       const double tt = device_time_per_call(gpu(), args_for(bt.bind(), x.gpu(), m, y, 16 * m, s, all_acts()[2]));
