@@ -12,6 +12,7 @@
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/matmul_mma_launch.cuh"
+#include "kernels/cuda/tile_pack.cuh"
 
 namespace ferry::cuda {
 
@@ -294,8 +295,7 @@ void CudaBackend::prepare_matmul_weight(Weight& w) {
   }();
   if (!on || !matmul_q8t_packable(w)) return;
   bind();
-  const size_t tile = w.row_bytes() * 16;
-  const size_t bytes = std::min(w.nbytes(), std::max(tile, size_t{64} << 20) / tile * tile);
+  const size_t bytes = tile_pack_scratch_bytes(w.nbytes(), w.row_bytes() * kPackTileRows);
   void* tmp = alloc_uninit(bytes);
   launch_q8t_pack(w, tmp, bytes, stream_);
   synchronize();
@@ -319,10 +319,10 @@ void CudaBackend::prepare_expert_weights(Weight* const* ws, size_t count) {
     const Weight& w = *ws[i];
     if (!matmul_mxt_packable(w) || !matmul_dec_supported(w) || !matmul_mma_supported(w)) return;
     need = std::max(need, w.nbytes());
-    tile = std::max(tile, mxt_tile_bytes(w));
+    tile = std::max(tile, w.row_bytes() * kPackTileRows);
   }
   bind();
-  const size_t bytes = std::min(need, std::max(tile, size_t{64} << 20) / tile * tile);
+  const size_t bytes = tile_pack_scratch_bytes(need, tile);
   void* tmp = alloc_uninit(bytes);
   for (size_t i = 0; i < count; ++i) {
     launch_mxt_pack(*ws[i], tmp, bytes, stream_);

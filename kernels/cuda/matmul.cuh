@@ -106,11 +106,10 @@ void launch_matmul_q8t_prompt(const Weight& w, const mma::XPrep& xp, int64_t n, 
 
 // mxfp4 tiles (matmul_mxt.cuh): a resident expert's mxfp4 matrix repacked in place, with the bits of
 // the row layout's tensor-core kernels. packable: mxfp4 in row layout, rows % 16 == 0, cols % 128 == 0,
-// 16-byte aligned. The repack copies up to scratch_bytes of tiles (at least one: mxt_tile_bytes) at a
-// time to scratch. Decode steps and verify blocks: launch_matmul_mxt (x prepared in XOrder::mxt);
+// 16-byte aligned. The repack copies up to scratch_bytes of tiles (at least one) at a time to scratch
+// (tile_pack.cuh). Decode steps and verify blocks: launch_matmul_mxt (x prepared in XOrder::mxt);
 // prompt passes: launch_matmul_mma (x natural), which takes either layout.
 bool matmul_mxt_packable(const Weight& w);
-size_t mxt_tile_bytes(const Weight& w);
 void launch_mxt_pack(const Weight& w, void* scratch, size_t scratch_bytes, cudaStream_t stream);
 void launch_matmul_mxt(const Weight& w, const mma::XPrep& xp, int64_t n, float* y, cudaStream_t stream);
 // Benchmark knob: units per load set of the grouped mxfp4-tiles kernel at one row per expert (2, 4, 8 or 14;

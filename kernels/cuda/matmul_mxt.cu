@@ -7,6 +7,7 @@
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/matmul_mma_launch.cuh"
 #include "kernels/cuda/matmul_mxt.cuh"
+#include "kernels/cuda/tile_pack.cuh"
 
 namespace ferry::cuda {
 
@@ -80,24 +81,12 @@ bool matmul_mxt_packable(const Weight& w) {
          (reinterpret_cast<uintptr_t>(w.data) & 15u) == 0;
 }
 
-size_t mxt_tile_bytes(const Weight& w) { return w.row_bytes() * kRows; }
-
 void launch_mxt_pack(const Weight& w, void* scratch, size_t scratch_bytes, cudaStream_t st) {
-  const size_t tile_bytes = mxt_tile_bytes(w);
-  if (scratch_bytes < tile_bytes) throw LimitError("mxfp4 tiles: a scratch of " + std::to_string(scratch_bytes) + " bytes");
-  const int64_t ntiles = w.rows / kRows;
-  const int64_t per = static_cast<int64_t>(scratch_bytes / tile_bytes);
-  auto* base = static_cast<uint8_t*>(const_cast<void*>(w.data));
   const int units = static_cast<int>(w.cols / kUnitCols);
-  for (int64_t t0 = 0; t0 < ntiles; t0 += per) {
-    const int64_t n = std::min(per, ntiles - t0);
-    uint8_t* at = base + static_cast<size_t>(t0) * tile_bytes;
-    FERRY_CUDA_CHECK(cudaMemcpyAsync(scratch, at, static_cast<size_t>(n) * tile_bytes, cudaMemcpyDeviceToDevice, st));
-    const int64_t threads = n * units * kGranules;
-    mxt_pack_kernel<<<blocks_for(threads, 256), 256, 0, st>>>(static_cast<const uint8_t*>(scratch), at, n, units,
-                                                              w.row_bytes());
+  repack_tiles(w, scratch, scratch_bytes, st, "mxfp4 tiles", [&](const uint8_t* src, uint8_t* dst, int64_t n) {
+    mxt_pack_kernel<<<blocks_for(n * units * kGranules, 256), 256, 0, st>>>(src, dst, n, units, w.row_bytes());
     FERRY_CUDA_LAUNCHED(mxt_pack_kernel);
-  }
+  });
 }
 
 void launch_matmul_mxt(const Weight& w, const mma::XPrep& xp, int64_t n, float* y, cudaStream_t st) {

@@ -8,6 +8,7 @@
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/matmul_mma_launch.cuh"
 #include "kernels/cuda/matmul_q8t.cuh"
+#include "kernels/cuda/tile_pack.cuh"
 
 namespace ferry::cuda {
 
@@ -173,21 +174,11 @@ bool matmul_q8t_packable(const Weight& w) {
 }
 
 void launch_q8t_pack(const Weight& w, void* scratch, size_t scratch_bytes, cudaStream_t st) {
-  const size_t tile_bytes = w.row_bytes() * kRows;
-  const int64_t ntiles = w.rows / kRows;
-  const int64_t per = std::max<int64_t>(1, static_cast<int64_t>(scratch_bytes / tile_bytes));
-  if (scratch_bytes < tile_bytes) throw LimitError("q8_0 tiles: a scratch of " + std::to_string(scratch_bytes) + " bytes");
-  auto* base = static_cast<uint8_t*>(const_cast<void*>(w.data));
   const int units = static_cast<int>(w.cols / kUnitCols);
-  for (int64_t t0 = 0; t0 < ntiles; t0 += per) {
-    const int64_t n = std::min(per, ntiles - t0);
-    uint8_t* at = base + static_cast<size_t>(t0) * tile_bytes;
-    FERRY_CUDA_CHECK(cudaMemcpyAsync(scratch, at, static_cast<size_t>(n) * tile_bytes, cudaMemcpyDeviceToDevice, st));
-    const int64_t threads = n * units * kGranules;
-    q8t_pack_kernel<<<blocks_for(threads, 256), 256, 0, st>>>(static_cast<const uint8_t*>(scratch), at, n, units,
-                                                              w.row_bytes());
+  repack_tiles(w, scratch, scratch_bytes, st, "q8_0 tiles", [&](const uint8_t* src, uint8_t* dst, int64_t n) {
+    q8t_pack_kernel<<<blocks_for(n * units * kGranules, 256), 256, 0, st>>>(src, dst, n, units, w.row_bytes());
     FERRY_CUDA_LAUNCHED(q8t_pack_kernel);
-  }
+  });
 }
 
 void matmul_q8t_split_tune(int parts) { g_q8t_parts = parts; }
