@@ -173,6 +173,22 @@ __device__ __forceinline__ void store_warp_sums(const P& p, const I& it, const f
   splitk::finish<kRows>(p, it);
 }
 
+// The x side of a 16-row item in the kernels that load A fragments straight into registers (matmul_q8t.cuh,
+// matmul_mxt.cuh): this lane's B column g of n8 tile j is activation row 4j + g / 2 (past the group: the
+// group's last row, whose columns are discarded), level g % 2; x[j] points at its prepared halves from
+// column col + 8t. xinv[j] = scale * 2^-k of the lane's accumulator row 4j + t (0 past the group).
+template <int NT, class P>
+__device__ __forceinline__ void lane_x(const P& p, const Item& it, const int64_t* xrow, int col, float scale,
+                                       const __half* (&x)[NT], float (&xinv)[NT]) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const int r = min(4 * j + (g >> 1), it.nr - 1);
+    x[j] = ((g & 1) ? p.xp.lo : p.xp.hi) + xrow[r] * p.xp.stride + col + 8 * t;
+    xinv[j] = 4 * j + t < it.nr ? p.xp.inv[xrow[4 * j + t]] * scale : 0.0f;
+  }
+}
+
 // Item it of problem p (p.item / p.xrow / p.yrow / p.xp / p.row_bytes / p.cols as the prompt kernel's
 // problems): out[r][row0 + i] for i < nrows, r < nr.
 template <class F, int KB, int NRA, int S, class P>

@@ -127,7 +127,7 @@ __device__ __forceinline__ void unit_math(const Unit& u, const __half* const x[N
 template <int NRA, class P>
 __device__ __forceinline__ void item_body(const P& p, const mma::Item& it) {
   constexpr int NT = (NRA + 3) / 4;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
   const int u0 = it.k0 / kUnitCols, u1 = it.k1 / kUnitCols;
   __shared__ int64_t xrow[NRA];
   __shared__ float red[kWarps * NT * 2 * 32];
@@ -138,16 +138,9 @@ __device__ __forceinline__ void item_body(const P& p, const mma::Item& it) {
   if (u < u1) load_unit(A, it.w + static_cast<size_t>(u) * kUnitBytes, lane, g);
   __syncthreads();
   dec::grid_dependency_wait();
-  // This lane's B column g of n8 tile j: activation row 4j + g / 2 (past the group: the group's last
-  // row, whose columns are discarded), level g % 2 (hi, lo); its accumulator rows 4j + t.
   const __half* x[NT];
   float xinv[NT];
-#pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    const int r = min(4 * j + (g >> 1), it.nr - 1);
-    x[j] = ((g & 1) ? p.xp.lo : p.xp.hi) + xrow[r] * p.xp.stride + 8 * t;
-    xinv[j] = 4 * j + t < it.nr ? p.xp.inv[xrow[4 * j + t]] : 0.0f;
-  }
+  dec::lane_x<NT>(p, it, xrow, 0, 1.0f, x, xinv);
   float acc[NT][2];
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = 0.0f;
