@@ -184,7 +184,14 @@ class ServerProcess {
   // Starts ferry-server on `model` (the tiny fixture by default) with `args` added; waits until /health
   // answers.
   explicit ServerProcess(std::vector<std::string> args, const fs::path& model = kTinyModel);
-  ~ServerProcess() { stop(); }
+  // The server's log is kept only when the test failed (its path is in the failure message via log()).
+  ~ServerProcess() {
+    stop();
+    if (!::testing::Test::HasFailure() && !log_.empty()) {
+      std::error_code ec;
+      fs::remove(log_, ec);
+    }
+  }
   int port() const { return port_; }
   bool alive();
   int stop();  // SIGTERM, then SIGKILL after 10 s; returns the exit status (-1 if killed or not running)
