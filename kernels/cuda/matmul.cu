@@ -173,6 +173,80 @@ __global__ void matmul_f32_tail_kernel(const float* __restrict__ w, int64_t rows
   if (lane == 0) y[r * rows + o] = v;
 }
 
+// One activation row (decode steps) of an f32 weight with cols % 32 == 0: the routers (896x7168) and MLA's
+// per-head matrices. The generic kernel stages 1,024-column chunks of x and of a warp's 2 weight rows in
+// shared memory between barriers, so a lane has about one load in flight: the routers ran at 0.86 TB/s
+// (H200, 2026-12-02). Here a warp owns one weight row and reads it straight into registers, kRow1Batch
+// coalesced 128-byte warp loads at a time (x beside them, L1-cached: every warp of the SM reads the same
+// x), then adds the products in column order: lane l still accumulates columns l, l + 32, ... with
+// separately rounded multiply and add, then warp_fold. The generic kernel's order, so the bits of the CPU
+// back-end, as before. (A kernel with one warp per row streaming through shared memory was measured
+// slower in December; this one keeps 2 x kRow1Batch loads per lane in flight and has no barrier.)
+constexpr int kRow1Warps = 4;
+constexpr int kRow1Batch = 32;
+
+// A weight float read once (not kept in L1, where x is). Not volatile: the compiler issues a batch's loads
+// together.
+__device__ __forceinline__ float ld_stream_f32(const float* p) {
+  float v;
+  asm("ld.global.nc.L1::no_allocate.f32 %0, [%1];\n" : "=f"(v) : "l"(p));
+  return v;
+}
+
+__global__ void __launch_bounds__(kRow1Warps * 32)
+    matmul_f32_row1_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t rows, int64_t cols,
+                           const float* __restrict__ x, float* __restrict__ y, Strides s) {
+  const int lane = threadIdx.x & 31;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kRow1Warps + (threadIdx.x >> 5);
+  if (o >= rows) return;  // a whole warp
+  const float* wr = reinterpret_cast<const float*>(w + blockIdx.z * s.w_head + static_cast<size_t>(o) * row_bytes) + lane;
+  const float* xr = x + blockIdx.z * s.x_head + lane;
+  const int64_t nb = cols / 32;
+  float acc = 0.0f;
+  int64_t b = 0;
+  for (; b + kRow1Batch <= nb; b += kRow1Batch) {
+    float wv[kRow1Batch], xv[kRow1Batch];
+#pragma unroll
+    for (int u = 0; u < kRow1Batch; ++u) {
+      wv[u] = ld_stream_f32(wr + (b + u) * 32);
+      xv[u] = __ldg(xr + (b + u) * 32);
+    }
+#pragma unroll
+    for (int u = 0; u < kRow1Batch; ++u) acc = add(acc, mul(xv[u], wv[u]));
+  }
+  if (b < nb) {  // the last nb % kRow1Batch blocks: loads first, then the sums in order
+    float wv[kRow1Batch], xv[kRow1Batch];
+#pragma unroll
+    for (int u = 0; u < kRow1Batch; ++u) {
+      const bool in = b + u < nb;
+      wv[u] = in ? ld_stream_f32(wr + (b + u) * 32) : 0.0f;
+      xv[u] = in ? __ldg(xr + (b + u) * 32) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kRow1Batch; ++u)
+      if (b + u < nb) acc = add(acc, mul(xv[u], wv[u]));
+  }
+  const float v = warp_fold(acc);
+  if (lane == 0) y[blockIdx.z * s.y_head + o] = v;
+}
+
+int g_row1 = -1;  // matmul_f32_row1_tune
+
+bool row1_on() {
+  static const bool env = [] {
+    const char* v = std::getenv("FERRY_F32_ROW1");
+    return v && v[0] == '1';
+  }();
+  return g_row1 >= 0 ? g_row1 == 1 : env;
+}
+
+void launch_f32_row1(const Weight& w, const float* x, float* y, cudaStream_t st, const Strides& s, int64_t heads) {
+  const dim3 grid(static_cast<unsigned>((w.rows + kRow1Warps - 1) / kRow1Warps), 1, static_cast<unsigned>(heads));
+  matmul_f32_row1_kernel<<<grid, kRow1Warps * 32, 0, st>>>(static_cast<const uint8_t*>(w.data), w.row_bytes(), w.rows,
+                                                          w.cols, x, y, s);
+  FERRY_CUDA_LAUNCHED(matmul_f32_row1_kernel);
+}
+
 template <WType T, int NR>
 void launch_group(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t st, const Strides& s,
                   int64_t heads) {
@@ -199,6 +273,7 @@ template <WType T>
 void launch_typed(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t st, const Strides& s,
                   int64_t heads = 1) {
   const int64_t m = std::min<int64_t>(n, matmul_group_rows(T));
+  if (T == WType::f32 && n == 1 && row1_on()) return launch_f32_row1(w, x, y, st, s, heads);
   if (m <= 1) return launch_group<T, 1>(w, x, n, y, st, s, heads);
   if (m <= 2) return launch_group<T, 2>(w, x, n, y, st, s, heads);
   if (m <= 4) return launch_group<T, 4>(w, x, n, y, st, s, heads);
@@ -227,6 +302,7 @@ int g_split = -1;  // matmul_ksplit_tune: -1 the rule (or FERRY_KSPLIT), 0 never
 }  // namespace
 
 void matmul_ksplit_tune(int parts) { g_split = parts; }
+void matmul_f32_row1_tune(int on) { g_row1 = on; }
 
 // The rule, from the H200 sweep (docs/BENCHMARKS.md "split K", MatmulBenchSplitKSweep; graph replays,
 // one row): a split pays where a matrix has too few 16-row tiles to spread over the SMs (128x7168: 8.2 ->

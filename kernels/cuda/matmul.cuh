@@ -127,6 +127,11 @@ void matmul_group_tune(int on);
 // environment's). Same bits either way.
 void matmul_group_launch_tune(int on);
 
+// One-row f32 matmuls (routers, MLA's per-head matrices at one row) on a kernel of their own that keeps
+// the generic path's order (matmul_f32_row1_kernel, matmul.cu): off until measured on the GPU
+// (FERRY_F32_ROW1=1, or this knob: 1 on, 0 off, -1 the environment's). Same bits either way.
+void matmul_f32_row1_tune(int on);
+
 // Rows per group (one weight read serves this many rows) for a weight type.
 int matmul_group_rows(WType t);
 

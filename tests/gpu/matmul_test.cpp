@@ -90,6 +90,43 @@ TEST_F(Ops, MatmulMatchesCpuForEveryTypeAndRowCount) {
   }
 }
 
+// The one-row f32 kernel (matmul_f32_row1_kernel: routers and MLA's per-head matrices at one row) keeps the
+// generic kernel's order, so the CPU's bits, for rows in whole batches of 32 blocks (896x7168: 7), with a
+// partial last batch (40x1056: 33 blocks) and shorter than one batch (67x96), plain and per head; with the
+// kernel off the generic kernel runs (the same check).
+TEST_F(Ops, F32OneRowKernelKeepsTheCpuBitsPlainAndPerHead) {
+#if FERRY_WITH_CUDA
+  for (const int on : {1, 0}) {
+    cuda::matmul_f32_row1_tune(on);
+    for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{896, 7168}, {40, 1056}, {67, 96}, {7, 4096}}) {
+      const auto bytes = random_weight(WType::f32, rows, cols, 21);
+      auto wb = both_bytes(bytes.data(), bytes.size());
+      auto x = both(random_floats(static_cast<size_t>(cols), 22));
+      auto y = poisoned_pair(static_cast<size_t>(rows));
+      cpu().matmul(Weight{WType::f32, rows, cols, wb->c}, x.cpu(), 1, y.cpu());
+      gpu().matmul(Weight{WType::f32, rows, cols, wb->g}, x.gpu(), 1, y.gpu());
+      const auto [c, g] = results(y);
+      const std::string what = "row1=" + std::to_string(on) + " f32 " + std::to_string(rows) + "x" + std::to_string(cols);
+      EXPECT_TRUE(bits_equal(what.c_str(), c, g)) << what;
+    }
+    // 64 heads of 512x128 (MLA's W_uk^T), x slices with a gap inside wider rows.
+    const int64_t heads = 64, rows = 512, cols = 128, x_head = cols + 64;
+    const auto bytes = random_weight(WType::f32, heads * rows, cols, 23);
+    auto wb = both_bytes(bytes.data(), bytes.size());
+    HeadsLayout l{heads, rows, heads * x_head, x_head, heads * rows, rows};
+    auto x = both(random_floats(static_cast<size_t>(l.x_tok), 24));
+    auto y = poisoned_pair(static_cast<size_t>(l.y_tok));
+    cpu().matmul_heads(Weight{WType::f32, rows, cols, wb->c}, l, x.cpu(), 1, y.cpu());
+    gpu().matmul_heads(Weight{WType::f32, rows, cols, wb->g}, l, x.gpu(), 1, y.gpu());
+    const auto [c, g] = results(y);
+    EXPECT_TRUE(bits_equal(("row1=" + std::to_string(on) + " heads").c_str(), c, g));
+  }
+  cuda::matmul_f32_row1_tune(-1);
+#else
+  GTEST_SKIP() << "no CUDA back-end in this build";
+#endif
+}
+
 // ---- prompt passes on the tensor cores (kernels/cuda/matmul_mma.cuh) ----------------------------------
 // Inside a prompt pass q8_0 / mxfp4 matmuls run as fp16 mma with exact weights and x as hi + lo halves
 // of a per-row power-of-two scaling: within kMmaTol of the CPU, and a row's bits independent of the
@@ -642,6 +679,12 @@ TEST_F(Ops, SmallOpBenchRoutersAndAttnRes) {
       std::printf("[smallop] router f32 896x7168 n=%2lld %8.2f us %6.0f GB/s\n", static_cast<long long>(n), t * 1e6,
                   bytes.size() / t / 1e9);
     }
+    for (const int on : {0, 1}) {  // the one-row kernel (matmul_f32_row1_kernel) against the generic one
+      cuda::matmul_f32_row1_tune(on);
+      const double t = time_graph(be, [&](int i) { be.matmul(ws[static_cast<size_t>(i) % ws.size()], x.get(), 1, y.get()); });
+      std::printf("[smallop] router f32 896x7168 n= 1 row1=%d %8.2f us %6.0f GB/s\n", on, t * 1e6, bytes.size() / t / 1e9);
+    }
+    cuda::matmul_f32_row1_tune(-1);
     for (void* p : bufs) be.release(p);
   }
   {
