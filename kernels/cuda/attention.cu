@@ -50,6 +50,9 @@ __device__ __forceinline__ float block_max(float v, float* sh) {
   return m;
 }
 
+constexpr int kAttnKeys = 4;  // keys per warp at once (scores)
+constexpr int kAttnCols = 4;  // value columns per thread at once (output)
+
 __global__ void attention_kernel(AttnParams P, int64_t t0, float* sc) {
   __shared__ float sh[32];
   const AttentionArgs& a = P.a;
@@ -62,10 +65,28 @@ __global__ void attention_kernel(AttnParams P, int64_t t0, float* sc) {
   const float* q = a.q + t * a.q_tok_stride + h * a.q_head_stride;
   float* s = sc + (blockIdx.y * a.Hq + h) * P.maxk;
   float* out = a.out + (t * a.Hq + h) * a.Dv;
-  for (int64_t i = warp; i < nkeys; i += nw) {
-    const int64_t key = keys ? keys[i] : i;
-    const float d = warp_dot(q, a.k + key * a.k_tok_stride + kh * a.k_head_stride, a.Dk, lane);
-    if (lane == 0) s[i] = mul(d, a.scale);
+  // Scores: warp w takes keys w, w + nw, ...; kAttnKeys of them at once, their warp_dot chains interleaved
+  // in one loop over the columns (each chain is still its key's warp_dot, so the bits are the CPU's).
+  for (int64_t i0 = warp; i0 < nkeys; i0 += kAttnKeys * nw) {
+    const float* kp[kAttnKeys];
+    float d[kAttnKeys];
+#pragma unroll
+    for (int j = 0; j < kAttnKeys; ++j) {
+      const int64_t i = min(i0 + j * nw, nkeys - 1);  // past the end: a valid key, never stored
+      const int64_t key = keys ? keys[i] : i;
+      kp[j] = a.k + key * a.k_tok_stride + kh * a.k_head_stride;
+      d[j] = 0.0f;
+    }
+    for (int64_t c = lane; c < a.Dk; c += 32) {
+      const float qv = q[c];
+#pragma unroll
+      for (int j = 0; j < kAttnKeys; ++j) d[j] = add(d[j], mul(qv, kp[j][c]));
+    }
+#pragma unroll
+    for (int j = 0; j < kAttnKeys; ++j) {
+      const float v = warp_fold(d[j]);
+      if (lane == 0 && i0 + j * nw < nkeys) s[i0 + j * nw] = mul(v, a.scale);
+    }
   }
   __syncthreads();
   float m = -INFINITY;
@@ -73,15 +94,26 @@ __global__ void attention_kernel(AttnParams P, int64_t t0, float* sc) {
   m = block_max(m, sh);
   for (int64_t i = threadIdx.x; i < nkeys; i += blockDim.x) s[i] = expf(__fsub_rn(s[i], m));
   __syncthreads();
-  for (int64_t d = threadIdx.x; d < a.Dv; d += blockDim.x) {
-    float sum = 0.0f, o = 0.0f;
+  // Output: thread x takes columns x, x + blockDim, ...; kAttnCols of them at once, so one pass over the keys
+  // serves them all (each column's sum over the keys in key order, as before; sum is the same sequence for
+  // every column).
+  const float* vh = a.v + kh * a.v_head_stride;
+  for (int64_t d0 = threadIdx.x; d0 < a.Dv; d0 += kAttnCols * static_cast<int64_t>(blockDim.x)) {
+    float sum = 0.0f, o[kAttnCols];
+#pragma unroll
+    for (int j = 0; j < kAttnCols; ++j) o[j] = 0.0f;
+#pragma unroll 4
     for (int64_t i = 0; i < nkeys; ++i) {
-      const int64_t key = keys ? keys[i] : i;
+      const float* vr = vh + (keys ? keys[i] : i) * a.v_tok_stride + d0;
       const float p = s[i];
       sum = add(sum, p);
-      o = add(o, mul(p, a.v[key * a.v_tok_stride + kh * a.v_head_stride + d]));
+#pragma unroll
+      for (int j = 0; j < kAttnCols; ++j)
+        if (d0 + j * blockDim.x < a.Dv) o[j] = add(o[j], mul(p, vr[j * blockDim.x]));
     }
-    out[d] = nkeys ? mul(o, 1.0f / sum) : 0.0f;
+#pragma unroll
+    for (int j = 0; j < kAttnCols; ++j)
+      if (d0 + j * blockDim.x < a.Dv) out[d0 + j * blockDim.x] = nkeys ? mul(o[j], 1.0f / sum) : 0.0f;
   }
 }
 
