@@ -92,6 +92,10 @@ void launch_q8t_pack(const Weight& w, void* scratch, size_t scratch_bytes, cudaS
 // the parts for measurements: -1 the rule, 0 none, P parts).
 KSplit matmul_q8t_split(const Weight& w);
 void matmul_q8t_split_tune(int parts);
+// Whether the q8_0-tiles decode kernels let the next programmatic-dependent launch start as soon as their
+// last block is resident (its first weight loads then overlap this kernel's last wave): off until measured
+// on the GPU (FERRY_Q8T_EARLY=1, or this knob: 1 on, 0 off, -1 the environment's). Same bits either way.
+void matmul_q8t_early_tune(int on);
 namespace mma {
 struct XPrep;
 }

@@ -59,9 +59,25 @@ __global__ void q8t_pack_kernel(const uint8_t* __restrict__ src, uint8_t* __rest
 
 // Up to 4 rows: 4 blocks of 4 warps per SM (128 registers: the two units in flight take 80 of them; ptxas
 // spills 16 bytes of loop invariants). 8 and 16 rows: 2 blocks (202 and 255 registers).
-template <int NRA>
+// kEarly: the kernel lets its programmatic dependents launch (griddepcontrol.launch_dependents) as each block
+// starts, so once its last block is resident the next q8_0-tiles matmul of the stream (launch_dependent)
+// takes the SM slots this one's last wave leaves free and issues its first weight loads there; it reads x
+// and writes only after grid_dependency_wait, which returns once this kernel has finished and its writes
+// are visible. Scheduling only: the same bits. Off until measured (FERRY_Q8T_EARLY=1, matmul_q8t_early_tune).
+template <int NRA, bool kEarly>
 __global__ void __launch_bounds__(kThreads, NRA <= 4 ? 4 : 2) q8t_kernel(const __grid_constant__ mma::PlainTc p) {
+  if constexpr (kEarly) dec::allow_dependents();
   item_body<NRA>(p, p.item(blockIdx.x));
+}
+
+int g_q8t_early = -1;  // matmul_q8t_early_tune
+
+bool q8t_early() {
+  static const bool env = [] {
+    const char* v = std::getenv("FERRY_Q8T_EARLY");
+    return v && v[0] == '1';
+  }();
+  return g_q8t_early >= 0 ? g_q8t_early == 1 : env;
 }
 
 template <int NRA>
@@ -72,7 +88,10 @@ void launch_n(mma::PlainTc p, cudaStream_t st) {
   p.ntiles = p.rows / kRows;
   const int64_t items = static_cast<int64_t>(p.ntiles) * ((p.n + NRA - 1) / NRA) * p.parts;
   if (items > (int64_t{1} << 31) - 1) throw LimitError("cuda matmul: " + std::to_string(items) + " tiles in one call");
-  dec::launch_dependent(q8t_kernel<NRA>, static_cast<unsigned>(items), 0, st, p);
+  if (q8t_early())
+    dec::launch_dependent(q8t_kernel<NRA, true>, static_cast<unsigned>(items), 0, st, p);
+  else
+    dec::launch_dependent(q8t_kernel<NRA, false>, static_cast<unsigned>(items), 0, st, p);
 }
 
 template <int S, int L>
@@ -148,8 +167,9 @@ struct MultiTc {
   __device__ int* counter(const mma::Item&) const { return nullptr; }
 };
 
-template <int NRA>
+template <int NRA, bool kEarly>
 __global__ void __launch_bounds__(kThreads, NRA <= 4 ? 4 : 2) q8t_multi_kernel(const __grid_constant__ MultiTc p) {
+  if constexpr (kEarly) dec::allow_dependents();
   item_body<NRA>(p, p.item(blockIdx.x));
 }
 
@@ -161,7 +181,10 @@ void launch_multi_n(MultiTc p, cudaStream_t st) {
   for (int k = 0; k < p.count; ++k) p.first[k + 1] = p.first[k] + static_cast<int64_t>(p.rows[k] / kRows) * ngroups;
   const int64_t items = p.first[p.count];
   if (items > (int64_t{1} << 31) - 1) throw LimitError("cuda matmul: " + std::to_string(items) + " tiles in one call");
-  dec::launch_dependent(q8t_multi_kernel<NRA>, static_cast<unsigned>(items), 0, st, p);
+  if (q8t_early())
+    dec::launch_dependent(q8t_multi_kernel<NRA, true>, static_cast<unsigned>(items), 0, st, p);
+  else
+    dec::launch_dependent(q8t_multi_kernel<NRA, false>, static_cast<unsigned>(items), 0, st, p);
 }
 
 
@@ -182,6 +205,7 @@ void launch_q8t_pack(const Weight& w, void* scratch, size_t scratch_bytes, cudaS
 }
 
 void matmul_q8t_split_tune(int parts) { g_q8t_parts = parts; }
+void matmul_q8t_early_tune(int on) { g_q8t_early = on; }
 
 // Measured on the H200 (MatmulBenchQ8Tiles, one row, 2026-12-02): matrices of 384 tiles (6,144 rows) and
 // more run fastest unsplit (a split only adds partials: 7168x7168 21.3 us unsplit, 25.5 in 3 parts);

@@ -835,7 +835,8 @@ TEST_F(Ops, Q8TilesMatmulMatchesCpuForEverySplitAndKeepsRowBits) {
 }
 
 // Backend::matmul_group with x prepared once for its q8_0-tiles weights (matmul_group_tune(1)), their
-// unsplit ones in one launch each or all in one (matmul_group_launch_tune): every output has the bits of
+// unsplit ones in one launch each or all in one (matmul_group_launch_tune), with and without the early launch
+// of dependents (matmul_q8t_early_tune): every output has the bits of
 // its matmul alone, the group's other weights (f32, q8_0 rows, another width) included, in decode calls
 // of 1-40 rows and in a prompt pass.
 TEST_F(Ops, Q8TilesMatmulGroupGivesEachOutputTheBitsOfItsMatmulAlone) {
@@ -858,9 +859,11 @@ TEST_F(Ops, Q8TilesMatmulGroupGivesEachOutputTheBitsOfItsMatmulAlone) {
     EXPECT_EQ(ws.back().layout == WLayout::q8_tiles, s.tiles) << i;
   }
   cuda::matmul_group_tune(1);
+  for (const int early : {0, 1})  // matmul_q8t_early_tune: dependents launched as the last block starts
   for (const int one_launch : {0, 1})
   for (const bool prompt : {false, true}) {
     cuda::matmul_group_launch_tune(one_launch);
+    cuda::matmul_q8t_early_tune(early);
     for (const int64_t n : {1, 3, 16, 40}) {
       auto x = both(random_floats(static_cast<size_t>(n * 1536), 50 + static_cast<uint32_t>(n)));
       auto x2 = both(random_floats(static_cast<size_t>(n * 1024), 60 + static_cast<uint32_t>(n)));
@@ -884,10 +887,12 @@ TEST_F(Ops, Q8TilesMatmulGroupGivesEachOutputTheBitsOfItsMatmulAlone) {
         const auto a = get(gpu(), alone[i].gpu(), alone[i].g.size());
         const auto g = get(gpu(), grouped[i].gpu(), grouped[i].g.size());
         EXPECT_LT(first_bit_diff(a.data(), g.data(), static_cast<int64_t>(a.size())), 0)
-            << "weight " << i << " n=" << n << (prompt ? " prompt pass" : "") << " one launch " << one_launch;
+            << "weight " << i << " n=" << n << (prompt ? " prompt pass" : "") << " one launch " << one_launch
+            << " early " << early;
       }
     }
   }
+  cuda::matmul_q8t_early_tune(-1);
   cuda::matmul_group_launch_tune(-1);
   cuda::matmul_group_tune(-1);
 #else
@@ -896,8 +901,9 @@ TEST_F(Ops, Q8TilesMatmulGroupGivesEachOutputTheBitsOfItsMatmulAlone) {
 }
 
 // A KDA layer's decode projections as one matmul_group (4 unsplit 12288x7168 q8_0 tiles, 128x7168 and
-// 96x7168 split), one row: the unsplit ones in one launch against one launch each (same bits:
-// Ops.Q8TilesMatmulGroupGivesEachOutputTheBitsOfItsMatmulAlone). 376 MB of weights: past the L2.
+// 96x7168 split), one row: the unsplit ones in one launch against one launch each, with and without the early
+// launch of dependents (same bits: Ops.Q8TilesMatmulGroupGivesEachOutputTheBitsOfItsMatmulAlone). 376 MB of
+// weights: past the L2.
 TEST_F(Ops, MatmulBenchQ8TilesGroupLaunch) {
 #if FERRY_WITH_CUDA
   auto& be = gpu();
@@ -921,12 +927,15 @@ TEST_F(Ops, MatmulBenchQ8TilesGroupLaunch) {
   Buf x(be, xv.size());
   be.upload(x, xv.data(), xv.size() * 4);
   cuda::matmul_group_tune(1);
-  for (const int one : {0, 1, 0, 1}) {
-    cuda::matmul_group_launch_tune(one);
-    const double t = time_calls(be, [&](int) { be.matmul_group(outs.data(), outs.size(), x.get(), 1); }, 32, 8, false);
-    std::printf("[q8t] KDA decode group (4 x 12288x7168 + 128x7168 + 96x7168), %s: %8.2f us %6.0f GB/s\n",
-                one ? "one launch for the unsplit" : "one launch per weight", t * 1e6, bytes / t / 1e9);
-  }
+  for (const int early : {0, 1})
+    for (const int one : {0, 1, 0, 1}) {
+      cuda::matmul_group_launch_tune(one);
+      cuda::matmul_q8t_early_tune(early);
+      const double t = time_calls(be, [&](int) { be.matmul_group(outs.data(), outs.size(), x.get(), 1); }, 32, 8, false);
+      std::printf("[q8t] KDA decode group (4 x 12288x7168 + 128x7168 + 96x7168), %s, early %d: %8.2f us %6.0f GB/s\n",
+                  one ? "one launch for the unsplit" : "one launch per weight", early, t * 1e6, bytes / t / 1e9);
+    }
+  cuda::matmul_q8t_early_tune(-1);
   cuda::matmul_group_launch_tune(-1);
   cuda::matmul_group_tune(-1);
   for (const Weight& w : ws) be.release(const_cast<void*>(w.data));
