@@ -16,6 +16,7 @@ namespace {
 
 __global__ void rope_kernel(float* x, int64_t n_heads, int64_t tok_stride, int64_t head_stride, int64_t offset,
                             const int32_t* pos, const float* freq, int64_t half, float factor, bool interleaved) {
+  pdl_begin();
   const int64_t t = blockIdx.x;
   for (int64_t idx = threadIdx.x; idx < n_heads * half; idx += blockDim.x) {
     const int64_t h = idx / half, i = idx % half;
@@ -54,6 +55,7 @@ constexpr int kAttnKeys = 4;  // keys per warp at once (scores)
 constexpr int kAttnCols = 4;  // value columns per thread at once (output)
 
 __global__ void attention_kernel(AttnParams P, int64_t t0, float* sc) {
+  pdl_begin();
   __shared__ float sh[32];
   const AttentionArgs& a = P.a;
   const int64_t h = blockIdx.x, t = t0 + blockIdx.y;
@@ -126,6 +128,7 @@ constexpr int kIdxHeads = 8;
 
 __global__ void indexer_scores_kernel(const float* q, const float* k, const float* w, int64_t L, int64_t Hi,
                                       int64_t Di, int64_t q_pos0, float* score) {
+  pdl_begin();
   const int lane = threadIdx.x & 31;
   const int64_t t = blockIdx.y;
   const int64_t s = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
@@ -181,6 +184,7 @@ constexpr int kResRegs = 32;  // rows of up to 32 x 256 floats are held in regis
 
 __global__ void attn_res_scores_kernel(const float* const* vs, int64_t nv, const float* w, int64_t D, float eps,
                                        float* scores) {
+  pdl_begin();
   __shared__ double sh[32];
   const int64_t s = blockIdx.x, t = blockIdx.y;
   const float* v = vs[s] + t * D;
@@ -216,6 +220,7 @@ __global__ void attn_res_scores_kernel(const float* const* vs, int64_t nv, const
 }
 
 __global__ void attn_res_mix_kernel(const float* const* vs, int64_t nv, const float* scores, int64_t D, float* out) {
+  pdl_begin();
   extern __shared__ float p[];  // nv weights, then nv pointers
   const float** vp = reinterpret_cast<const float**>(p + ((nv + 1) & ~int64_t{1}));
   const int64_t t = blockIdx.y;
@@ -248,9 +253,8 @@ void CudaBackend::rope(float* x, int64_t T, int64_t n_heads, int64_t tok_stride,
   bind();
   const auto* pos = static_cast<const int32_t*>(stage(kPos, pos_host, static_cast<size_t>(T) * sizeof(int32_t)));
   const auto* freq = static_cast<const float*>(stage(kFreq, rope.inv_freq_host, static_cast<size_t>(half) * sizeof(float)));
-  rope_kernel<<<static_cast<unsigned>(T), 256, 0, stream_>>>(x, n_heads, tok_stride, head_stride, offset, pos, freq,
+  launch_small(rope_kernel, static_cast<unsigned>(T), 256, 0, stream_, x, n_heads, tok_stride, head_stride, offset, pos, freq,
                                                              half, rope.attention_factor, rope.interleaved);
-  FERRY_CUDA_LAUNCHED(rope_kernel);
 }
 
 void CudaBackend::attention(const AttentionArgs& a) {
@@ -292,8 +296,7 @@ void CudaBackend::attention(const AttentionArgs& a) {
   auto* sc = static_cast<float*>(scratch(kScores, static_cast<size_t>(std::min(group, a.T) * per_query) * sizeof(float)));
   for (int64_t t0 = 0; t0 < a.T; t0 += group) {
     const dim3 grid(static_cast<unsigned>(a.Hq), static_cast<unsigned>(std::min(group, a.T - t0)));
-    attention_kernel<<<grid, kAttnThreads, 0, stream_>>>(P, t0, sc);
-    FERRY_CUDA_LAUNCHED(attention_kernel);
+    launch_small(attention_kernel, grid, kAttnThreads, 0, stream_, P, t0, sc);
   }
 }
 
@@ -307,8 +310,7 @@ void CudaBackend::indexer_topk(const float* q, const float* k, const float* w, i
     auto* sc = static_cast<float*>(scratch(kScores, score.size() * sizeof(float)));
     constexpr int kWarpsPerBlock = 4;
     const dim3 grid(static_cast<unsigned>((L + kWarpsPerBlock - 1) / kWarpsPerBlock), static_cast<unsigned>(T));
-    indexer_scores_kernel<<<grid, kWarpsPerBlock * 32, 0, stream_>>>(q, k, w, L, Hi, Di, q_pos0, sc);
-    FERRY_CUDA_LAUNCHED(indexer_scores_kernel);
+    launch_small(indexer_scores_kernel, grid, kWarpsPerBlock * 32, 0, stream_, q, k, w, L, Hi, Di, q_pos0, sc);
     download(score.data(), sc, score.size() * sizeof(float));
   }
   const bool on_device = is_device_pointer(sel);
@@ -331,12 +333,10 @@ void CudaBackend::attn_res(const float* const* vs_host, int64_t nv, const float*
   if (T > 65535) throw LimitError("cuda attn_res: " + std::to_string(T) + " rows in one call (max 65535)");
   const auto* vs = static_cast<const float* const*>(stage(kPtrs, vs_host, static_cast<size_t>(nv) * sizeof(float*)));
   auto* scores = static_cast<float*>(scratch(kResScores, static_cast<size_t>(T * nv) * sizeof(float)));
-  attn_res_scores_kernel<<<dim3(static_cast<unsigned>(nv), static_cast<unsigned>(T)), 256, 0, stream_>>>(vs, nv, w, D,
+  launch_small(attn_res_scores_kernel, dim3(static_cast<unsigned>(nv), static_cast<unsigned>(T)), 256, 0, stream_, vs, nv, w, D,
                                                                                                          eps, scores);
-  FERRY_CUDA_LAUNCHED(attn_res_scores_kernel);
   const size_t smem = static_cast<size_t>((nv + 1) & ~int64_t{1}) * sizeof(float) + static_cast<size_t>(nv) * sizeof(float*);
-  attn_res_mix_kernel<<<dim3(blocks_for(D, 256), static_cast<unsigned>(T)), 256, smem, stream_>>>(vs, nv, scores, D, out);
-  FERRY_CUDA_LAUNCHED(attn_res_mix_kernel);
+  launch_small(attn_res_mix_kernel, dim3(blocks_for(D, 256), static_cast<unsigned>(T)), 256, smem, stream_, vs, nv, scores, D, out);
 }
 
 }  // namespace ferry::cuda

@@ -8,6 +8,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
+
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/pdl.hpp"
 
 namespace ferry::cuda {
 
@@ -59,5 +63,39 @@ __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf
 __device__ __forceinline__ float siluf_(float x) { return x / (1.0f + expf(-x)); }
 
 inline unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
+
+// Programmatic dependent launch of the small kernels (norms, elementwise, attention, KDA, prep_x, the
+// generic matmul: everything a decode step runs besides the weight-streaming matmuls, which have their
+// own, dec::launch_dependent). A decode step is ~190 kernels, ~140 of them a few microseconds long, one
+// after the other on one stream. Launched with launch_small while pdl_small() holds, a kernel's blocks may
+// become resident while the kernel before it still runs; each such kernel starts with pdl_begin(): it
+// waits until the kernel before has finished and its writes are visible (griddepcontrol.wait: at once
+// for a plain launch), then lets the next one launch. So every kernel still runs after the one before it,
+// and every block waits before it reads or writes anything (also a block with nothing to do: otherwise
+// the kernel could finish before the one before it, and the next kernel would see that one unfinished):
+// the same results, with the next kernel's launch and block dispatch overlapping this one. prep_x lets
+// its matmul launch first thing and then waits. Off by default until measured on the GPU (pdl.hpp:
+// FERRY_PDL=1 turns it on); off, launch_small is a plain launch and pdl_begin returns at once.
+__device__ __forceinline__ void pdl_begin() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
+// kernel<<<grid, block, smem, st>>>(args...), as a programmatic dependent of the kernel before it on st
+// when pdl_small(); the launch error, if any, is thrown naming this call.
+template <class... P, class... A>
+void launch_small(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = pdl_small() ? 1 : 0;
+  FERRY_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
+}
 
 }  // namespace ferry::cuda

@@ -1,9 +1,11 @@
 // Memory, scratch and the factory of the CUDA back-end.
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "kernels/cuda/cuda_backend.cuh"
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda_backend.hpp"
 
@@ -12,6 +14,20 @@ namespace ferry::cuda {
 void throw_cuda_error(cudaError_t e, const char* stmt, const char* func, const char* file, int line) {
   throw Error("CUDA error " + std::to_string(static_cast<int>(e)) + " (" + cudaGetErrorString(e) + ") in `" +
               stmt + "` [" + func + " at " + file + ":" + std::to_string(line) + "]");
+}
+
+namespace {
+int g_pdl = -1;  // launch_pdl_tune
+}  // namespace
+
+void launch_pdl_tune(int on) { g_pdl = on; }
+
+bool pdl_small() {
+  static const bool env = [] {
+    const char* v = std::getenv("FERRY_PDL");
+    return v && v[0] == '1';
+  }();
+  return g_pdl >= 0 ? g_pdl == 1 : env;
 }
 
 bool is_device_pointer(const void* p) {

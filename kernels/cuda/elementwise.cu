@@ -54,6 +54,7 @@ __device__ __forceinline__ double sum_squares(const float* v, int64_t dim) {
 }
 
 __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t dim, float eps, float* y) {
+  pdl_begin();
   __shared__ double sh[32];
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
   float* yr = y + static_cast<int64_t>(blockIdx.x) * dim;
@@ -78,6 +79,7 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t dim, floa
 }
 
 __global__ void layernorm_kernel(const float* x, const float* w, const float* b, int64_t dim, float eps, float* y) {
+  pdl_begin();
   __shared__ double sh[32];
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
   float* yr = y + static_cast<int64_t>(blockIdx.x) * dim;
@@ -96,6 +98,7 @@ __global__ void layernorm_kernel(const float* x, const float* w, const float* b,
 }
 
 __global__ void l2norm_kernel(const float* x, int64_t dim, float eps, float* y) {
+  pdl_begin();
   __shared__ double sh[32];
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
   float* yr = y + static_cast<int64_t>(blockIdx.x) * dim;
@@ -128,6 +131,7 @@ constexpr int kWarpRowsPerBlock = 8;
 template <bool kRms>
 __global__ void __launch_bounds__(32 * kWarpRowsPerBlock)
     norm_warp_kernel(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y) {
+  pdl_begin();
   const int lane = threadIdx.x & 31;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + (threadIdx.x >> 5);
   if (r >= rows) return;
@@ -160,6 +164,7 @@ __global__ void __launch_bounds__(32 * kWarpRowsPerBlock)
 // One element-wise functor per op; the grid-stride loop is shared.
 template <class F>
 __global__ void elementwise_kernel(int64_t n, F f) {
+  pdl_begin();
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     f(i);
@@ -217,8 +222,7 @@ template <class F>
 void run_elementwise(int64_t n, const F& f, cudaStream_t st) {
   if (n <= 0) return;
   const unsigned blocks = blocks_for(n, kThreads);
-  elementwise_kernel<<<blocks < 65535u * 16 ? blocks : 65535u * 16, kThreads, 0, st>>>(n, f);
-  FERRY_CUDA_LAUNCHED(elementwise_kernel);
+  launch_small(elementwise_kernel<F>, blocks < 65535u * 16 ? blocks : 65535u * 16, kThreads, 0, st, n, f);
 }
 
 void check_rows(const char* op, int64_t rows) {
@@ -232,13 +236,11 @@ void CudaBackend::rmsnorm(const float* x, const float* w, int64_t rows, int64_t 
   check_rows("rmsnorm", rows);
   bind();
   if (dim <= kWarpRowMax) {
-    norm_warp_kernel<true><<<blocks_for(rows, kWarpRowsPerBlock), 32 * kWarpRowsPerBlock, 0, stream_>>>(x, w, rows, dim,
+    launch_small(norm_warp_kernel<true>, blocks_for(rows, kWarpRowsPerBlock), 32 * kWarpRowsPerBlock, 0, stream_, x, w, rows, dim,
                                                                                                       eps, y);
-    FERRY_CUDA_LAUNCHED(norm_warp_kernel);
     return;
   }
-  rmsnorm_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream_>>>(x, w, dim, eps, y);
-  FERRY_CUDA_LAUNCHED(rmsnorm_kernel);
+  launch_small(rmsnorm_kernel, static_cast<unsigned>(rows), kRowThreads, 0, stream_, x, w, dim, eps, y);
 }
 
 void CudaBackend::layernorm(const float* x, const float* w, const float* b, int64_t rows, int64_t dim, float eps,
@@ -246,8 +248,7 @@ void CudaBackend::layernorm(const float* x, const float* w, const float* b, int6
   if (rows <= 0) return;
   check_rows("layernorm", rows);
   bind();
-  layernorm_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream_>>>(x, w, b, dim, eps, y);
-  FERRY_CUDA_LAUNCHED(layernorm_kernel);
+  launch_small(layernorm_kernel, static_cast<unsigned>(rows), kRowThreads, 0, stream_, x, w, b, dim, eps, y);
 }
 
 void CudaBackend::l2norm(const float* x, int64_t rows, int64_t dim, float eps, float* y) {
@@ -255,13 +256,11 @@ void CudaBackend::l2norm(const float* x, int64_t rows, int64_t dim, float eps, f
   check_rows("l2norm", rows);
   bind();
   if (dim <= kWarpRowMax) {
-    norm_warp_kernel<false><<<blocks_for(rows, kWarpRowsPerBlock), 32 * kWarpRowsPerBlock, 0, stream_>>>(
-        x, nullptr, rows, dim, eps, y);
-    FERRY_CUDA_LAUNCHED(norm_warp_kernel);
+    launch_small(norm_warp_kernel<false>, blocks_for(rows, kWarpRowsPerBlock), 32 * kWarpRowsPerBlock, 0, stream_, x,
+                 nullptr, rows, dim, eps, y);
     return;
   }
-  l2norm_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream_>>>(x, dim, eps, y);
-  FERRY_CUDA_LAUNCHED(l2norm_kernel);
+  launch_small(l2norm_kernel, static_cast<unsigned>(rows), kRowThreads, 0, stream_, x, dim, eps, y);
 }
 
 void CudaBackend::add(const float* a, const float* b, int64_t n, float* y) {

@@ -12,6 +12,7 @@ namespace {
 
 __global__ void conv1d_silu_kernel(const float* x, int64_t T, int64_t C, const float* w, int W, float* state,
                                    float* y) {
+  pdl_begin();
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= C) return;
   const int H = W - 1;
@@ -32,6 +33,7 @@ __global__ void conv1d_silu_kernel(const float* x, int64_t T, int64_t C, const f
 
 __global__ void kda_gate_kernel(const float* f, const float* a_log, int64_t T, int64_t H, int64_t K, bool safe,
                                 float lower, float* g) {
+  pdl_begin();
   const int64_t n = T * H * K;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -51,6 +53,7 @@ __global__ void kda_gate_kernel(const float* f, const float* a_log, int64_t T, i
 __global__ void kda_recurrent_kernel(const float* q, const float* k, const float* v, const float* g,
                                      const float* beta, int64_t T, int64_t H, int64_t K, int64_t V, float* state,
                                      float* o) {
+  pdl_begin();
   extern __shared__ float sm[];
   float* S = sm;
   float* e = S + K * kKdaCols;
@@ -99,8 +102,7 @@ void CudaBackend::conv1d_silu(const float* x, int64_t T, int64_t C, const float*
                      std::to_string(W));
   if (T <= 0 || C <= 0) return;
   bind();
-  conv1d_silu_kernel<<<blocks_for(C, 128), 128, 0, stream_>>>(x, T, C, w, static_cast<int>(W), state, y);
-  FERRY_CUDA_LAUNCHED(conv1d_silu_kernel);
+  launch_small(conv1d_silu_kernel, blocks_for(C, 128), 128, 0, stream_, x, T, C, w, static_cast<int>(W), state, y);
 }
 
 void CudaBackend::kda_gate(const float* f, const float* a_log, int64_t T, int64_t H, int64_t K,
@@ -109,9 +111,8 @@ void CudaBackend::kda_gate(const float* f, const float* a_log, int64_t T, int64_
   if (n <= 0) return;
   bind();
   const unsigned blocks = blocks_for(n, 256);
-  kda_gate_kernel<<<blocks < 65535u ? blocks : 65535u, 256, 0, stream_>>>(f, a_log, T, H, K, p.safe_gate,
+  launch_small(kda_gate_kernel, blocks < 65535u ? blocks : 65535u, 256, 0, stream_, f, a_log, T, H, K, p.safe_gate,
                                                                          p.lower_bound, g);
-  FERRY_CUDA_LAUNCHED(kda_gate_kernel);
 }
 
 void CudaBackend::kda_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta,
@@ -125,8 +126,7 @@ void CudaBackend::kda_recurrent(const float* q, const float* k, const float* v, 
     FERRY_CUDA_CHECK(cudaFuncSetAttribute(kda_recurrent_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(H), static_cast<unsigned>((V + kKdaCols - 1) / kKdaCols));
-  kda_recurrent_kernel<<<grid, kKdaCols, smem, stream_>>>(q, k, v, g, beta, T, H, K, V, state, o);
-  FERRY_CUDA_LAUNCHED(kda_recurrent_kernel);
+  launch_small(kda_recurrent_kernel, grid, kKdaCols, smem, stream_, q, k, v, g, beta, T, H, K, V, state, o);
 }
 
 void CudaBackend::kda_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta,

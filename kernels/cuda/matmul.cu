@@ -99,6 +99,7 @@ template <WType T, int NR>
 __global__ void __launch_bounds__(kWarps * 32)
     matmul_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t rows, int64_t cols,
                   const float* __restrict__ x, int64_t n, float* __restrict__ y, Strides s) {
+  pdl_begin();
   using F = Fmt<T>;
   w += blockIdx.z * s.w_head;
   x += blockIdx.z * s.x_head;
@@ -165,6 +166,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 // Columns not a multiple of 32 (f32 weights only): the generic warp dot, one warp per output.
 __global__ void matmul_f32_tail_kernel(const float* __restrict__ w, int64_t rows, int64_t cols,
                                        const float* __restrict__ x, int64_t n, float* __restrict__ y) {
+  pdl_begin();
   const int lane = threadIdx.x & 31;
   const int64_t idx = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   if (idx >= rows * n) return;
@@ -196,6 +198,7 @@ __device__ __forceinline__ float ld_stream_f32(const float* p) {
 __global__ void __launch_bounds__(kRow1Warps * 32)
     matmul_f32_row1_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t rows, int64_t cols,
                            const float* __restrict__ x, float* __restrict__ y, Strides s) {
+  pdl_begin();
   const int lane = threadIdx.x & 31;
   const int64_t o = static_cast<int64_t>(blockIdx.x) * kRow1Warps + (threadIdx.x >> 5);
   if (o >= rows) return;  // a whole warp
@@ -242,9 +245,8 @@ bool row1_on() {
 
 void launch_f32_row1(const Weight& w, const float* x, float* y, cudaStream_t st, const Strides& s, int64_t heads) {
   const dim3 grid(static_cast<unsigned>((w.rows + kRow1Warps - 1) / kRow1Warps), 1, static_cast<unsigned>(heads));
-  matmul_f32_row1_kernel<<<grid, kRow1Warps * 32, 0, st>>>(static_cast<const uint8_t*>(w.data), w.row_bytes(), w.rows,
+  launch_small(matmul_f32_row1_kernel, grid, kRow1Warps * 32, 0, st, static_cast<const uint8_t*>(w.data), w.row_bytes(), w.rows,
                                                           w.cols, x, y, s);
-  FERRY_CUDA_LAUNCHED(matmul_f32_row1_kernel);
 }
 
 template <WType T, int NR>
@@ -260,9 +262,8 @@ void launch_group(const Weight& w, const float* x, int64_t n, float* y, cudaStre
   const int64_t warps = (w.rows + kOutPerWarp - 1) / kOutPerWarp;
   const dim3 grid(static_cast<unsigned>((warps + kWarps - 1) / kWarps), static_cast<unsigned>((n + NR - 1) / NR),
                   static_cast<unsigned>(heads));
-  matmul_kernel<T, NR><<<grid, kWarps * 32, smem, st>>>(static_cast<const uint8_t*>(w.data), w.row_bytes(), w.rows,
+  launch_small(matmul_kernel<T, NR>, grid, kWarps * 32, smem, st, static_cast<const uint8_t*>(w.data), w.row_bytes(), w.rows,
                                                          w.cols, x, n, y, s);
-  FERRY_CUDA_LAUNCHED(matmul_kernel);
 }
 
 // The group width NR is the smallest power of two holding min(n, group) rows, so one row does not pay
@@ -286,6 +287,7 @@ Strides plain_strides(const Weight& w) { return Strides{w.cols, w.rows, 0, 0, 0}
 template <WType T>
 __global__ void embed_kernel(const uint8_t* __restrict__ table, size_t row_bytes, int64_t cols,
                              const int32_t* __restrict__ ids, float* __restrict__ y) {
+  pdl_begin();
   const int64_t i = blockIdx.y;
   const uint8_t* row = table + static_cast<size_t>(ids[i]) * row_bytes;
   for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < cols;
@@ -338,9 +340,8 @@ void launch_matmul(const Weight& w, const float* x, int64_t n, float* y, cudaStr
     case WType::f32:
       if (w.cols % 32 != 0) {
         const int64_t threads = w.rows * n * 32;
-        matmul_f32_tail_kernel<<<blocks_for(threads, 256), 256, 0, st>>>(static_cast<const float*>(w.data), w.rows,
+        launch_small(matmul_f32_tail_kernel, blocks_for(threads, 256), 256, 0, st, static_cast<const float*>(w.data), w.rows,
                                                                            w.cols, x, n, y);
-        FERRY_CUDA_LAUNCHED(matmul_f32_tail_kernel);
         return;
       }
       return launch_typed<WType::f32>(w, x, n, y, st, plain_strides(w));
@@ -353,11 +354,9 @@ void launch_embed(const Weight& t, const int32_t* ids, int64_t n, float* y, cuda
   const dim3 grid(blocks_for(std::min<int64_t>(t.cols, 65536), 256), static_cast<unsigned>(n));
   const auto* p = static_cast<const uint8_t*>(t.data);
   if (t.type == WType::f32) {
-    embed_kernel<WType::f32><<<grid, 256, 0, st>>>(p, t.row_bytes(), t.cols, ids, y);
-    FERRY_CUDA_LAUNCHED(embed_kernel<f32>);
+    launch_small(embed_kernel<WType::f32>, grid, 256, 0, st, p, t.row_bytes(), t.cols, ids, y);
   } else {
-    embed_kernel<WType::q8_0><<<grid, 256, 0, st>>>(p, t.row_bytes(), t.cols, ids, y);
-    FERRY_CUDA_LAUNCHED(embed_kernel<q8_0>);
+    launch_small(embed_kernel<WType::q8_0>, grid, 256, 0, st, p, t.row_bytes(), t.cols, ids, y);
   }
 }
 

@@ -61,6 +61,7 @@ __global__ void __launch_bounds__(kPrepThreads) prep_x_kernel(const float* __res
                                                               __half* __restrict__ hi, __half* __restrict__ lo,
                                                               float* __restrict__ inv, XOrder order) {
   dec::allow_dependents();  // a decode matmul after this may start its weight copies now
+  dec::grid_dependency_wait();  // launch_small may start this before the kernel that wrote x has finished
   const int64_t r = blockIdx.x;
   const float* xr = x + r * cols;
   float m = 0.0f;
@@ -88,6 +89,7 @@ __global__ void __launch_bounds__(kPrepThreads) prep_x_reg_kernel(const float* _
                                                                   __half* __restrict__ hi, __half* __restrict__ lo,
                                                                   float* __restrict__ inv, XOrder order) {
   dec::allow_dependents();
+  dec::grid_dependency_wait();
   const int64_t r = blockIdx.x;
   const int nv = static_cast<int>(cols / 4);
   const float4* xr = reinterpret_cast<const float4*>(x + r * cols);
@@ -268,18 +270,17 @@ XPrep prep_x(const float* x, int64_t n, int64_t cols, void* buf, cudaStream_t st
     const int64_t nv = cols / 4;  // float4 per row, when the rows are 16-byte aligned
     const bool vec = cols % 16 == 0 && (reinterpret_cast<uintptr_t>(x) & 15u) == 0;
     if (vec && nv <= kPrepThreads)
-      prep_x_reg_kernel<1><<<grid, kPrepThreads, 0, st>>>(x, cols, hi, lo, inv, order);
+      launch_small(prep_x_reg_kernel<1>, grid, kPrepThreads, 0, st, x, cols, hi, lo, inv, order);
     else if (vec && nv <= 2 * kPrepThreads)
-      prep_x_reg_kernel<2><<<grid, kPrepThreads, 0, st>>>(x, cols, hi, lo, inv, order);
+      launch_small(prep_x_reg_kernel<2>, grid, kPrepThreads, 0, st, x, cols, hi, lo, inv, order);
     else if (vec && nv <= 4 * kPrepThreads)
-      prep_x_reg_kernel<4><<<grid, kPrepThreads, 0, st>>>(x, cols, hi, lo, inv, order);
+      launch_small(prep_x_reg_kernel<4>, grid, kPrepThreads, 0, st, x, cols, hi, lo, inv, order);
     else if (vec && nv <= 8 * kPrepThreads)
-      prep_x_reg_kernel<8><<<grid, kPrepThreads, 0, st>>>(x, cols, hi, lo, inv, order);
+      launch_small(prep_x_reg_kernel<8>, grid, kPrepThreads, 0, st, x, cols, hi, lo, inv, order);
     else if (vec && nv <= 16 * kPrepThreads)
-      prep_x_reg_kernel<16><<<grid, kPrepThreads, 0, st>>>(x, cols, hi, lo, inv, order);
+      launch_small(prep_x_reg_kernel<16>, grid, kPrepThreads, 0, st, x, cols, hi, lo, inv, order);
     else
-      prep_x_kernel<<<grid, kPrepThreads, 0, st>>>(x, cols, hi, lo, inv, order);
-    FERRY_CUDA_LAUNCHED(prep_x_kernel);
+      launch_small(prep_x_kernel, grid, kPrepThreads, 0, st, x, cols, hi, lo, inv, order);
   }
   p.hi = hi;
   p.lo = lo;

@@ -113,6 +113,7 @@ struct RowCopyArgs {
 };
 
 __global__ void row_copy_kernel(const __grid_constant__ RowCopyArgs a) {
+  pdl_begin();
   const int i = static_cast<int>(blockIdx.y);
   const int64_t s = a.gather ? a.t.src[i] : a.t.base + i;
   const int64_t d = a.gather ? a.t.base + i : a.t.dst[i];
@@ -125,8 +126,7 @@ void launch_row_copy(const GroupTable& t, const float* src, float* dst, int64_t 
   if (t.rows == 0) return;
   const RowCopyArgs a{t, src, dst, cols, gather};
   const dim3 grid(blocks_for(std::min<int64_t>(cols, 4096), 256), static_cast<unsigned>(t.rows));
-  row_copy_kernel<<<grid, 256, 0, st>>>(a);
-  FERRY_CUDA_LAUNCHED(row_copy_kernel);
+  launch_small(row_copy_kernel, grid, 256, 0, st, a);
 }
 
 // acc[t, c] = sum_j w[t*k+j] * y[(t*k+j)*dim + c], j in order, each product and sum rounded (the axpy
@@ -142,6 +142,7 @@ struct CombineArgs {
 };
 
 __global__ void combine_kernel(const __grid_constant__ CombineArgs a) {
+  pdl_begin();
   const float* w = a.wts ? a.wts : a.wpar;
   const int64_t total = a.n * a.dim;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
@@ -319,8 +320,7 @@ void CudaBackend::moe_combine(const float* y, const float* wts_host, int64_t n, 
   else
     a.wts = static_cast<const float*>(stage(kMoeWts, wts_host, static_cast<size_t>(nw) * sizeof(float)));
   const unsigned blocks = blocks_for(n * dim, 256);
-  combine_kernel<<<std::min(blocks, 65535u * 16), 256, 0, stream_>>>(a);
-  FERRY_CUDA_LAUNCHED(combine_kernel);
+  launch_small(combine_kernel, std::min(blocks, 65535u * 16), 256, 0, stream_, a);
 }
 
 }  // namespace ferry::cuda

@@ -17,7 +17,9 @@
 #include "kernels/backend.hpp"
 #include "tests/kernels/cpu/test_util.hpp"
 #if FERRY_WITH_CUDA
+#include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/matmul_mma_launch.cuh"
+#include "kernels/cuda/pdl.hpp"
 #include "kernels/cuda_backend.hpp"
 #endif
 
@@ -55,6 +57,22 @@ struct DecodeOnTensorCores {
   cuda::DecMode old;
   DecodeOnTensorCores() : old(cuda::matmul_dec_mode(cuda::DecMode::all)) {}
   ~DecodeOnTensorCores() { cuda::matmul_dec_mode(old); }
+#endif
+};
+
+// The launch switches that change scheduling only, all on for a scope: programmatic launches of the small
+// kernels (kernels/cuda/pdl.hpp), the q8_0 tiles' early dependents and one-launch groups, the one-row f32
+// kernel (kernels/cuda/matmul.cuh). Each is off by default until measured on the GPU.
+struct AllLaunchSwitches {
+#if FERRY_WITH_CUDA
+  AllLaunchSwitches() { set(1); }
+  ~AllLaunchSwitches() { set(-1); }
+  static void set(int on) {
+    cuda::launch_pdl_tune(on);
+    cuda::matmul_q8t_early_tune(on);
+    cuda::matmul_group_launch_tune(on);
+    cuda::matmul_f32_row1_tune(on);
+  }
 #endif
 };
 

@@ -40,6 +40,24 @@ std::vector<int32_t> greedy(Loaded& m, const std::vector<int32_t>& prompt, size_
   return got;
 }
 
+// A prompt pass and 12 greedy steps with the default launches, then the same with every launch switch on:
+// the same ids and every logit's bits.
+void expect_launch_switches_keep_bits(Loaded& m, const std::vector<int32_t>& prompt, const std::string& what) {
+  std::vector<float> base, sw;
+  const auto g0 = greedy(m, prompt, 12, &base);
+  std::vector<int32_t> g1;
+  {
+    AllLaunchSwitches on;
+    g1 = greedy(m, prompt, 12, &sw);
+  }
+  EXPECT_EQ(g0, g1) << what;
+  ASSERT_EQ(base.size(), sw.size());
+  const int64_t d = first_bit_diff(base.data(), sw.data(), static_cast<int64_t>(base.size()));
+  std::printf("[gpu-model %s] launch switches on vs off, 12 steps: %s\n", what.c_str(),
+              d < 0 ? "bit-identical" : "DIFFERENT");
+  EXPECT_LT(d, 0) << what << ": first differing logit " << d;
+}
+
 class GpuHf : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -125,6 +143,11 @@ TEST_P(GpuHf, CpuAndCudaGreedyIdsAreIdentical) {
   std::printf("[gpu-model %s] cpu vs cuda, 24 greedy steps: logits max|d| %.3g rel %.3g, ids %s\n",
               GetParam().c_str(), e.max_abs, e.max_rel, g == c ? "identical" : "DIFFERENT");
   EXPECT_EQ(g, c);
+}
+
+TEST_P(GpuHf, LaunchSwitchesKeepEveryLogitsBits) {
+  auto m = load_on(dir_, true);
+  expect_launch_switches_keep_bits(m, ids_of(ref_["prompt_ids"]), GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, GpuHf,
@@ -230,6 +253,11 @@ TEST_F(GpuK3, PromptLogitsAndGreedyIdsMatchLlamaCpp) {
   std::printf("[gpu-model k3-tiny-a] decode logits vs llama.cpp: max|d| %.3g\n", worst);
   EXPECT_EQ(ids, gen_);
   EXPECT_LE(worst, kK3MaxAbs);
+}
+
+TEST_F(GpuK3, LaunchSwitchesKeepEveryLogitsBits) {
+  auto m = load_on(gpu_fixture("k3-tiny-a/hf"), true);
+  expect_launch_switches_keep_bits(m, prompt_, "k3-tiny-a");
 }
 
 TEST_F(GpuK3, CpuAndCudaGreedyIdsAreIdentical) {
