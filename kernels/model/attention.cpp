@@ -16,22 +16,31 @@ void Model::indexer(int il, Ctx& c, const float* x, const float* cq, std::vector
   const MlaWeights& w = w_.layers[static_cast<size_t>(il)].mla;
   LayerState& st = c.s->layers[static_cast<size_t>(il)];
   const int64_t n = c.n, hi = cfg_.index_n_heads, di = cfg_.index_head_dim, dr = cfg_.qk_rope_dim;
-  Buf q(be_, static_cast<size_t>(n * hi * di), Buf::Uninit{}), wts(be_, static_cast<size_t>(n * hi), Buf::Uninit{});
-  be_.matmul(w.idx_wq_b, cq, n, q);
+  // The indexer's keys of the new positions go to its cache in every case.
   float* kdst = st.index_k.get() + c.pos0 * di;
   be_.matmul(w.idx_wk, x, n, kdst);
   be_.layernorm(kdst, w.idx_k_norm_w, w.idx_k_norm_b, n, di, kIndexerNormEps, kdst);
-  if (!inv_freq_.empty()) {
-    // The indexer rotates its first dr dims with half-split (non-interleaved) RoPE.
-    RopeParams rp{inv_freq_.data(), dr, rope_attention_factor_, false};
-    be_.rope(q, n, hi, hi * di, di, 0, c.pos.data(), rp);
-    be_.rope(kdst, n, 1, di, di, 0, c.pos.data(), rp);
+  // The indexer rotates its first dr dims with half-split (non-interleaved) RoPE.
+  const RopeParams rp{inv_freq_.data(), dr, rope_attention_factor_, false};
+  if (!inv_freq_.empty()) be_.rope(kdst, n, 1, di, di, 0, c.pos.data(), rp);
+  const int64_t topk = cfg_.index_topk;
+  sel.assign(static_cast<size_t>(n * topk), -1);
+  // Query t sees the keys 0 .. pos0 + t. While that is at most topk keys for every query (contexts up to
+  // index_topk = 2,048 for K3.1), the selection is every visible key whatever the scores, in both tie modes
+  // (by position: n = visible; torch's top-k of the whole row takes all pos0 + n entries and drops none that
+  // is visible): the same selection, without the query side, the score kernel and the host round trip that
+  // reads the scores.
+  if (c.pos0 + n <= topk) {
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t i = 0; i <= c.pos0 + t; ++i) sel[static_cast<size_t>(t * topk + i)] = static_cast<int32_t>(i);
+    return;
   }
+  Buf q(be_, static_cast<size_t>(n * hi * di), Buf::Uninit{}), wts(be_, static_cast<size_t>(n * hi), Buf::Uninit{});
+  be_.matmul(w.idx_wq_b, cq, n, q);
+  if (!inv_freq_.empty()) be_.rope(q, n, hi, hi * di, di, 0, c.pos.data(), rp);
   be_.matmul(w.idx_w, x, n, wts);
   // HF: weights * Hi^-0.5, scores * di^-0.5 inside the ReLU (a positive scale commutes with it).
   be_.scale(wts, static_cast<float>(1.0 / std::sqrt(static_cast<double>(hi * di))), n * hi);
-  const int64_t topk = cfg_.index_topk;
-  sel.assign(static_cast<size_t>(n * topk), -1);
   be_.indexer_topk(q, st.index_k, wts, n, c.pos0 + n, hi, di, c.pos0, topk, sel.data(), indexer_ties_);
 }
 
