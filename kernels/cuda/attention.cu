@@ -253,8 +253,8 @@ void CudaBackend::rope(float* x, int64_t T, int64_t n_heads, int64_t tok_stride,
   bind();
   const auto* pos = static_cast<const int32_t*>(stage(kPos, pos_host, static_cast<size_t>(T) * sizeof(int32_t)));
   const auto* freq = static_cast<const float*>(stage(kFreq, rope.inv_freq_host, static_cast<size_t>(half) * sizeof(float)));
-  launch_small(rope_kernel, static_cast<unsigned>(T), 256, 0, stream_, x, n_heads, tok_stride, head_stride, offset, pos, freq,
-                                                             half, rope.attention_factor, rope.interleaved);
+  launch_small(rope_kernel, static_cast<unsigned>(T), 256, 0, stream_, x, n_heads, tok_stride, head_stride, offset, pos,
+               freq, half, rope.attention_factor, rope.interleaved);
 }
 
 void CudaBackend::attention(const AttentionArgs& a) {
@@ -333,10 +333,11 @@ void CudaBackend::attn_res(const float* const* vs_host, int64_t nv, const float*
   if (T > 65535) throw LimitError("cuda attn_res: " + std::to_string(T) + " rows in one call (max 65535)");
   const auto* vs = static_cast<const float* const*>(stage(kPtrs, vs_host, static_cast<size_t>(nv) * sizeof(float*)));
   auto* scores = static_cast<float*>(scratch(kResScores, static_cast<size_t>(T * nv) * sizeof(float)));
-  launch_small(attn_res_scores_kernel, dim3(static_cast<unsigned>(nv), static_cast<unsigned>(T)), 256, 0, stream_, vs, nv, w, D,
-                                                                                                         eps, scores);
+  launch_small(attn_res_scores_kernel, dim3(static_cast<unsigned>(nv), static_cast<unsigned>(T)), 256, 0, stream_, vs,
+               nv, w, D, eps, scores);
   const size_t smem = static_cast<size_t>((nv + 1) & ~int64_t{1}) * sizeof(float) + static_cast<size_t>(nv) * sizeof(float*);
-  launch_small(attn_res_mix_kernel, dim3(blocks_for(D, 256), static_cast<unsigned>(T)), 256, smem, stream_, vs, nv, scores, D, out);
+  launch_small(attn_res_mix_kernel, dim3(blocks_for(D, 256), static_cast<unsigned>(T)), 256, smem, stream_, vs, nv,
+               scores, D, out);
 }
 
 }  // namespace ferry::cuda

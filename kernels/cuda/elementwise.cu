@@ -236,8 +236,8 @@ void CudaBackend::rmsnorm(const float* x, const float* w, int64_t rows, int64_t 
   check_rows("rmsnorm", rows);
   bind();
   if (dim <= kWarpRowMax) {
-    launch_small(norm_warp_kernel<true>, blocks_for(rows, kWarpRowsPerBlock), 32 * kWarpRowsPerBlock, 0, stream_, x, w, rows, dim,
-                                                                                                      eps, y);
+    launch_small(norm_warp_kernel<true>, blocks_for(rows, kWarpRowsPerBlock), 32 * kWarpRowsPerBlock, 0, stream_, x, w,
+                 rows, dim, eps, y);
     return;
   }
   launch_small(rmsnorm_kernel, static_cast<unsigned>(rows), kRowThreads, 0, stream_, x, w, dim, eps, y);

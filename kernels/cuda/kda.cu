@@ -112,7 +112,7 @@ void CudaBackend::kda_gate(const float* f, const float* a_log, int64_t T, int64_
   bind();
   const unsigned blocks = blocks_for(n, 256);
   launch_small(kda_gate_kernel, blocks < 65535u ? blocks : 65535u, 256, 0, stream_, f, a_log, T, H, K, p.safe_gate,
-                                                                         p.lower_bound, g);
+               p.lower_bound, g);
 }
 
 void CudaBackend::kda_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta,

@@ -245,8 +245,8 @@ bool row1_on() {
 
 void launch_f32_row1(const Weight& w, const float* x, float* y, cudaStream_t st, const Strides& s, int64_t heads) {
   const dim3 grid(static_cast<unsigned>((w.rows + kRow1Warps - 1) / kRow1Warps), 1, static_cast<unsigned>(heads));
-  launch_small(matmul_f32_row1_kernel, grid, kRow1Warps * 32, 0, st, static_cast<const uint8_t*>(w.data), w.row_bytes(), w.rows,
-                                                          w.cols, x, y, s);
+  launch_small(matmul_f32_row1_kernel, grid, kRow1Warps * 32, 0, st, static_cast<const uint8_t*>(w.data), w.row_bytes(),
+               w.rows, w.cols, x, y, s);
 }
 
 template <WType T, int NR>
@@ -262,8 +262,8 @@ void launch_group(const Weight& w, const float* x, int64_t n, float* y, cudaStre
   const int64_t warps = (w.rows + kOutPerWarp - 1) / kOutPerWarp;
   const dim3 grid(static_cast<unsigned>((warps + kWarps - 1) / kWarps), static_cast<unsigned>((n + NR - 1) / NR),
                   static_cast<unsigned>(heads));
-  launch_small(matmul_kernel<T, NR>, grid, kWarps * 32, smem, st, static_cast<const uint8_t*>(w.data), w.row_bytes(), w.rows,
-                                                         w.cols, x, n, y, s);
+  launch_small(matmul_kernel<T, NR>, grid, kWarps * 32, smem, st, static_cast<const uint8_t*>(w.data), w.row_bytes(),
+               w.rows, w.cols, x, n, y, s);
 }
 
 // The group width NR is the smallest power of two holding min(n, group) rows, so one row does not pay
@@ -340,8 +340,8 @@ void launch_matmul(const Weight& w, const float* x, int64_t n, float* y, cudaStr
     case WType::f32:
       if (w.cols % 32 != 0) {
         const int64_t threads = w.rows * n * 32;
-        launch_small(matmul_f32_tail_kernel, blocks_for(threads, 256), 256, 0, st, static_cast<const float*>(w.data), w.rows,
-                                                                           w.cols, x, n, y);
+        launch_small(matmul_f32_tail_kernel, blocks_for(threads, 256), 256, 0, st, static_cast<const float*>(w.data),
+                     w.rows, w.cols, x, n, y);
         return;
       }
       return launch_typed<WType::f32>(w, x, n, y, st, plain_strides(w));
