@@ -45,15 +45,16 @@ fi
 # row1 (FERRY_F32_ROW1=1: one-row f32 matmuls, the routers and MLA's heads, on their own kernel; same bits),
 # early (FERRY_Q8T_EARLY=1: q8_0-tiles kernels let the next dependent launch start as their last block is
 # resident; same bits), pdl (FERRY_PDL=1: the small kernels launched as programmatic dependents,
-# kernels/cuda/pdl.hpp; same bits), next (onelaunch, row1, early and pdl together).
+# kernels/cuda/switches.hpp; same bits), ilp (FERRY_ATTN_ILP=1: attention and DSA indexer kernels with more
+# keys / columns / heads per warp at once; same bits), next (onelaunch, row1, early, pdl and ilp together).
 arm_env() {
   case $1 in
     cores) echo FERRY_DEC_MMA=0;; auto) echo FERRY_DEC_MMA=auto;; dec) echo FERRY_DEC_MMA=1;; dec4) echo FERRY_DEC_MMA=1 FERRY_DEC_KB=4;;
     dec1) echo FERRY_DEC_MMA=1 FERRY_DEC_KB=1;; decnp) echo FERRY_DEC_MMA=1 FERRY_DEC_PDL=0;;
     nosplit) echo FERRY_KSPLIT=0;; base) echo FERRY_ARM=base;; rowq8) echo FERRY_Q8T=0;; group) echo FERRY_Q8T_GROUP=1;; nogroup) echo FERRY_Q8T_GROUP=0;;
     rowmx) echo FERRY_MXT=0;; onelaunch) echo FERRY_Q8T_ONE_LAUNCH=1;; row1) echo FERRY_F32_ROW1=1;;
-    early) echo FERRY_Q8T_EARLY=1;; pdl) echo FERRY_PDL=1;;
-    next) echo "FERRY_Q8T_ONE_LAUNCH=1 FERRY_F32_ROW1=1 FERRY_Q8T_EARLY=1 FERRY_PDL=1";;
+    early) echo FERRY_Q8T_EARLY=1;; pdl) echo FERRY_PDL=1;; ilp) echo FERRY_ATTN_ILP=1;;
+    next) echo "FERRY_Q8T_ONE_LAUNCH=1 FERRY_F32_ROW1=1 FERRY_Q8T_EARLY=1 FERRY_PDL=1 FERRY_ATTN_ILP=1";;
   esac
 }
 ARMS=${ARMS:-"cores dec"}
@@ -141,7 +142,8 @@ for a in auto dec; do [ -f "$R/$a-1.hash" ] && [ -f "$R/cores-1.hash" ] && "$B/b
 [ -f "$R/row1-1.hash" ] && echo "auto vs row1 (one-row f32 kernel): must be identical:" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/row1-1.hash" | tail -3
 [ -f "$R/early-1.hash" ] && echo "auto vs early (dependents launched early): must be identical:" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/early-1.hash" | tail -3
 [ -f "$R/pdl-1.hash" ] && echo "auto vs pdl (small kernels as programmatic dependents): must be identical:" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/pdl-1.hash" | tail -3
-[ -f "$R/next-1.hash" ] && echo "auto vs next (onelaunch + row1 + early + pdl): must be identical:" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/next-1.hash" | tail -3
+[ -f "$R/ilp-1.hash" ] && echo "auto vs ilp (attention / indexer, wider loops): must be identical:" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/ilp-1.hash" | tail -3
+[ -f "$R/next-1.hash" ] && echo "auto vs next (onelaunch + row1 + early + pdl + ilp): must be identical:" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/next-1.hash" | tail -3
 [ -f "$R/nogroup-1.hash" ] && echo "auto vs nogroup (x prepared per matmul): must be identical:" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/nogroup-1.hash" | tail -3
 [ -f "$R/rowq8-1.hash" ] && echo "rowq8 vs auto (q8_0 tiles: other last bits, same greedy ids):" && "$B/bin/ferry" trace diff "$R/rowq8-1.hash" "$R/auto-1.hash" | tail -3
 [ -f "$R/nosplit-1.hash" ] && echo "auto vs nosplit (the split changes the last bits, not the greedy ids):" && "$B/bin/ferry" trace diff "$R/nosplit-1.hash" "$R/auto-1.hash" | tail -3

@@ -51,9 +51,11 @@ __device__ __forceinline__ float block_max(float v, float* sh) {
   return m;
 }
 
-constexpr int kAttnKeys = 4;  // keys per warp at once (scores)
-constexpr int kAttnCols = 4;  // value columns per thread at once (output)
-
+// KEYS: keys a warp scores at once; COLS: value columns a thread sums at once. Each score is still its key's
+// warp_dot and each output column its sum over the keys in key order, so every (KEYS, COLS) gives the same
+// bits; <1, 1> is the kernel of one key and one column at a time, <4, 4> keeps more loads in flight for
+// MLA's 576-wide decode rows (attention_ilp(), off until measured on the GPU).
+template <int KEYS, int COLS>
 __global__ void attention_kernel(AttnParams P, int64_t t0, float* sc) {
   pdl_begin();
   __shared__ float sh[32];
@@ -67,13 +69,13 @@ __global__ void attention_kernel(AttnParams P, int64_t t0, float* sc) {
   const float* q = a.q + t * a.q_tok_stride + h * a.q_head_stride;
   float* s = sc + (blockIdx.y * a.Hq + h) * P.maxk;
   float* out = a.out + (t * a.Hq + h) * a.Dv;
-  // Scores: warp w takes keys w, w + nw, ...; kAttnKeys of them at once, their warp_dot chains interleaved
-  // in one loop over the columns (each chain is still its key's warp_dot, so the bits are the CPU's).
-  for (int64_t i0 = warp; i0 < nkeys; i0 += kAttnKeys * nw) {
-    const float* kp[kAttnKeys];
-    float d[kAttnKeys];
+  // Scores: warp w takes keys w, w + nw, ...; KEYS of them at once, their warp_dot chains interleaved in
+  // one loop over the columns (each chain is still its key's warp_dot, so the bits are the CPU's).
+  for (int64_t i0 = warp; i0 < nkeys; i0 += KEYS * nw) {
+    const float* kp[KEYS];
+    float d[KEYS];
 #pragma unroll
-    for (int j = 0; j < kAttnKeys; ++j) {
+    for (int j = 0; j < KEYS; ++j) {
       const int64_t i = min(i0 + j * nw, nkeys - 1);  // past the end: a valid key, never stored
       const int64_t key = keys ? keys[i] : i;
       kp[j] = a.k + key * a.k_tok_stride + kh * a.k_head_stride;
@@ -82,10 +84,10 @@ __global__ void attention_kernel(AttnParams P, int64_t t0, float* sc) {
     for (int64_t c = lane; c < a.Dk; c += 32) {
       const float qv = q[c];
 #pragma unroll
-      for (int j = 0; j < kAttnKeys; ++j) d[j] = add(d[j], mul(qv, kp[j][c]));
+      for (int j = 0; j < KEYS; ++j) d[j] = add(d[j], mul(qv, kp[j][c]));
     }
 #pragma unroll
-    for (int j = 0; j < kAttnKeys; ++j) {
+    for (int j = 0; j < KEYS; ++j) {
       const float v = warp_fold(d[j]);
       if (lane == 0 && i0 + j * nw < nkeys) s[i0 + j * nw] = mul(v, a.scale);
     }
@@ -96,36 +98,36 @@ __global__ void attention_kernel(AttnParams P, int64_t t0, float* sc) {
   m = block_max(m, sh);
   for (int64_t i = threadIdx.x; i < nkeys; i += blockDim.x) s[i] = expf(__fsub_rn(s[i], m));
   __syncthreads();
-  // Output: thread x takes columns x, x + blockDim, ...; kAttnCols of them at once, so one pass over the keys
-  // serves them all (each column's sum over the keys in key order, as before; sum is the same sequence for
-  // every column).
+  // Output: thread x takes columns x, x + blockDim, ...; COLS of them at once, so one pass over the keys
+  // serves them all (each column's sum over the keys in key order; sum is the same sequence for every
+  // column).
   const float* vh = a.v + kh * a.v_head_stride;
-  for (int64_t d0 = threadIdx.x; d0 < a.Dv; d0 += kAttnCols * static_cast<int64_t>(blockDim.x)) {
-    float sum = 0.0f, o[kAttnCols];
+  for (int64_t d0 = threadIdx.x; d0 < a.Dv; d0 += COLS * static_cast<int64_t>(blockDim.x)) {
+    float sum = 0.0f, o[COLS];
 #pragma unroll
-    for (int j = 0; j < kAttnCols; ++j) o[j] = 0.0f;
+    for (int j = 0; j < COLS; ++j) o[j] = 0.0f;
 #pragma unroll 4
     for (int64_t i = 0; i < nkeys; ++i) {
       const float* vr = vh + (keys ? keys[i] : i) * a.v_tok_stride + d0;
       const float p = s[i];
       sum = add(sum, p);
 #pragma unroll
-      for (int j = 0; j < kAttnCols; ++j)
+      for (int j = 0; j < COLS; ++j)
         if (d0 + j * blockDim.x < a.Dv) o[j] = add(o[j], mul(p, vr[j * blockDim.x]));
     }
 #pragma unroll
-    for (int j = 0; j < kAttnCols; ++j)
+    for (int j = 0; j < COLS; ++j)
       if (d0 + j * blockDim.x < a.Dv) out[d0 + j * blockDim.x] = nkeys ? mul(o[j], 1.0f / sum) : 0.0f;
   }
 }
 
 // Warp per (query t, key s): score[t, s] = sum_h w[t,h] * relu(q[t,h,:] . k[s,:]), CPU order.
 // The heads' dot products of a key are independent; only their weighted sum runs in head order. So a warp
-// computes kIdxHeads dots at once (kIdxHeads chains of loads and lane folds in flight instead of one: a
-// decode step's DSA layer spent 30.8 us here with a head at a time, H200, 2026-12-02) and then adds them
-// to acc in head order: the same operations in the same order, the CPU's bits.
-constexpr int kIdxHeads = 8;
-
+// may compute HEADS dots at once (HEADS chains of loads and lane folds in flight instead of one: a decode
+// step's DSA layer spent 30.8 us here with a head at a time, H200, 2026-12-02) and then add them to acc in
+// head order: the same operations in the same order for every HEADS, the CPU's bits. HEADS = 8 under
+// attention_ilp() (off until measured on the GPU), else 1.
+template <int HEADS>
 __global__ void indexer_scores_kernel(const float* q, const float* k, const float* w, int64_t L, int64_t Hi,
                                       int64_t Di, int64_t q_pos0, float* score) {
   pdl_begin();
@@ -136,23 +138,23 @@ __global__ void indexer_scores_kernel(const float* q, const float* k, const floa
   if (s >= visible) return;
   const float* kr = k + s * Di;
   float acc = 0.0f;
-  for (int64_t h0 = 0; h0 < Hi; h0 += kIdxHeads) {
-    // warp_dot of each head, the kIdxHeads chains interleaved in one loop over the columns.
-    const int nh = static_cast<int>(min(static_cast<int64_t>(kIdxHeads), Hi - h0));
+  for (int64_t h0 = 0; h0 < Hi; h0 += HEADS) {
+    // warp_dot of each head, the HEADS chains interleaved in one loop over the columns.
+    const int nh = static_cast<int>(min(static_cast<int64_t>(HEADS), Hi - h0));
     const float* qh = q + (t * Hi + h0) * Di;
-    float d[kIdxHeads];
+    float d[HEADS];
 #pragma unroll
-    for (int j = 0; j < kIdxHeads; ++j) d[j] = 0.0f;
+    for (int j = 0; j < HEADS; ++j) d[j] = 0.0f;
     for (int64_t i = lane; i < Di; i += 32) {
       const float kv = kr[i];
 #pragma unroll
-      for (int j = 0; j < kIdxHeads; ++j)
+      for (int j = 0; j < HEADS; ++j)
         if (j < nh) d[j] = add(d[j], mul(qh[j * Di + i], kv));
     }
 #pragma unroll
-    for (int j = 0; j < kIdxHeads; ++j) d[j] = warp_fold(d[j]);
+    for (int j = 0; j < HEADS; ++j) d[j] = warp_fold(d[j]);
 #pragma unroll
-    for (int j = 0; j < kIdxHeads; ++j)
+    for (int j = 0; j < HEADS; ++j)
       if (h0 + j < Hi) acc = add(acc, mul(w[t * Hi + h0 + j], d[j] < 0.0f ? 0.0f : d[j]));  // std::max(d, 0.0f)
   }
   if (lane == 0) score[t * L + s] = acc;
@@ -296,7 +298,10 @@ void CudaBackend::attention(const AttentionArgs& a) {
   auto* sc = static_cast<float*>(scratch(kScores, static_cast<size_t>(std::min(group, a.T) * per_query) * sizeof(float)));
   for (int64_t t0 = 0; t0 < a.T; t0 += group) {
     const dim3 grid(static_cast<unsigned>(a.Hq), static_cast<unsigned>(std::min(group, a.T - t0)));
-    launch_small(attention_kernel, grid, kAttnThreads, 0, stream_, P, t0, sc);
+    if (attention_ilp())
+      launch_small(attention_kernel<4, 4>, grid, kAttnThreads, 0, stream_, P, t0, sc);
+    else
+      launch_small(attention_kernel<1, 1>, grid, kAttnThreads, 0, stream_, P, t0, sc);
   }
 }
 
@@ -310,7 +315,10 @@ void CudaBackend::indexer_topk(const float* q, const float* k, const float* w, i
     auto* sc = static_cast<float*>(scratch(kScores, score.size() * sizeof(float)));
     constexpr int kWarpsPerBlock = 4;
     const dim3 grid(static_cast<unsigned>((L + kWarpsPerBlock - 1) / kWarpsPerBlock), static_cast<unsigned>(T));
-    launch_small(indexer_scores_kernel, grid, kWarpsPerBlock * 32, 0, stream_, q, k, w, L, Hi, Di, q_pos0, sc);
+    if (attention_ilp())
+      launch_small(indexer_scores_kernel<8>, grid, kWarpsPerBlock * 32, 0, stream_, q, k, w, L, Hi, Di, q_pos0, sc);
+    else
+      launch_small(indexer_scores_kernel<1>, grid, kWarpsPerBlock * 32, 0, stream_, q, k, w, L, Hi, Di, q_pos0, sc);
     download(score.data(), sc, score.size() * sizeof(float));
   }
   const bool on_device = is_device_pointer(sel);

@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "kernels/cuda/cuda_check.cuh"
-#include "kernels/cuda/pdl.hpp"
+#include "kernels/cuda/switches.hpp"
 
 namespace ferry::cuda {
 
@@ -74,7 +74,7 @@ inline unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned
 // and every block waits before it reads or writes anything (also a block with nothing to do: otherwise
 // the kernel could finish before the one before it, and the next kernel would see that one unfinished):
 // the same results, with the next kernel's launch and block dispatch overlapping this one. prep_x lets
-// its matmul launch first thing and then waits. Off by default until measured on the GPU (pdl.hpp:
+// its matmul launch first thing and then waits. Off by default until measured on the GPU (switches.hpp:
 // FERRY_PDL=1 turns it on); off, launch_small is a plain launch and pdl_begin returns at once.
 __device__ __forceinline__ void pdl_begin() {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");

@@ -60,8 +60,12 @@ TEST_P(AttnCases, MatchesCpu) {
     }
   }
   auto out = poisoned_pair(p.T * p.Hq * p.Dv);
-  for (Backend* be : {cpu_, gpu_}) {
+  std::vector<float> wide;  // the GPU's output with cuda::attention_ilp (4 keys, 4 columns at once)
+  for (Backend* be : {gpu_, cpu_, gpu_}) {
     const bool G = be == gpu_;
+#if FERRY_WITH_CUDA
+    cuda::attention_ilp_tune(G && wide.empty() ? 1 : 0);
+#endif
     AttentionArgs a;
     a.q = G ? q.gpu() : q.cpu(); a.q_tok_stride = p.Hq * p.Dk; a.q_head_stride = p.Dk;
     a.k = G ? k.gpu() : k.cpu(); a.k_tok_stride = kts; a.k_head_stride = p.mqa_latent ? 0 : p.Dk;
@@ -75,9 +79,17 @@ TEST_P(AttnCases, MatchesCpu) {
     a.scale = 0.125f;
     if (p.sel) { a.sel = sel.data(); a.sel_k = sk; }
     be->attention(a);
+    if (G && wide.empty()) {
+      wide = get(gpu(), out.gpu(), out.g.size());
+      out = poisoned_pair(p.T * p.Hq * p.Dv);
+    }
   }
+#if FERRY_WITH_CUDA
+  cuda::attention_ilp_tune(-1);
+#endif
   auto [c, g] = results(out);
   EXPECT_LE(rel_err(p.name, c, g), kAttnTol);
+  EXPECT_TRUE(bits_equal((std::string(p.name) + ": 4 keys and columns at once vs one").c_str(), wide, g));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -105,16 +117,24 @@ TEST_F(Ops, IndexerTopkSelectsTheSameKeysInBothTieModesForEveryHeadCount) {
     std::printf("[gpu-op] indexer_topk ties=%d: %lld selected, identical=%d\n", int(ties),
                 static_cast<long long>(chosen), int(sc == sg));
   }
-  // The kernel takes 8 heads at a time (kIdxHeads): K3.1's 64 x 128, and one group plus a partial one. With
-  // 64 heads ties are rare, so equal selections of 200 of 300 keys need the CPU's scores to the bit.
-  for (const auto& [hi, di] : {std::pair<int64_t, int64_t>{64, 128}, {10, 128}}) {
+  // The kernel takes 1 or 8 heads at a time (cuda::attention_ilp): K3.1's 64 x 128, one group of 8 plus a
+  // partial one, fewer than 8. With 64 heads ties are rare, so equal selections of 200 of 300 keys need the
+  // CPU's scores to the bit.
+  for (const int ilp : {0, 1})
+  for (const auto& [hi, di] : {std::pair<int64_t, int64_t>{64, 128}, {10, 128}, {2, 32}}) {
+#if FERRY_WITH_CUDA
+    cuda::attention_ilp_tune(ilp);
+#endif
     auto qh = both(random_floats(T * hi * di, 15)), kh = both(random_floats(L * di, 16));
     auto wh = both(random_floats(T * hi, 17, 0.1f, 1.0f));
     std::vector<int32_t> sc(T * topk, -7), sg(T * topk, -7);
     cpu().indexer_topk(qh.cpu(), kh.cpu(), wh.cpu(), T, L, hi, di, pos0, topk, sc.data(), IndexerTies::by_position);
     gpu().indexer_topk(qh.gpu(), kh.gpu(), wh.gpu(), T, L, hi, di, pos0, topk, sg.data(), IndexerTies::by_position);
-    EXPECT_EQ(sc, sg) << hi << " heads of " << di;
+    EXPECT_EQ(sc, sg) << hi << " heads of " << di << ", 8 heads at once: " << ilp;
   }
+#if FERRY_WITH_CUDA
+  cuda::attention_ilp_tune(-1);
+#endif
   // Device-memory sel.
   Buf dsel(gpu(), static_cast<size_t>(T * topk));  // float-sized slots hold the int32 ids
   auto* dp = reinterpret_cast<int32_t*>(dsel.get());

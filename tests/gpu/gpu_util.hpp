@@ -19,7 +19,7 @@
 #if FERRY_WITH_CUDA
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/matmul_mma_launch.cuh"
-#include "kernels/cuda/pdl.hpp"
+#include "kernels/cuda/switches.hpp"
 #include "kernels/cuda_backend.hpp"
 #endif
 
@@ -60,18 +60,20 @@ struct DecodeOnTensorCores {
 #endif
 };
 
-// The launch switches that change scheduling only, all on for a scope: programmatic launches of the small
-// kernels (kernels/cuda/pdl.hpp), the q8_0 tiles' early dependents and one-launch groups, the one-row f32
-// kernel (kernels/cuda/matmul.cuh). Each is off by default until measured on the GPU.
-struct AllLaunchSwitches {
+// Every switch that changes speed only and is off by default until measured on the GPU, all on for a scope
+// (kernels/cuda/switches.hpp, kernels/cuda/matmul.cuh): programmatic launches of the small kernels, the
+// attention and indexer kernels' wider loops, the q8_0 tiles' early dependents and one-launch groups, the
+// one-row f32 kernel.
+struct AllSameBitsSwitches {
 #if FERRY_WITH_CUDA
-  AllLaunchSwitches() { set(1); }
-  ~AllLaunchSwitches() { set(-1); }
+  AllSameBitsSwitches() { set(1); }
+  ~AllSameBitsSwitches() { set(-1); }
   static void set(int on) {
     cuda::launch_pdl_tune(on);
     cuda::matmul_q8t_early_tune(on);
     cuda::matmul_group_launch_tune(on);
     cuda::matmul_f32_row1_tune(on);
+    cuda::attention_ilp_tune(on);
   }
 #endif
 };

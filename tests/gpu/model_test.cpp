@@ -40,20 +40,20 @@ std::vector<int32_t> greedy(Loaded& m, const std::vector<int32_t>& prompt, size_
   return got;
 }
 
-// A prompt pass and 12 greedy steps with the default launches, then the same with every launch switch on:
+// A prompt pass and 12 greedy steps with the default launches, then the same with every same-bits switch on:
 // the same ids and every logit's bits.
-void expect_launch_switches_keep_bits(Loaded& m, const std::vector<int32_t>& prompt, const std::string& what) {
+void expect_same_bits_switches_keep_bits(Loaded& m, const std::vector<int32_t>& prompt, const std::string& what) {
   std::vector<float> base, sw;
   const auto g0 = greedy(m, prompt, 12, &base);
   std::vector<int32_t> g1;
   {
-    AllLaunchSwitches on;
+    AllSameBitsSwitches on;
     g1 = greedy(m, prompt, 12, &sw);
   }
   EXPECT_EQ(g0, g1) << what;
   ASSERT_EQ(base.size(), sw.size());
   const int64_t d = first_bit_diff(base.data(), sw.data(), static_cast<int64_t>(base.size()));
-  std::printf("[gpu-model %s] launch switches on vs off, 12 steps: %s\n", what.c_str(),
+  std::printf("[gpu-model %s] same-bits switches on vs off, 12 steps: %s\n", what.c_str(),
               d < 0 ? "bit-identical" : "DIFFERENT");
   EXPECT_LT(d, 0) << what << ": first differing logit " << d;
 }
@@ -145,9 +145,9 @@ TEST_P(GpuHf, CpuAndCudaGreedyIdsAreIdentical) {
   EXPECT_EQ(g, c);
 }
 
-TEST_P(GpuHf, LaunchSwitchesKeepEveryLogitsBits) {
+TEST_P(GpuHf, SameBitsSwitchesKeepEveryLogitsBits) {
   auto m = load_on(dir_, true);
-  expect_launch_switches_keep_bits(m, ids_of(ref_["prompt_ids"]), GetParam());
+  expect_same_bits_switches_keep_bits(m, ids_of(ref_["prompt_ids"]), GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, GpuHf,
@@ -255,9 +255,9 @@ TEST_F(GpuK3, PromptLogitsAndGreedyIdsMatchLlamaCpp) {
   EXPECT_LE(worst, kK3MaxAbs);
 }
 
-TEST_F(GpuK3, LaunchSwitchesKeepEveryLogitsBits) {
+TEST_F(GpuK3, SameBitsSwitchesKeepEveryLogitsBits) {
   auto m = load_on(gpu_fixture("k3-tiny-a/hf"), true);
-  expect_launch_switches_keep_bits(m, prompt_, "k3-tiny-a");
+  expect_same_bits_switches_keep_bits(m, prompt_, "k3-tiny-a");
 }
 
 TEST_F(GpuK3, CpuAndCudaGreedyIdsAreIdentical) {

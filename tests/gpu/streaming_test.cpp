@@ -1,6 +1,6 @@
 // Streaming on the GPU: the device tier (device-cache manager, upload streams, event ordering) gives
 // logits bit-identical to all experts resident on the GPU, at every device cache size and with 1 or 8
-// upload streams (k3-tiny-a prepared into a temporary directory), also with the launch switches on.
+// upload streams (k3-tiny-a prepared into a temporary directory), also with every same-bits switch on.
 #include <unistd.h>
 
 #include <filesystem>
@@ -95,11 +95,11 @@ TEST_F(GpuStreaming, UploadStreamsAndDeviceCacheAreBitIdenticalToResidentExperts
   }
 }
 
-// The same with every launch switch on (programmatic launches of the small kernels among them), against the
+// The same with every same-bits switch on (programmatic launches of the small kernels among them), against the
 // resident run with the default launches: the upload streams' events still order every read of a slot.
-TEST_F(GpuStreaming, ProgrammaticLaunchesKeepStreamedLogitsBitIdenticalToResidentExperts) {
+TEST_F(GpuStreaming, SameBitsSwitchesKeepStreamedLogitsBitIdenticalToResidentExperts) {
   const GenRun ref = generate_on(options(false));
-  AllLaunchSwitches on;
+  AllSameBitsSwitches on;
   for (auto c : {std::pair<uint64_t, uint32_t>{1, 1}, {6, 8}, {0, 8}}) {
     SCOPED_TRACE("device cache " + std::to_string(c.first) + ", " + std::to_string(c.second) + " streams");
     ModelOptions o = options(true);
@@ -109,7 +109,7 @@ TEST_F(GpuStreaming, ProgrammaticLaunchesKeepStreamedLogitsBitIdenticalToResiden
     ASSERT_EQ(r.hashes, ref.hashes) << "streamed logits with programmatic launches differ from resident ones";
     EXPECT_EQ(r.ids, ref.ids);
   }
-  EXPECT_EQ(generate_on(options(false)).hashes, ref.hashes) << "resident, launch switches on";
+  EXPECT_EQ(generate_on(options(false)).hashes, ref.hashes) << "resident, same-bits switches on";
 }
 
 }  // namespace

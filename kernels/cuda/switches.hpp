@@ -1,0 +1,20 @@
+// Switches of the CUDA back-end that change speed only, never a result bit, and are off by default until
+// measured on the GPU (host-only, so tests and tools can flip them). The matmul ones are in matmul.cuh
+// (matmul_group_launch_tune, matmul_q8t_early_tune, matmul_f32_row1_tune); tests/gpu AllSameBitsSwitches
+// turns every one on and compares every logit's bits with the defaults.
+#pragma once
+
+namespace ferry::cuda {
+
+// Whether launch_small (common.cuh) launches the small kernels as programmatic dependents: FERRY_PDL=1, or
+// launch_pdl_tune(1).
+bool pdl_small();
+// 1 on, 0 off, -1 the environment's (FERRY_PDL).
+void launch_pdl_tune(int on);
+
+// Whether attention_kernel scores 4 keys per warp and sums 4 value columns per thread at once, and the DSA
+// indexer's scores take 8 heads per warp at once (attention.cu): FERRY_ATTN_ILP=1, or attention_ilp_tune(1).
+bool attention_ilp();
+void attention_ilp_tune(int on);
+
+}  // namespace ferry::cuda
