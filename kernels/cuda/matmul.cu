@@ -183,7 +183,8 @@ __global__ void matmul_f32_tail_kernel(const float* __restrict__ w, int64_t rows
 // x), then adds the products in column order: lane l still accumulates columns l, l + 32, ... with
 // separately rounded multiply and add, then warp_fold. The generic kernel's order, so the bits of the CPU
 // back-end, as before. (A kernel with one warp per row streaming through shared memory was measured
-// slower in December; this one keeps 2 x kRow1Batch loads per lane in flight and has no barrier.)
+// slower in December; this one has kRow1Batch weight loads per lane in flight, and as many of x, and no
+// barrier.)
 constexpr int kRow1Warps = 4;
 constexpr int kRow1Batch = 32;
 
@@ -202,7 +203,8 @@ __global__ void __launch_bounds__(kRow1Warps * 32)
   const int lane = threadIdx.x & 31;
   const int64_t o = static_cast<int64_t>(blockIdx.x) * kRow1Warps + (threadIdx.x >> 5);
   if (o >= rows) return;  // a whole warp
-  const float* wr = reinterpret_cast<const float*>(w + blockIdx.z * s.w_head + static_cast<size_t>(o) * row_bytes) + lane;
+  const uint8_t* row = w + blockIdx.z * s.w_head + static_cast<size_t>(o) * row_bytes;
+  const float* wr = reinterpret_cast<const float*>(row) + lane;
   const float* xr = x + blockIdx.z * s.x_head + lane;
   const int64_t nb = cols / 32;
   float acc = 0.0f;
