@@ -183,8 +183,8 @@ __global__ void matmul_f32_tail_kernel(const float* __restrict__ w, int64_t rows
 // x), then adds the products in column order: lane l still accumulates columns l, l + 32, ... with
 // separately rounded multiply and add, then warp_fold. The generic kernel's order, so the bits of the CPU
 // back-end, as before. (A kernel with one warp per row streaming through shared memory was measured
-// slower in December; this one has kRow1Batch weight loads per lane in flight, and as many of x, and no
-// barrier.)
+// slower early on 2026-12-02; this one has kRow1Batch weight loads per lane in flight, as many of x, and
+// no barrier.)
 constexpr int kRow1Warps = 4;
 constexpr int kRow1Batch = 32;
 
