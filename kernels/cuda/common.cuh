@@ -82,9 +82,12 @@ __device__ __forceinline__ void pdl_begin() {
 }
 
 // kernel<<<grid, block, smem, st>>>(args...), as a programmatic dependent of the kernel before it on st
-// when pdl_small(); the launch error, if any, is thrown naming this call.
+// when `programmatic` (the kernel must then wait, griddepcontrol.wait, before it reads or writes what the
+// kernel before touches); the launch error, if any, is thrown naming this call. The one launcher of both
+// programmatic paths: launch_small below and dec::launch_dependent (the decode matmuls).
 template <class... P, class... A>
-void launch_small(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A&&... args) {
+void launch_kernel(bool programmatic, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                   A&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -94,8 +97,14 @@ void launch_small(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cuda
   at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   at[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = at;
-  cfg.numAttrs = pdl_small() ? 1 : 0;
+  cfg.numAttrs = programmatic ? 1 : 0;
   FERRY_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
+}
+
+// A small kernel (one that starts with pdl_begin), programmatic while pdl_small().
+template <class... P, class... A>
+void launch_small(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A&&... args) {
+  launch_kernel(pdl_small(), kernel, grid, block, smem, st, std::forward<A>(args)...);
 }
 
 }  // namespace ferry::cuda

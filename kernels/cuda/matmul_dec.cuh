@@ -134,17 +134,7 @@ void launch_dependent(void (*kernel)(Arg), unsigned grid, size_t smem, cudaStrea
     const char* v = std::getenv("FERRY_DEC_PDL");
     return !(v && v[0] == '0');
   }();
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = st;
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = at;
-  cfg.numAttrs = pdl ? 1 : 0;
-  FERRY_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, arg));
+  launch_kernel(pdl, kernel, grid, kThreads, smem, st, arg);
 }
 
 // One work item: a 16-row weight tile against a group of nr (<= NRA) activation rows. As mma::Item.
