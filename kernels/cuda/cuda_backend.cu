@@ -16,28 +16,28 @@ void throw_cuda_error(cudaError_t e, const char* stmt, const char* func, const c
               stmt + "` [" + func + " at " + file + ":" + std::to_string(line) + "]");
 }
 
+bool env_switch(const char* name, bool unset) {
+  const char* v = std::getenv(name);
+  if (!v) return unset;
+  return unset ? v[0] != '0' : v[0] == '1';
+}
+
 namespace {
 int g_pdl = -1;       // launch_pdl_tune
 int g_attn_ilp = -1;  // attention_ilp_tune
-
-// The default of a switch of switches.hpp: whether its environment variable is "1".
-bool env_on(const char* name) {
-  const char* v = std::getenv(name);
-  return v && v[0] == '1';
-}
 }  // namespace
 
 void launch_pdl_tune(int on) { g_pdl = on; }
 void attention_ilp_tune(int on) { g_attn_ilp = on; }
 
 bool pdl_small() {
-  static const bool env = env_on("FERRY_PDL");
-  return g_pdl >= 0 ? g_pdl == 1 : env;
+  static const bool env = env_switch("FERRY_PDL", false);
+  return switch_on(g_pdl, env);
 }
 
 bool attention_ilp() {
-  static const bool env = env_on("FERRY_ATTN_ILP");
-  return g_attn_ilp >= 0 ? g_attn_ilp == 1 : env;
+  static const bool env = env_switch("FERRY_ATTN_ILP", false);
+  return switch_on(g_attn_ilp, env);
 }
 
 bool is_device_pointer(const void* p) {

@@ -238,11 +238,8 @@ __global__ void __launch_bounds__(kRow1Warps * 32)
 int g_row1 = -1;  // matmul_f32_row1_tune
 
 bool row1_on() {
-  static const bool env = [] {
-    const char* v = std::getenv("FERRY_F32_ROW1");
-    return v && v[0] == '1';
-  }();
-  return g_row1 >= 0 ? g_row1 == 1 : env;
+  static const bool env = env_switch("FERRY_F32_ROW1", false);
+  return switch_on(g_row1, env);
 }
 
 void launch_f32_row1(const Weight& w, const float* x, float* y, cudaStream_t st, const Strides& s, int64_t heads) {
@@ -366,10 +363,7 @@ void launch_embed(const Weight& t, const int32_t* ids, int64_t n, float* y, cuda
 // the row-layout kernels instead). In place, through a temporary of at most 64 MB, freed before the next
 // weight: inside the memory plan's margin (io/store/memory_plan.cpp: at least 512 MiB stay free).
 void CudaBackend::prepare_matmul_weight(Weight& w) {
-  static const bool on = [] {
-    const char* v = std::getenv("FERRY_Q8T");
-    return !(v && v[0] == '0');
-  }();
+  static const bool on = env_switch("FERRY_Q8T", true);
   if (!on || !matmul_q8t_packable(w)) return;
   bind();
   const size_t bytes = tile_pack_scratch_bytes(w.nbytes(), w.row_bytes() * kPackTileRows);
@@ -386,10 +380,7 @@ void CudaBackend::prepare_matmul_weight(Weight& w) {
 // the tiles' kernels give those kernels' bits, so resident experts keep the logits of streamed ones. In
 // place, through one temporary (a tile at least, up to 64 MB), freed at the end.
 void CudaBackend::prepare_expert_weights(Weight* const* ws, size_t count) {
-  static const bool on = [] {
-    const char* v = std::getenv("FERRY_MXT");
-    return !(v && v[0] == '0');
-  }();
+  static const bool on = env_switch("FERRY_MXT", true);
   if (!on || count == 0) return;
   size_t need = 0, tile = 0;
   for (size_t i = 0; i < count; ++i) {
@@ -450,11 +441,8 @@ void matmul_group_tune(int on) { g_group = on; }
 void matmul_group_launch_tune(int on) { g_group_launch = on; }
 
 void CudaBackend::matmul_group(const MatmulOut* outs, size_t count, const float* x, int64_t n) {
-  static const bool env = [] {
-    const char* v = std::getenv("FERRY_Q8T_GROUP");
-    return !(v && v[0] == '0');
-  }();
-  const bool on = g_group >= 0 ? g_group == 1 : env;
+  static const bool env = env_switch("FERRY_Q8T_GROUP", true);
+  const bool on = switch_on(g_group, env);
   // The q8_0-tiles weights of x's width; everything else runs alone first (stream order keeps the
   // shared scratch of its x preparation apart from the group's).
   std::vector<const MatmulOut*> tiles;
@@ -471,11 +459,8 @@ void CudaBackend::matmul_group(const MatmulOut* outs, size_t count, const float*
   bind();
   const int64_t cols = tiles[0]->w->cols;
   const mma::XPrep xp = prep_x(x, n, cols, scratch(kMmaX, mma_prep_bytes(n, cols)), stream_, true);
-  static const bool one_env = [] {
-    const char* v = std::getenv("FERRY_Q8T_ONE_LAUNCH");
-    return v && v[0] == '1';
-  }();
-  const bool one = g_group_launch >= 0 ? g_group_launch == 1 : one_env;
+  static const bool one_env = env_switch("FERRY_Q8T_ONE_LAUNCH", false);
+  const bool one = switch_on(g_group_launch, one_env);
   std::vector<const Weight*> whole;  // unsplit: one launch for all of them
   std::vector<float*> whole_y;
   for (const MatmulOut* o : tiles) {

@@ -73,11 +73,8 @@ __global__ void __launch_bounds__(kThreads, NRA <= 4 ? 4 : 2) q8t_kernel(const _
 int g_q8t_early = -1;  // matmul_q8t_early_tune
 
 bool q8t_early() {
-  static const bool env = [] {
-    const char* v = std::getenv("FERRY_Q8T_EARLY");
-    return v && v[0] == '1';
-  }();
-  return g_q8t_early >= 0 ? g_q8t_early == 1 : env;
+  static const bool env = env_switch("FERRY_Q8T_EARLY", false);
+  return switch_on(g_q8t_early, env);
 }
 
 template <int NRA>

@@ -6,6 +6,14 @@
 
 namespace ferry::cuda {
 
+// How the back-end's on/off switches read their environment variable and tune knob (these, the matmul
+// ones, FERRY_Q8T and FERRY_MXT). The variable gives `unset` when it is not set; else, for a switch on
+// by default (unset true), anything but "0"; for one off by default, "1" only. Callers read it once (a
+// function-local static).
+bool env_switch(const char* name, bool unset);
+// A switch's value: the tune knob where it is set (1 on, 0 off), else the environment's.
+inline bool switch_on(int tuned, bool env) { return tuned >= 0 ? tuned == 1 : env; }
+
 // Whether launch_small (common.cuh) launches the small kernels as programmatic dependents: FERRY_PDL=1, or
 // launch_pdl_tune(1).
 bool pdl_small();
