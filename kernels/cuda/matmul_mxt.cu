@@ -17,39 +17,30 @@ using namespace mxt;
 
 constexpr int kGranules = kUnitBytes / 16;  // 68: 64 of quants, 4 of scales
 
-// One thread per 16-byte granule of the packed tiles [t0, t0 + tiles): src holds those tiles' raw rows.
+// One thread per 16-byte granule of the packed tiles (pack_granule).
 __global__ void mxt_pack_kernel(const uint8_t* __restrict__ src, uint8_t* __restrict__ dst, int64_t tiles, int units,
                                 size_t row_bytes) {
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= tiles * units * kGranules) return;
-  const int gr = static_cast<int>(idx % kGranules);
-  const int64_t tu = idx / kGranules;
-  const int u = static_cast<int>(tu % units);
-  const int64_t tile = tu / units;
-  const uint8_t* rows = src + static_cast<size_t>(tile) * kRows * row_bytes;
-  uint8_t out[16];
-  if (gr < 64) {  // block b's 256 bytes: granule gr holds lanes 2 (gr % 16) and 2 (gr % 16) + 1
-    const int b = gr >> 4;
+  pack_granule<kGranules, kUnitBytes>(src, dst, tiles, units, row_bytes, [&](const uint8_t* rows, int gr, int u,
+                                                                             uint8_t* out) {
+    if (gr < 64) {  // block b's 256 bytes: granule gr holds lanes 2 (gr % 16) and 2 (gr % 16) + 1
+      const int b = gr >> 4;
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const int l = 2 * (gr & 15) + k, g = l >> 2, t = l & 3;
+      for (int k = 0; k < 2; ++k) {
+        const int l = 2 * (gr & 15) + k, g = l >> 2, t = l & 3;
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+        for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
-          out[8 * k + 4 * h + i] = rows[(g + 8 * h) * row_bytes + (4 * u + b) * 17 + 1 + 4 * t + i];
+          for (int i = 0; i < 4; ++i)
+            out[8 * k + 4 * h + i] = rows[(g + 8 * h) * row_bytes + (4 * u + b) * 17 + 1 + 4 * t + i];
+      }
+    } else {  // scales: byte s = b * 16 + g * 2 + h
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const int s = (gr - 64) * 16 + i, b = s >> 4, g = (s >> 1) & 7, h = s & 1;
+        out[i] = rows[(g + 8 * h) * row_bytes + (4 * u + b) * 17];
+      }
     }
-  } else {  // scales: byte s = b * 16 + g * 2 + h
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const int s = (gr - 64) * 16 + i, b = s >> 4, g = (s >> 1) & 7, h = s & 1;
-      out[i] = rows[(g + 8 * h) * row_bytes + (4 * u + b) * 17];
-    }
-  }
-  uint4 v;
-  memcpy(&v, out, 16);
-  *reinterpret_cast<uint4*>(dst + static_cast<size_t>(tile) * kRows * row_bytes + static_cast<size_t>(u) * kUnitBytes +
-                             gr * 16) = v;
+  });
 }
 
 template <int NRA>

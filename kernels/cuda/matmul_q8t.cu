@@ -18,43 +18,34 @@ using namespace q8t;
 
 constexpr int kGranules = kUnitBytes / 16;  // 272: 256 of quants, 16 of scales
 
-// One thread per 16-byte granule of the packed tiles [t0, t0 + tiles): src holds those tiles' raw rows.
+// One thread per 16-byte granule of the packed tiles (pack_granule).
 __global__ void q8t_pack_kernel(const uint8_t* __restrict__ src, uint8_t* __restrict__ dst, int64_t tiles, int units,
                                 size_t row_bytes) {
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= tiles * units * kGranules) return;
-  const int gr = static_cast<int>(idx % kGranules);
-  const int64_t tu = idx / kGranules;
-  const int u = static_cast<int>(tu % units);
-  const int64_t tile = tu / units;
-  const uint8_t* rows = src + static_cast<size_t>(tile) * kRows * row_bytes;
-  uint8_t out[16];
-  if (gr < 256) {
-    const int i = gr >> 5, l = gr & 31, g = l >> 2, t = l & 3, b = 8 * u + i;
+  pack_granule<kGranules, kUnitBytes>(src, dst, tiles, units, row_bytes, [&](const uint8_t* rows, int gr, int u,
+                                                                             uint8_t* out) {
+    if (gr < 256) {
+      const int i = gr >> 5, l = gr & 31, g = l >> 2, t = l & 3, b = 8 * u + i;
 #pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      const int c = 8 * t + 2 * w;  // w = 2s + h: c = 8t + 4s + 2h
+      for (int w = 0; w < 4; ++w) {
+        const int c = 8 * t + 2 * w;  // w = 2s + h: c = 8t + 4s + 2h
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = g + 8 * (e >> 1), col = c + (e & 1);
-        out[4 * w + e] = static_cast<uint8_t>(rows[r * row_bytes + b * 34 + 2 + col] ^ 0x80u);
+        for (int e = 0; e < 4; ++e) {
+          const int r = g + 8 * (e >> 1), col = c + (e & 1);
+          out[4 * w + e] = static_cast<uint8_t>(rows[r * row_bytes + b * 34 + 2 + col] ^ 0x80u);
+        }
       }
+    } else {
+      const int g = (gr - 256) >> 1, half = (gr - 256) & 1;
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint8_t* d = rows + (g + 8 * h) * row_bytes + (8 * u + 4 * half + k) * 34;
+          out[(2 * k + h) * 2] = d[0];
+          out[(2 * k + h) * 2 + 1] = d[1];
+        }
     }
-  } else {
-    const int g = (gr - 256) >> 1, half = (gr - 256) & 1;
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint8_t* d = rows + (g + 8 * h) * row_bytes + (8 * u + 4 * half + k) * 34;
-        out[(2 * k + h) * 2] = d[0];
-        out[(2 * k + h) * 2 + 1] = d[1];
-      }
-  }
-  uint4 v;
-  memcpy(&v, out, 16);
-  *reinterpret_cast<uint4*>(dst + static_cast<size_t>(tile) * kRows * row_bytes + static_cast<size_t>(u) * kUnitBytes +
-                             gr * 16) = v;
+  });
 }
 
 // Up to 4 rows: 4 blocks of 4 warps per SM (128 registers: the two units in flight take 80 of them; ptxas

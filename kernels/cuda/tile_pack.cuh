@@ -1,4 +1,4 @@
-// Host side shared by the two tile layouts' in-place repacks (matmul_q8t.cuh's q8_0 tiles, matmul_mxt.cuh's
+// Shared by the two tile layouts' in-place repacks (matmul_q8t.cuh's q8_0 tiles, matmul_mxt.cuh's
 // mxfp4 tiles): both keep each 16-row tile in its place, so a weight is repacked a run of whole tiles at a
 // time through a scratch copy of that run.
 #pragma once
@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "io/errors.hpp"
@@ -42,5 +43,28 @@ void repack_tiles(const Weight& w, void* scratch, size_t scratch_bytes, cudaStre
     pack(static_cast<const uint8_t*>(scratch), at, n);
   }
 }
+
+#ifdef __CUDACC__
+// The frame of a layout's pack kernel, one thread per 16-byte granule of the packed tiles [0, tiles): src
+// holds those tiles' raw rows, dst their place in the weight. Granule gr of unit u of a tile is at
+// u * kUnitBytes + gr * 16 inside the tile; fill(rows, gr, u, out) writes its 16 bytes from the tile's raw
+// rows (kPackTileRows of row_bytes each).
+template <int kGranules, int kUnitBytes, class Fill>
+__device__ __forceinline__ void pack_granule(const uint8_t* __restrict__ src, uint8_t* __restrict__ dst,
+                                             int64_t tiles, int units, size_t row_bytes, Fill fill) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= tiles * units * kGranules) return;
+  const int gr = static_cast<int>(idx % kGranules);
+  const int64_t tu = idx / kGranules;
+  const int u = static_cast<int>(tu % units);
+  const int64_t tile = tu / units;
+  uint8_t out[16];
+  fill(src + static_cast<size_t>(tile) * kPackTileRows * row_bytes, gr, u, out);
+  uint4 v;
+  memcpy(&v, out, 16);
+  *reinterpret_cast<uint4*>(dst + static_cast<size_t>(tile) * kPackTileRows * row_bytes +
+                             static_cast<size_t>(u) * kUnitBytes + gr * 16) = v;
+}
+#endif
 
 }  // namespace ferry::cuda
