@@ -46,7 +46,10 @@ fi
 # early (FERRY_Q8T_EARLY=1: q8_0-tiles kernels let the next dependent launch start as their last block is
 # resident; same bits), pdl (FERRY_PDL=1: the small kernels launched as programmatic dependents,
 # kernels/cuda/switches.hpp; same bits), ilp (FERRY_ATTN_ILP=1: attention and DSA indexer kernels with more
-# keys / columns / heads per warp at once; same bits), next (onelaunch, row1, early, pdl and ilp together).
+# keys / columns / heads per warp at once; same bits), next (onelaunch, row1, early, pdl and ilp together),
+# nopdl (FERRY_PDL=0: the small kernels launched plain; the default since 2026-12-02 is programmatic),
+# pdl-NAMES (FERRY_PDL=1 for the small kernels whose names contain one of NAMES, a+b+...; pdl--NAMES: all
+# but those: to find which kernel's programmatic launch changes a result).
 arm_env() {
   case $1 in
     cores) echo FERRY_DEC_MMA=0;; auto) echo FERRY_DEC_MMA=auto;; dec) echo FERRY_DEC_MMA=1;; dec4) echo FERRY_DEC_MMA=1 FERRY_DEC_KB=4;;
@@ -55,6 +58,8 @@ arm_env() {
     rowmx) echo FERRY_MXT=0;; onelaunch) echo FERRY_Q8T_ONE_LAUNCH=1;; row1) echo FERRY_F32_ROW1=1;;
     early) echo FERRY_Q8T_EARLY=1;; pdl) echo FERRY_PDL=1;; ilp) echo FERRY_ATTN_ILP=1;;
     next) echo "FERRY_Q8T_ONE_LAUNCH=1 FERRY_F32_ROW1=1 FERRY_Q8T_EARLY=1 FERRY_PDL=1 FERRY_ATTN_ILP=1";;
+    nopdl) echo FERRY_PDL=0;;
+    pdl-*) echo FERRY_PDL=1 FERRY_PDL_ONLY=${1#pdl-};;
   esac
 }
 ARMS=${ARMS:-"cores dec"}
@@ -136,6 +141,8 @@ done
 echo "same run, two arms: logit hashes (the tensor cores change the last bits, not the greedy ids):"
 for a in auto dec; do [ -f "$R/$a-1.hash" ] && [ -f "$R/cores-1.hash" ] && "$B/bin/ferry" trace diff "$R/cores-1.hash" "$R/$a-1.hash" | tail -3; done
 [ -f "$R/base-1.hash" ] && echo "base vs auto (this build):" && "$B/bin/ferry" trace diff "$R/base-1.hash" "$R/auto-1.hash" | tail -3
+# REF_HASH: an earlier build's auto hash file (docs/results/...), e.g. to check that new defaults keep the bits.
+[ -n "${REF_HASH:-}" ] && [ -f "$R/auto-1.hash" ] && echo "auto vs $REF_HASH (an earlier build):" && "$B/bin/ferry" trace diff "$REF_HASH" "$R/auto-1.hash" | tail -3
 [ -f "$R/group-1.hash" ] && echo "auto vs group (x prepared once per group): must be identical:" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/group-1.hash" | tail -3
 [ -f "$R/rowmx-1.hash" ] && echo "auto vs rowmx (experts in rows, not mxfp4 tiles): must be identical:" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/rowmx-1.hash" | tail -3
 [ -f "$R/onelaunch-1.hash" ] && echo "auto vs onelaunch (a group's q8_0 tiles in one launch): must be identical:" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/onelaunch-1.hash" | tail -3
@@ -144,6 +151,9 @@ for a in auto dec; do [ -f "$R/$a-1.hash" ] && [ -f "$R/cores-1.hash" ] && "$B/b
 [ -f "$R/pdl-1.hash" ] && echo "auto vs pdl (small kernels as programmatic dependents): must be identical:" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/pdl-1.hash" | tail -3
 [ -f "$R/ilp-1.hash" ] && echo "auto vs ilp (attention / indexer, wider loops): must be identical:" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/ilp-1.hash" | tail -3
 [ -f "$R/next-1.hash" ] && echo "auto vs next (onelaunch + row1 + early + pdl + ilp): must be identical:" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/next-1.hash" | tail -3
+for a in nopdl $(echo $ARMS | tr ' ' '\n' | grep '^pdl-'); do
+  [ -f "$R/$a-1.hash" ] && echo "auto vs $a ($(arm_env $a)): must be identical:" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/$a-1.hash" | tail -3
+done
 [ -f "$R/nogroup-1.hash" ] && echo "auto vs nogroup (x prepared per matmul): must be identical:" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/nogroup-1.hash" | tail -3
 [ -f "$R/rowq8-1.hash" ] && echo "rowq8 vs auto (q8_0 tiles: other last bits, same greedy ids):" && "$B/bin/ferry" trace diff "$R/rowq8-1.hash" "$R/auto-1.hash" | tail -3
 [ -f "$R/nosplit-1.hash" ] && echo "auto vs nosplit (the split changes the last bits, not the greedy ids):" && "$B/bin/ferry" trace diff "$R/nosplit-1.hash" "$R/auto-1.hash" | tail -3
