@@ -74,12 +74,28 @@ inline unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned
 // and every block waits before it reads or writes anything (also a block with nothing to do: otherwise
 // the kernel could finish before the one before it, and the next kernel would see that one unfinished):
 // the same results, with the next kernel's launch and block dispatch overlapping this one. prep_x lets
-// its matmul launch first thing and then waits. Off by default until measured on the GPU (switches.hpp:
-// FERRY_PDL=1 turns it on); off, launch_small is a plain launch and pdl_begin returns at once.
+// its matmul launch first thing and then waits.
+// One rule for every kernel that may be launched so: what the kernel before wrote is read with coherent
+// loads (plain, or __ldcg), never the non-coherent read-only path (ld.global.nc: what a `const
+// __restrict__` pointer compiles to), which assumes the bytes do not change while the kernel runs. prep_x
+// read its x that way and, launched programmatically, changed the H200 slice's logits from the first
+// token, differently from run to run; with __ldcg the logits are identical (2026-12-02,
+// docs/BENCHMARKS.md). On by default since (switches.hpp: FERRY_PDL=0 turns it off; H200 slice decode
+// 524.9 / 523.6 against 491.8 / 479.5 tok/s); off, launch_small is a plain launch and pdl_begin returns at
+// once.
 __device__ __forceinline__ void pdl_begin() {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
+
+// The CUDA documentation says a programmatic launch may start before the kernel before it on the stream
+// completes, and that griddepcontrol.wait waits for grids; it does not say what becomes of a copy or
+// memset enqueued between the two (a staged pointer table, a 2-D row copy, a zeroed buffer). So every
+// copy and memset the back-end enqueues is noted (stream_copied), and the next kernel launched on that
+// stream is a plain launch, whatever it asked for: the copy is then waited for as in any stream.
+void stream_copied(cudaStream_t st);
+// Whether a copy or memset was noted on st since its last launch through launch_kernel; forgets it.
+bool take_stream_copied(cudaStream_t st);
 
 // kernel<<<grid, block, smem, st>>>(args...), as a programmatic dependent of the kernel before it on st
 // when `programmatic` (the kernel must then wait, griddepcontrol.wait, before it reads or writes what the
@@ -97,14 +113,17 @@ void launch_kernel(bool programmatic, void (*kernel)(P...), dim3 grid, dim3 bloc
   at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   at[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = at;
-  cfg.numAttrs = programmatic ? 1 : 0;
+  const bool after_copy = take_stream_copied(st);
+  cfg.numAttrs = programmatic && !after_copy ? 1 : 0;
   FERRY_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
 }
 
-// A small kernel (one that starts with pdl_begin), programmatic while pdl_small().
+// A small kernel (one that starts with pdl_begin), programmatic while pdl_small() (and, under
+// FERRY_PDL_ONLY, only if its name has one of the variable's names: pdl_for).
 template <class... P, class... A>
 void launch_small(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A&&... args) {
-  launch_kernel(pdl_small(), kernel, grid, block, smem, st, std::forward<A>(args)...);
+  launch_kernel(pdl_for(reinterpret_cast<const void*>(kernel)), kernel, grid, block, smem, st,
+                std::forward<A>(args)...);
 }
 
 }  // namespace ferry::cuda

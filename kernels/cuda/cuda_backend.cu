@@ -1,8 +1,12 @@
 // Memory, scratch and the factory of the CUDA back-end.
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "kernels/cuda/cuda_backend.cuh"
 #include "kernels/cuda/common.cuh"
@@ -23,6 +27,24 @@ bool env_switch(const char* name, bool unset) {
 }
 
 namespace {
+std::mutex g_copied_mu;
+std::vector<cudaStream_t> g_copied;  // streams with a copy or memset since their last launch_kernel
+}  // namespace
+
+void stream_copied(cudaStream_t st) {
+  std::lock_guard<std::mutex> lock(g_copied_mu);
+  if (std::find(g_copied.begin(), g_copied.end(), st) == g_copied.end()) g_copied.push_back(st);
+}
+
+bool take_stream_copied(cudaStream_t st) {
+  std::lock_guard<std::mutex> lock(g_copied_mu);
+  const auto it = std::find(g_copied.begin(), g_copied.end(), st);
+  if (it == g_copied.end()) return false;
+  g_copied.erase(it);
+  return true;
+}
+
+namespace {
 int g_pdl = -1;       // launch_pdl_tune
 int g_attn_ilp = -1;  // attention_ilp_tune
 }  // namespace
@@ -31,8 +53,43 @@ void launch_pdl_tune(int on) { g_pdl = on; }
 void attention_ilp_tune(int on) { g_attn_ilp = on; }
 
 bool pdl_small() {
-  static const bool env = env_switch("FERRY_PDL", false);
+  static const bool env = env_switch("FERRY_PDL", true);
   return switch_on(g_pdl, env);
+}
+
+bool pdl_for(const void* kernel) {
+  if (!pdl_small()) return false;
+  static const std::vector<std::string> only = [] {
+    std::vector<std::string> v;
+    const char* e = std::getenv("FERRY_PDL_ONLY");
+    std::string cur;
+    for (const char* c = e ? e : ""; ; ++c) {
+      if (*c == ',' || *c == '+' || *c == 0) {
+        if (!cur.empty()) v.push_back(cur);
+        cur.clear();
+        if (*c == 0) break;
+      } else {
+        cur += *c;
+      }
+    }
+    return v;
+  }();
+  if (only.empty()) return true;
+  static std::mutex mu;
+  static std::unordered_map<const void*, bool> memo;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = memo.find(kernel);
+  if (it != memo.end()) return it->second;
+  const char* name = nullptr;
+  if (cudaFuncGetName(&name, kernel) != cudaSuccess || !name) {
+    (void)cudaGetLastError();
+    name = "";
+  }
+  // "-name": every kernel but those.
+  const bool skip = only[0][0] == '-';
+  bool hit = false;
+  for (const std::string& o : only) hit = hit || std::strstr(name, o.c_str() + (o[0] == '-')) != nullptr;
+  return memo[kernel] = skip ? !hit : hit;
 }
 
 bool attention_ilp() {
@@ -126,6 +183,7 @@ void* CudaBackend::take(size_t bytes) {
 void* CudaBackend::alloc(size_t bytes) {
   void* p = take(bytes);
   FERRY_CUDA_CHECK(cudaMemsetAsync(p, 0, sizes_[p], stream_));
+  stream_copied(stream_);
   return p;
 }
 
@@ -149,6 +207,7 @@ void CudaBackend::upload(void* dst, const void* src_host, size_t bytes) {
   if (!bytes) return;
   bind();
   FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, stream_));
+  stream_copied(stream_);
   FERRY_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the caller may reuse src_host at once
 }
 
@@ -156,6 +215,7 @@ void CudaBackend::download(void* dst_host, const void* src, size_t bytes) {
   if (!bytes) return;
   bind();
   FERRY_CUDA_CHECK(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  stream_copied(stream_);
   FERRY_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
@@ -176,6 +236,7 @@ void CudaBackend::download_start(void* dst_host, const void* src, size_t bytes) 
   }
   if (!dl_done_) FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&dl_done_, cudaEventDisableTiming));
   if (bytes) FERRY_CUDA_CHECK(cudaMemcpyAsync(dl_stage_, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  stream_copied(stream_);  // the next kernel may overwrite src
   FERRY_CUDA_CHECK(cudaEventRecord(dl_done_, stream_));
   dl_dst_ = dst_host;
   dl_pending_ = bytes;
@@ -193,6 +254,7 @@ void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
   if (!bytes || dst == src) return;
   bind();
   FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  stream_copied(stream_);
 }
 
 void CudaBackend::register_host(void* p, size_t bytes) {
@@ -270,6 +332,7 @@ void CudaBackend::record_event(Event e, int q) {
 void CudaBackend::wait_event(int q, Event e) {
   bind();
   FERRY_CUDA_CHECK(cudaStreamWaitEvent(queue(q), reinterpret_cast<cudaEvent_t>(e), 0));
+  stream_copied(queue(q));  // a wait for another stream, too: the next launch there is a plain one
 }
 
 bool CudaBackend::event_done(Event e) {
@@ -288,6 +351,7 @@ void CudaBackend::upload_async(int q, void* dst, const void* src_host, size_t by
   if (!bytes) return;
   bind();
   FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, queue(q)));
+  stream_copied(queue(q));
 }
 
 void* CudaBackend::scratch(Slot s, size_t bytes) {
@@ -306,7 +370,10 @@ void* CudaBackend::scratch(Slot s, size_t bytes) {
 void* CudaBackend::zeroed_scratch(Slot s, size_t bytes) {
   const bool grows = bytes > scratch_bytes_[s];
   void* p = scratch(s, bytes);
-  if (grows) FERRY_CUDA_CHECK(cudaMemsetAsync(p, 0, scratch_bytes_[s], stream_));
+  if (grows) {
+    FERRY_CUDA_CHECK(cudaMemsetAsync(p, 0, scratch_bytes_[s], stream_));
+    stream_copied(stream_);
+  }
   return p;
 }
 
@@ -316,6 +383,7 @@ void* CudaBackend::stage(Slot s, const void* host, size_t bytes) {
   if (bytes > kRingBytes / 4) {
     // Large and rare: a pageable copy, finished before returning so `host` may go away after.
     FERRY_CUDA_CHECK(cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, stream_));
+    stream_copied(stream_);
     FERRY_CUDA_CHECK(cudaStreamSynchronize(stream_));
     return d;
   }
@@ -328,6 +396,7 @@ void* CudaBackend::stage(Slot s, const void* host, size_t bytes) {
   ring_pos_ += need;
   std::memcpy(src, host, bytes);
   FERRY_CUDA_CHECK(cudaMemcpyAsync(d, src, bytes, cudaMemcpyHostToDevice, stream_));
+  stream_copied(stream_);
   return d;
 }
 

@@ -292,6 +292,7 @@ void CudaBackend::copy2d(const float* src, int64_t src_stride, float* dst, int64
                                      static_cast<size_t>(src_stride) * sizeof(float),
                                      static_cast<size_t>(cols) * sizeof(float), static_cast<size_t>(rows),
                                      cudaMemcpyDeviceToDevice, stream_));
+  stream_copied(stream_);
 }
 void CudaBackend::swiglu(const float* g, const float* u, int64_t n, float* y) {
   bind();

@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     __syncthreads();  // every warp is done with the previous chunk
     for (int i = threadIdx.x; i < NR * nc; i += kWarps * 32) {
       const int r = i / nc, k = i - r * nc;
-      xs[r * kChunkCols + k] = r < nr ? __ldg(x + (r0 + r) * s.x_row + c0 + k) : 0.0f;
+      xs[r * kChunkCols + k] = r < nr ? __ldcg(x + (r0 + r) * s.x_row + c0 + k) : 0.0f;
     }
     int off[kOutPerWarp];
 #pragma unroll
@@ -164,8 +164,9 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 // Columns not a multiple of 32 (f32 weights only): the generic warp dot, one warp per output.
-__global__ void matmul_f32_tail_kernel(const float* __restrict__ w, int64_t rows, int64_t cols,
-                                       const float* __restrict__ x, int64_t n, float* __restrict__ y) {
+// x without __restrict__: read coherently (common.cuh pdl_begin: what the kernel before wrote).
+__global__ void matmul_f32_tail_kernel(const float* __restrict__ w, int64_t rows, int64_t cols, const float* x,
+                                       int64_t n, float* y) {
   pdl_begin();
   const int lane = threadIdx.x & 31;
   const int64_t idx = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
@@ -179,16 +180,16 @@ __global__ void matmul_f32_tail_kernel(const float* __restrict__ w, int64_t rows
 // per-head matrices. The generic kernel stages 1,024-column chunks of x and of a warp's 2 weight rows in
 // shared memory between barriers, so a lane has about one load in flight: the routers ran at 0.86 TB/s
 // (H200, 2026-12-02). Here a warp owns one weight row and reads it straight into registers, kRow1Batch
-// coalesced 128-byte warp loads at a time (x beside them, L1-cached: every warp of the SM reads the same
-// x), then adds the products in column order: lane l still accumulates columns l, l + 32, ... with
-// separately rounded multiply and add, then warp_fold. The generic kernel's order, so the bits of the CPU
+// coalesced 128-byte warp loads at a time (x beside them, from L2 with __ldcg: the kernel before this one
+// wrote it, common.cuh pdl_begin), then adds the products in column order: lane l still accumulates
+// columns l, l + 32, ... with separately rounded multiply and add, then warp_fold. The generic kernel's order, so the bits of the CPU
 // back-end, as before. (A kernel with one warp per row streaming through shared memory was measured
 // slower early on 2026-12-02; this one has kRow1Batch weight loads per lane in flight, as many of x, and
 // no barrier.)
 constexpr int kRow1Warps = 4;
 constexpr int kRow1Batch = 32;
 
-// A weight float read once (not kept in L1, where x is). Not volatile: the compiler issues a batch's loads
+// A weight float read once (not kept in L1). Not volatile: the compiler issues a batch's loads
 // together.
 __device__ __forceinline__ float ld_stream_f32(const float* p) {
   float v;
@@ -214,7 +215,7 @@ __global__ void __launch_bounds__(kRow1Warps * 32)
 #pragma unroll
     for (int u = 0; u < kRow1Batch; ++u) {
       wv[u] = ld_stream_f32(wr + (b + u) * 32);
-      xv[u] = __ldg(xr + (b + u) * 32);
+      xv[u] = __ldcg(xr + (b + u) * 32);
     }
 #pragma unroll
     for (int u = 0; u < kRow1Batch; ++u) acc = add(acc, mul(xv[u], wv[u]));
@@ -225,7 +226,7 @@ __global__ void __launch_bounds__(kRow1Warps * 32)
     for (int u = 0; u < kRow1Batch; ++u) {
       const bool in = b + u < nb;
       wv[u] = in ? ld_stream_f32(wr + (b + u) * 32) : 0.0f;
-      xv[u] = in ? __ldg(xr + (b + u) * 32) : 0.0f;
+      xv[u] = in ? __ldcg(xr + (b + u) * 32) : 0.0f;
     }
 #pragma unroll
     for (int u = 0; u < kRow1Batch; ++u)
@@ -238,7 +239,7 @@ __global__ void __launch_bounds__(kRow1Warps * 32)
 int g_row1 = -1;  // matmul_f32_row1_tune
 
 bool row1_on() {
-  static const bool env = env_switch("FERRY_F32_ROW1", false);
+  static const bool env = env_switch("FERRY_F32_ROW1", true);
   return switch_on(g_row1, env);
 }
 
@@ -459,7 +460,7 @@ void CudaBackend::matmul_group(const MatmulOut* outs, size_t count, const float*
   bind();
   const int64_t cols = tiles[0]->w->cols;
   const mma::XPrep xp = prep_x(x, n, cols, scratch(kMmaX, mma_prep_bytes(n, cols)), stream_, true);
-  static const bool one_env = env_switch("FERRY_Q8T_ONE_LAUNCH", false);
+  static const bool one_env = env_switch("FERRY_Q8T_ONE_LAUNCH", true);
   const bool one = switch_on(g_group_launch, one_env);
   std::vector<const Weight*> whole;  // unsplit: one launch for all of them
   std::vector<float*> whole_y;

@@ -65,13 +65,13 @@ __global__ void __launch_bounds__(kPrepThreads) prep_x_kernel(const float* __res
   const int64_t r = blockIdx.x;
   const float* xr = x + r * cols;
   float m = 0.0f;
-  for (int64_t c = threadIdx.x; c < cols; c += kPrepThreads) m = fmaxf(m, fabsf(xr[c]));
+  for (int64_t c = threadIdx.x; c < cols; c += kPrepThreads) m = fmaxf(m, fabsf(__ldcg(xr + c)));
   const int k = row_scale_exp(m);
   const float up = __int_as_float((k + 127) << 23), down = __int_as_float((127 - k) << 23);
   __half* hr = hi + r * cols;
   __half* lr = lo ? lo + r * cols : nullptr;
   for (int64_t c = threadIdx.x; c < cols; c += kPrepThreads) {
-    const float v = xr[c] * up;  // exact: a power of two, inside the float range
+    const float v = __ldcg(xr + c) * up;  // exact: a power of two, inside the float range
     const __half h = __float2half_rn(v);
     const int64_t d = order_pos(c, order);
     hr[d] = h;
@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kPrepThreads) prep_x_reg_kernel(const float* _
 #pragma unroll
   for (int i = 0; i < V; ++i) {
     const int j = threadIdx.x + i * kPrepThreads;
-    v[i] = j < nv ? xr[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    v[i] = j < nv ? __ldcg(xr + j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     m = fmaxf(m, fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)), fmaxf(fabsf(v[i].z), fabsf(v[i].w))));
   }
   const int k = row_scale_exp(m);
@@ -279,6 +279,8 @@ XPrep prep_x(const float* x, int64_t n, int64_t cols, void* buf, cudaStream_t st
       launch_small(prep_x_reg_kernel<8>, grid, kPrepThreads, 0, st, x, cols, hi, lo, inv, order);
     else if (vec && nv <= 16 * kPrepThreads)
       launch_small(prep_x_reg_kernel<16>, grid, kPrepThreads, 0, st, x, cols, hi, lo, inv, order);
+    else if (vec && nv <= 40 * kPrepThreads)  // up to 40,960 columns (a dense FFN's down: 33,792)
+      launch_small(prep_x_reg_kernel<40>, grid, kPrepThreads, 0, st, x, cols, hi, lo, inv, order);
     else
       launch_small(prep_x_kernel, grid, kPrepThreads, 0, st, x, cols, hi, lo, inv, order);
   }

@@ -132,6 +132,10 @@ __device__ __forceinline__ void set_math(const Set<U>& s, const __half* const x[
 // Item it of a problem (mma::PlainTc, or the grouped experts' GroupTc, with bm = 16 and K unsplit):
 // out[r][row0 + i] for i < 16, r < nr. Warp w streams its blocks of every unit, U units per load, two
 // sets in flight (the next loads while the current computes).
+// Tried 2026-12-02 and not kept: bulk copies (cp.async.bulk, an mbarrier per stage) of each item's units
+// into 2-6 stages of 17 KB of shared memory, read from there with item_body's fragments and order: 127.8
+// us for a 16-expert batch with 2 stages, 143.9 with 3, 167.1 with 4, against 119.3 for this, and decode
+// 489.6 against 490.6 tok/s (the same for the q8_0 tiles: a KDA group 113.3 us against 100.8).
 // Tried 2026-12-02 and not kept: persistent blocks streaming several items each through a ring of sets
 // (loads never drain between items): 152-208 us for a 16-expert batch against 139 us for this (H200,
 // MoeBenchExpertBatchMxTiles; more registers, 4 blocks per SM instead of 5, two barriers per item).

@@ -1,7 +1,7 @@
-// Switches of the CUDA back-end that change speed only, never a result bit, and are off by default until
-// measured on the GPU (host-only, so tests and tools can flip them). The matmul ones are in matmul.cuh
-// (matmul_group_launch_tune, matmul_q8t_early_tune, matmul_f32_row1_tune); tests/gpu AllSameBitsSwitches
-// turns every one on and compares every logit's bits with the defaults.
+// Switches of the CUDA back-end that change speed only, never a result bit; each is off by default until
+// measured on the GPU, and on once it measured faster (host-only, so tests and tools can flip them). The
+// matmul ones are in matmul.cuh (matmul_group_launch_tune, matmul_q8t_early_tune, matmul_f32_row1_tune);
+// tests/gpu AllSameBitsSwitches turns them all on, or all off, to compare every logit's bits.
 #pragma once
 
 namespace ferry::cuda {
@@ -14,11 +14,16 @@ bool env_switch(const char* name, bool unset);
 // A switch's value: the tune knob where it is set (1 on, 0 off), else the environment's.
 inline bool switch_on(int tuned, bool env) { return tuned >= 0 ? tuned == 1 : env; }
 
-// Whether launch_small (common.cuh) launches the small kernels as programmatic dependents: FERRY_PDL=1, or
-// launch_pdl_tune(1).
+// Whether launch_small (common.cuh) launches the small kernels as programmatic dependents: on by default
+// (H200, 2026-12-02: +7 % decode on the K3.1 slice, identical logits); FERRY_PDL=0 or launch_pdl_tune(0)
+// turns it off.
 bool pdl_small();
 // 1 on, 0 off, -1 the environment's (FERRY_PDL).
 void launch_pdl_tune(int on);
+// pdl_small() for one kernel (a __global__ function's address): a diagnosis aid, FERRY_PDL_ONLY=a,b,...
+// (or a+b+...) limits the programmatic launches to the kernels whose names contain one of them, and
+// FERRY_PDL_ONLY=-a,b,... to the kernels whose names contain none of them.
+bool pdl_for(const void* kernel);
 
 // Whether attention_kernel scores 4 keys per warp and sums 4 value columns per thread at once, and the DSA
 // indexer's scores take 8 heads per warp at once (attention.cu): FERRY_ATTN_ILP=1, or attention_ilp_tune(1).

@@ -13,6 +13,7 @@
 
 #include "io/errors.hpp"
 #include "kernels/backend.hpp"
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.cuh"
 
 namespace ferry::cuda {
@@ -40,6 +41,7 @@ void repack_tiles(const Weight& w, void* scratch, size_t scratch_bytes, cudaStre
     const int64_t n = std::min(per, ntiles - t0);
     uint8_t* at = base + static_cast<size_t>(t0) * tile_bytes;
     FERRY_CUDA_CHECK(cudaMemcpyAsync(scratch, at, static_cast<size_t>(n) * tile_bytes, cudaMemcpyDeviceToDevice, st));
+    stream_copied(st);
     pack(static_cast<const uint8_t*>(scratch), at, n);
   }
 }

@@ -60,13 +60,14 @@ struct DecodeOnTensorCores {
 #endif
 };
 
-// Every switch that changes speed only and is off by default until measured on the GPU, all on for a scope
-// (kernels/cuda/switches.hpp, kernels/cuda/matmul.cuh): programmatic launches of the small kernels, the
-// attention and indexer kernels' wider loops, the q8_0 tiles' early dependents and one-launch groups, the
-// one-row f32 kernel.
+// Every switch that changes speed only (kernels/cuda/switches.hpp, kernels/cuda/matmul.cuh): programmatic
+// launches of the small kernels, the attention and indexer kernels' wider loops, the q8_0 tiles' early
+// dependents and one-launch groups, the one-row f32 kernel, all on (1) or all off (0) for a scope; the
+// defaults (each one's environment) again after it. Some are on by default, so tests compare all off
+// with all on.
 struct AllSameBitsSwitches {
 #if FERRY_WITH_CUDA
-  AllSameBitsSwitches() { set(1); }
+  explicit AllSameBitsSwitches(int on = 1) { set(on); }
   ~AllSameBitsSwitches() { set(-1); }
   static void set(int on) {
     cuda::launch_pdl_tune(on);

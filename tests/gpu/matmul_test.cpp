@@ -712,6 +712,58 @@ TEST_F(Ops, SmallOpBenchRoutersAndAttnRes) {
 #endif
 }
 
+// With the small kernels launched as programmatic dependents (FERRY_PDL), a kernel that reads what a copy
+// just staged still reads the new bytes: attn_res uploads its table of source pointers before its first
+// kernel, right after a long matmul, and alternating tables give the bits of each table's call without
+// programmatic launches (common.cuh stream_copied: the first launch after a copy is a plain one).
+TEST_F(Ops, ProgrammaticLaunchAfterAStagedCopyReadsTheNewBytes) {
+#if FERRY_WITH_CUDA
+  auto& be = gpu();
+  const int64_t rows = 12288, cols = 7168, D = 7168;
+  const auto wb = random_weight(WType::q8_0, rows, cols, 90);
+  Weight big{WType::q8_0, rows, cols, be.alloc(wb.size())};
+  be.upload(const_cast<void*>(big.data), wb.data(), wb.size());
+  be.prepare_matmul_weight(big);
+  const auto xv = random_floats(static_cast<size_t>(cols), 91);
+  Buf x(be, xv.size()), y(be, static_cast<size_t>(rows));
+  be.upload(x, xv.data(), xv.size() * 4);
+  std::vector<Buf> vs;
+  for (int s = 0; s < 4; ++s) {
+    const auto v = random_floats(static_cast<size_t>(D), 92 + static_cast<uint32_t>(s), -2, 2);
+    vs.emplace_back(be, v.size());
+    be.upload(vs.back(), v.data(), v.size() * 4);
+  }
+  const std::vector<const float*> tables[2] = {{vs[0].get(), vs[1].get()}, {vs[2].get(), vs[3].get()}};
+  const auto wv = random_floats(static_cast<size_t>(D), 96);
+  Buf w(be, wv.size());
+  be.upload(w, wv.data(), wv.size() * 4);
+  constexpr int kCalls = 24;
+  std::vector<Buf> outs;
+  for (int i = 0; i < kCalls; ++i) outs.emplace_back(be, static_cast<size_t>(D));
+  const auto run = [&](int pdl) {
+    cuda::launch_pdl_tune(pdl);
+    for (int i = 0; i < kCalls; ++i) {
+      be.matmul(big, x.get(), 1, y.get());
+      be.attn_res(tables[i % 2].data(), 2, w.get(), 1, D, 1e-5f, outs[static_cast<size_t>(i)].get());
+    }
+    std::vector<std::vector<float>> got;
+    for (int i = 0; i < kCalls; ++i) got.push_back(get(be, outs[static_cast<size_t>(i)].get(), static_cast<size_t>(D)));
+    cuda::launch_pdl_tune(-1);
+    return got;
+  };
+  const auto plain = run(0), programmatic = run(1);
+  for (int i = 0; i < kCalls; ++i) {
+    const auto& want = plain[static_cast<size_t>(i % 2)];
+    EXPECT_LT(first_bit_diff(want.data(), programmatic[static_cast<size_t>(i)].data(), D), 0)
+        << "call " << i << " (table " << i % 2 << ")";
+    EXPECT_LT(first_bit_diff(want.data(), plain[static_cast<size_t>(i)].data(), D), 0) << "plain call " << i;
+  }
+  be.release(const_cast<void*>(big.data));
+#else
+  GTEST_SKIP() << "no CUDA back-end in this build";
+#endif
+}
+
 // The split of K (splitk.cuh) on both decode kernels for the K3.1 slice's spine shapes: the default
 // rule's parts and fixed part counts, at 1 and 16 rows, for tuning matmul_ksplit's rule. Results never
 // depend on the time; the bits depend on the parts (each count is checked against the CPU above).
@@ -768,7 +820,8 @@ struct FixedQ8tParts {
 TEST_F(Ops, Q8TilesMatmulMatchesCpuForEverySplitAndKeepsRowBits) {
 #if FERRY_WITH_CUDA
   struct Shape { int64_t rows, cols; };
-  for (const Shape s : {Shape{48, 256}, Shape{96, 768}, Shape{256, 1536}, Shape{128, 7168}, Shape{64, 2560}}) {
+  for (const Shape s : {Shape{48, 256}, Shape{96, 768}, Shape{256, 1536}, Shape{128, 7168}, Shape{64, 2560},
+                        Shape{32, 16896}}) {
     const auto bytes = random_weight(WType::q8_0, s.rows, s.cols, 31);
     auto wb = both_bytes(bytes.data(), bytes.size());
     Weight w{WType::q8_0, s.rows, s.cols, wb->g};
