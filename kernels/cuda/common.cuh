@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <utility>
 
@@ -96,6 +97,9 @@ __device__ __forceinline__ void pdl_begin() {
 void stream_copied(cudaStream_t st);
 // Whether a copy or memset was noted on st since its last launch through launch_kernel; forgets it.
 bool take_stream_copied(cudaStream_t st);
+// cudaMemcpyAsync / cudaMemsetAsync(0) on st, checked and noted: how the back-end enqueues every copy.
+void copy_async(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t st);
+void zero_async(void* p, size_t bytes, cudaStream_t st);
 
 // kernel<<<grid, block, smem, st>>>(args...), as a programmatic dependent of the kernel before it on st
 // when `programmatic` (the kernel must then wait, griddepcontrol.wait, before it reads or writes what the

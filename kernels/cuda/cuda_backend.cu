@@ -36,6 +36,16 @@ void stream_copied(cudaStream_t st) {
   if (std::find(g_copied.begin(), g_copied.end(), st) == g_copied.end()) g_copied.push_back(st);
 }
 
+void copy_async(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t st) {
+  FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, st));
+  stream_copied(st);
+}
+
+void zero_async(void* p, size_t bytes, cudaStream_t st) {
+  FERRY_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, st));
+  stream_copied(st);
+}
+
 bool take_stream_copied(cudaStream_t st) {
   std::lock_guard<std::mutex> lock(g_copied_mu);
   const auto it = std::find(g_copied.begin(), g_copied.end(), st);
@@ -182,8 +192,7 @@ void* CudaBackend::take(size_t bytes) {
 
 void* CudaBackend::alloc(size_t bytes) {
   void* p = take(bytes);
-  FERRY_CUDA_CHECK(cudaMemsetAsync(p, 0, sizes_[p], stream_));
-  stream_copied(stream_);
+  zero_async(p, sizes_[p], stream_);
   return p;
 }
 
@@ -206,16 +215,14 @@ void CudaBackend::release(void* p) {
 void CudaBackend::upload(void* dst, const void* src_host, size_t bytes) {
   if (!bytes) return;
   bind();
-  FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, stream_));
-  stream_copied(stream_);
+  copy_async(dst, src_host, bytes, cudaMemcpyHostToDevice, stream_);
   FERRY_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the caller may reuse src_host at once
 }
 
 void CudaBackend::download(void* dst_host, const void* src, size_t bytes) {
   if (!bytes) return;
   bind();
-  FERRY_CUDA_CHECK(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, stream_));
-  stream_copied(stream_);
+  copy_async(dst_host, src, bytes, cudaMemcpyDeviceToHost, stream_);
   FERRY_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
@@ -235,8 +242,7 @@ void CudaBackend::download_start(void* dst_host, const void* src, size_t bytes) 
     dl_bytes_ = bytes;
   }
   if (!dl_done_) FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&dl_done_, cudaEventDisableTiming));
-  if (bytes) FERRY_CUDA_CHECK(cudaMemcpyAsync(dl_stage_, src, bytes, cudaMemcpyDeviceToHost, stream_));
-  stream_copied(stream_);  // the next kernel may overwrite src
+  if (bytes) copy_async(dl_stage_, src, bytes, cudaMemcpyDeviceToHost, stream_);  // a kernel may overwrite src
   FERRY_CUDA_CHECK(cudaEventRecord(dl_done_, stream_));
   dl_dst_ = dst_host;
   dl_pending_ = bytes;
@@ -253,8 +259,7 @@ void CudaBackend::download_wait() {
 void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
   if (!bytes || dst == src) return;
   bind();
-  FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
-  stream_copied(stream_);
+  copy_async(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_);
 }
 
 void CudaBackend::register_host(void* p, size_t bytes) {
@@ -350,8 +355,7 @@ void CudaBackend::sync_event(Event e) { FERRY_CUDA_CHECK(cudaEventSynchronize(re
 void CudaBackend::upload_async(int q, void* dst, const void* src_host, size_t bytes) {
   if (!bytes) return;
   bind();
-  FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, queue(q)));
-  stream_copied(queue(q));
+  copy_async(dst, src_host, bytes, cudaMemcpyHostToDevice, queue(q));
 }
 
 void* CudaBackend::scratch(Slot s, size_t bytes) {
@@ -370,10 +374,7 @@ void* CudaBackend::scratch(Slot s, size_t bytes) {
 void* CudaBackend::zeroed_scratch(Slot s, size_t bytes) {
   const bool grows = bytes > scratch_bytes_[s];
   void* p = scratch(s, bytes);
-  if (grows) {
-    FERRY_CUDA_CHECK(cudaMemsetAsync(p, 0, scratch_bytes_[s], stream_));
-    stream_copied(stream_);
-  }
+  if (grows) zero_async(p, scratch_bytes_[s], stream_);
   return p;
 }
 
@@ -382,8 +383,7 @@ void* CudaBackend::stage(Slot s, const void* host, size_t bytes) {
   if (!bytes) return d;
   if (bytes > kRingBytes / 4) {
     // Large and rare: a pageable copy, finished before returning so `host` may go away after.
-    FERRY_CUDA_CHECK(cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, stream_));
-    stream_copied(stream_);
+    copy_async(d, host, bytes, cudaMemcpyHostToDevice, stream_);
     FERRY_CUDA_CHECK(cudaStreamSynchronize(stream_));
     return d;
   }
@@ -395,8 +395,7 @@ void* CudaBackend::stage(Slot s, const void* host, size_t bytes) {
   std::byte* src = ring_ + ring_pos_;
   ring_pos_ += need;
   std::memcpy(src, host, bytes);
-  FERRY_CUDA_CHECK(cudaMemcpyAsync(d, src, bytes, cudaMemcpyHostToDevice, stream_));
-  stream_copied(stream_);
+  copy_async(d, src, bytes, cudaMemcpyHostToDevice, stream_);
   return d;
 }
 

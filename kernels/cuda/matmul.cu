@@ -182,10 +182,10 @@ __global__ void matmul_f32_tail_kernel(const float* __restrict__ w, int64_t rows
 // (H200, 2026-12-02). Here a warp owns one weight row and reads it straight into registers, kRow1Batch
 // coalesced 128-byte warp loads at a time (x beside them, from L2 with __ldcg: the kernel before this one
 // wrote it, common.cuh pdl_begin), then adds the products in column order: lane l still accumulates
-// columns l, l + 32, ... with separately rounded multiply and add, then warp_fold. The generic kernel's order, so the bits of the CPU
-// back-end, as before. (A kernel with one warp per row streaming through shared memory was measured
-// slower early on 2026-12-02; this one has kRow1Batch weight loads per lane in flight, as many of x, and
-// no barrier.)
+// columns l, l + 32, ... with separately rounded multiply and add, then warp_fold. The generic kernel's
+// order, so the bits of the CPU back-end, as before. (A kernel with one warp per row streaming through
+// shared memory was measured slower early on 2026-12-02; this one has kRow1Batch weight loads per lane in
+// flight, as many of x, and no barrier.)
 constexpr int kRow1Warps = 4;
 constexpr int kRow1Batch = 32;
 

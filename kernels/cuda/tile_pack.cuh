@@ -40,8 +40,7 @@ void repack_tiles(const Weight& w, void* scratch, size_t scratch_bytes, cudaStre
   for (int64_t t0 = 0; t0 < ntiles; t0 += per) {
     const int64_t n = std::min(per, ntiles - t0);
     uint8_t* at = base + static_cast<size_t>(t0) * tile_bytes;
-    FERRY_CUDA_CHECK(cudaMemcpyAsync(scratch, at, static_cast<size_t>(n) * tile_bytes, cudaMemcpyDeviceToDevice, st));
-    stream_copied(st);
+    copy_async(scratch, at, static_cast<size_t>(n) * tile_bytes, cudaMemcpyDeviceToDevice, st);
     pack(static_cast<const uint8_t*>(scratch), at, n);
   }
 }
