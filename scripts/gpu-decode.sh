@@ -115,12 +115,25 @@ if [ "${STEPNCU:-0}" = 1 ] && command -v ncu > /dev/null; then
   for arm in ${STEPNCU_ARMS:-auto}; do
     stamp "ncu kernel durations of 3 decode steps, $arm"
     FB="$B/bin/ferry"; [ $arm = base ] && FB="$B/bin/ferry-base"
-    env $(arm_env $arm) timeout 240 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --page raw --print-units base \
+    env $(arm_env $arm) timeout 240 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum,launch__grid_size --csv --page raw --print-units base \
       "$FB" run -m "$M" --backend cuda -p "The three main financial statements are" -n 4 > "$R/stepncu-$arm.csv" 2> "$R/stepncu-$arm.err"
     echo "ncu exit $?"
     python3 "$(dirname "$0")/ncu-step-summary.py" "$R/stepncu-$arm.csv" "$arm"
   done
 fi
+# KNCU="REGEX:SKIP:COUNT ...": Nsight Compute's sections (speed of light, occupancy, warp stalls, memory) for
+# COUNT launches of the kernels matching REGEX after SKIP of them, in the slice's decode (arm auto).
+for spec in ${KNCU:-}; do
+  command -v ncu > /dev/null || break
+  IFS=: read -r re skip count <<< "$spec"
+  stamp "ncu sections: $re (skip $skip, $count launches)"
+  timeout 240 ncu --clock-control none --section SpeedOfLight --section WarpStateStats --section Occupancy \
+    --section SchedulerStats --section MemoryWorkloadAnalysis --section LaunchStats \
+    --kernel-name regex:"$re" --launch-skip "$skip" --launch-count "$count" \
+    "$B/bin/ferry" run -m "$M" --backend cuda -p "The three main financial statements are" -n 4 > "$R/kncu-$re.txt" 2>&1
+  echo "ncu exit $?"
+  grep -E "^  [a-z_]+kernel|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Theoretical Occ|Issued Warp|No Eligible|Registers Per|Block Limit|L2 Hit|Warp Cycles Per Issued|Grid Size|Eligible Warps|Active Warps" "$R/kncu-$re.txt" | head -${KNCU_LINES:-120}
+done
 for arm in $ARMS; do
   [ "${PROFILE:-1}" = 1 ] || continue
   FB="$B/bin/ferry"; [ $arm = base ] && FB="$B/bin/ferry-base"

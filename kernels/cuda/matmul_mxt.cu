@@ -45,7 +45,7 @@ __global__ void mxt_pack_kernel(const uint8_t* __restrict__ src, uint8_t* __rest
 
 template <int NRA>
 __global__ void __launch_bounds__(kThreads, 4) mxt_kernel(const __grid_constant__ mma::PlainTc p) {
-  item_body<NRA, set_units(NRA)>(p, p.item(blockIdx.x));
+  item_body<NRA, set_units(NRA), false>(p, p.item(blockIdx.x));
 }
 
 template <int NRA>

@@ -103,9 +103,21 @@ __device__ __forceinline__ void load_set(Set<U>& s, const uint8_t* qp, const uin
 
 // The set's blocks against NT n8 tiles of x (x[j] + col: this lane's B column's 8 halves of the set's
 // first unit's block, XOrder::mxt; xinv[j] = 2^-k * 2^14 of accumulator row 4j + t).
-template <int U, int NT>
+// XB: the set's x loads go out together before its math, so a set waits for x once, not once per unit
+// (each ld_x is volatile: in program order with the mma). It costs registers (16 more at one row: 94, 5
+// blocks per SM instead of 6), so it is for the down projections only, whose x differs per expert and
+// misses L1 more: H200 slice 2026-12-02, down 43-44 us against 47-49, gate / up 80 against 68.
+template <int U, int NT, bool XB>
 __device__ __forceinline__ void set_math(const Set<U>& s, const __half* const x[NT], int64_t col, int u, int u1,
                                          const float xinv[NT], float acc[NT][2]) {
+  uint4 xb[XB ? U : 1][NT];
+  if constexpr (XB) {
+#pragma unroll
+    for (int i = 0; i < U; ++i)
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+        if (u + i < u1) xb[i][j] = q8t::ld_x(x[j] + col + static_cast<int64_t>(i) * 4 * 32);
+  }
 #pragma unroll
   for (int i = 0; i < U; ++i) {
     if (u + i >= u1) break;
@@ -119,7 +131,7 @@ __device__ __forceinline__ void set_math(const Set<U>& s, const __half* const x[
     const float d0 = __uint_as_float(e0 ? e0 << 23 : 0x00400000u), d1 = __uint_as_float(e1 ? e1 << 23 : 0x00400000u);
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
-      const uint4 b = q8t::ld_x(x[j] + col + static_cast<int64_t>(i) * 4 * 32);
+      const uint4 b = XB ? xb[XB ? i : 0][j] : q8t::ld_x(x[j] + col + static_cast<int64_t>(i) * 4 * 32);
       float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       mma::mma16816(sum, a[0], b.x, b.y, sum);
       mma::mma16816(sum, a[1], b.z, b.w, sum);
@@ -136,10 +148,13 @@ __device__ __forceinline__ void set_math(const Set<U>& s, const __half* const x[
 // into 2-6 stages of 17 KB of shared memory, read from there with item_body's fragments and order: 127.8
 // us for a 16-expert batch with 2 stages, 143.9 with 3, 167.1 with 4, against 119.3 for this, and decode
 // 489.6 against 490.6 tok/s (the same for the q8_0 tiles: a KDA group 113.3 us against 100.8).
+// Tried 2026-12-02 and not kept: one thread of each block asking L2 for the whole item first
+// (cp.async.bulk.prefetch.L2, 30 KB), and the q8_0 tiles' blocks 12 units ahead of their loads: a 16-expert
+// batch 118.6 against 116.3 us, slice decode 471.7 / 463.0 against 524.3 / 522.5 tok/s (H200, same call).
 // Tried 2026-12-02 and not kept: persistent blocks streaming several items each through a ring of sets
 // (loads never drain between items): 152-208 us for a 16-expert batch against 139 us for this (H200,
 // MoeBenchExpertBatchMxTiles; more registers, 4 blocks per SM instead of 5, two barriers per item).
-template <int NRA, int U, class P>
+template <int NRA, int U, bool XB, class P>
 __device__ __forceinline__ void item_body(const P& p, const mma::Item& it) {
   constexpr int NT = (NRA + 3) / 4;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
@@ -163,10 +178,10 @@ __device__ __forceinline__ void item_body(const P& p, const mma::Item& it) {
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = 0.0f;
   for (int u = u0; u < u1; u += 2 * U) {
     load_set<U>(B, qp, ep, u + U, u1);
-    set_math<U, NT>(A, x, static_cast<int64_t>(u) * kUnitCols, u, u1, xinv, acc);
+    set_math<U, NT, XB>(A, x, static_cast<int64_t>(u) * kUnitCols, u, u1, xinv, acc);
     if (u + U >= u1) break;
     load_set<U>(A, qp, ep, u + 2 * U, u1);
-    set_math<U, NT>(B, x, static_cast<int64_t>(u + U) * kUnitCols, u + U, u1, xinv, acc);
+    set_math<U, NT, XB>(B, x, static_cast<int64_t>(u + U) * kUnitCols, u + U, u1, xinv, acc);
   }
   dec::store_warp_sums<NT>(p, it, acc, red);
 }

@@ -61,11 +61,13 @@ __device__ __forceinline__ uint4 ld_stream(const void* p) {
   return v;
 }
 
-// x's 16 bytes for one block's B fragments (L1-cached: every warp of the SM reads the same x). volatile:
-// in program order with the mma, so the compiler does not hoist a unit's loads of every n8 tile at once.
+// x's 16 bytes for one block's B fragments (L1-cached: every warp of the SM reads the same x). A coherent
+// load, not the read-only path (ld.global.nc): prep_x wrote x, and these kernels are its programmatic
+// dependents (common.cuh pdl_begin's rule). volatile: in program order with the mma, so the compiler does
+// not hoist a unit's loads of every n8 tile at once.
 __device__ __forceinline__ uint4 ld_x(const void* p) {
   uint4 v;
-  asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  asm volatile("ld.global.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
 }
 

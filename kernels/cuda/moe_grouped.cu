@@ -302,9 +302,10 @@ void launch_dec_f(GroupTc& a, int nz, cudaStream_t st) {
 }
 
 // The mxfp4 tiles' decode kernel (matmul_mxt.cuh): the bits of dec::item_body<dec::Mx> on the rows.
-template <int NRA, int U>
+// XB: the x loads of a load set together (mxt::set_math), for the down projections at one row.
+template <int NRA, int U, bool XB>
 __global__ void __launch_bounds__(mxt::kThreads, U <= 2 ? 8 : 4) grouped_mxt_kernel(const __grid_constant__ GroupTc a) {
-  mxt::item_body<NRA, U>(a, a.item(blockIdx.x));
+  mxt::item_body<NRA, U, XB>(a, a.item(blockIdx.x));
 }
 
 // U: units per load set (mxt::set_units by default; at one row per expert also 2, 8 and 14 under
@@ -326,7 +327,10 @@ void launch_mxt_nr(GroupTc& a, int nz, cudaStream_t st) {
   a.bm = mxt::kRows;
   a.ntiles = a.rows / mxt::kRows;
   const int64_t items = static_cast<int64_t>(nz) * nb * a.ntiles;
-  dec::launch_dependent(grouped_mxt_kernel<NRA, U>, static_cast<unsigned>(items), 0, st, a);
+  constexpr bool kXB = NRA == 1;  // measured at one row (decode steps); 16 registers of x
+  if (kXB && a.which == 2)
+    return dec::launch_dependent(grouped_mxt_kernel<NRA, U, kXB>, static_cast<unsigned>(items), 0, st, a);
+  dec::launch_dependent(grouped_mxt_kernel<NRA, U, false>, static_cast<unsigned>(items), 0, st, a);
 }
 
 void launch_dec(GroupTc& a, WType type, WLayout layout, int nz, cudaStream_t st) {

@@ -90,15 +90,17 @@ TEST_F(Ops, MatmulMatchesCpuForEveryTypeAndRowCount) {
   }
 }
 
-// The one-row f32 kernel (matmul_f32_row1_kernel: routers and MLA's per-head matrices at one row) keeps the
-// generic kernel's order, so the CPU's bits, for rows in whole batches of 32 blocks (896x7168: 7), with a
-// partial last batch (40x1056: 33 blocks) and shorter than one batch (67x96), plain and per head; with the
-// kernel off the generic kernel runs (the same check).
+// The one-row f32 kernels (matmul_f32_row1_kernel: routers and MLA's per-head matrices at one row; and
+// matmul_f32_short_kernel, several rows per warp, for rows of up to 256 columns) keep the generic kernel's
+// order, so the CPU's bits, for rows in whole batches of 32 blocks (896x7168: 7), with a partial last batch
+// (40x1056: 33 blocks), rows of 1 to 8 blocks with the last warp's rows partial (67x96, 1000x256, 5x32,
+// 33x64), plain and per head (512x128); with the kernels off the generic kernel runs (the same check).
 TEST_F(Ops, F32OneRowKernelKeepsTheCpuBitsPlainAndPerHead) {
 #if FERRY_WITH_CUDA
   for (const int on : {1, 0}) {
     cuda::matmul_f32_row1_tune(on);
-    for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{896, 7168}, {40, 1056}, {67, 96}, {7, 4096}}) {
+    for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{896, 7168}, {40, 1056}, {67, 96}, {7, 4096}, {1000, 256},
+                                     {5, 32}, {33, 64}}) {
       const auto bytes = random_weight(WType::f32, rows, cols, 21);
       auto wb = both_bytes(bytes.data(), bytes.size());
       auto x = both(random_floats(static_cast<size_t>(cols), 22));
