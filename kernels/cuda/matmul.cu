@@ -486,10 +486,12 @@ void CudaBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
 namespace {
 int g_group = -1;         // matmul_group_tune
 int g_group_launch = -1;  // matmul_group_launch_tune
+int g_group_split = -1;   // matmul_group_split_tune
 }  // namespace
 
 void matmul_group_tune(int on) { g_group = on; }
 void matmul_group_launch_tune(int on) { g_group_launch = on; }
+void matmul_group_split_tune(int on) { g_group_split = on; }
 
 void CudaBackend::matmul_group(const MatmulOut* outs, size_t count, const float* x, int64_t n) {
   static const bool env = env_switch("FERRY_Q8T_GROUP", true);
@@ -511,18 +513,40 @@ void CudaBackend::matmul_group(const MatmulOut* outs, size_t count, const float*
   const int64_t cols = tiles[0]->w->cols;
   const mma::XPrep xp = prep_x(x, n, cols, scratch(kMmaX, mma_prep_bytes(n, cols)), stream_, true);
   static const bool one_env = env_switch("FERRY_Q8T_ONE_LAUNCH", true);
-  const bool one = switch_on(g_group_launch, one_env);
-  std::vector<const Weight*> whole;  // unsplit: one launch for all of them
-  std::vector<float*> whole_y;
+  static const bool split_env = env_switch("FERRY_Q8T_GROUP_SPLIT", false);
+  const bool one = switch_on(g_group_launch, one_env), split_too = one && switch_on(g_group_split, split_env);
+  std::vector<const Weight*> joint;  // one launch for all of them
+  std::vector<float*> joint_y;
+  std::vector<KSplit> joint_ks;
+  size_t part_floats = 0, counters = 0;  // the split ones' partials and counters, side by side
   for (const MatmulOut* o : tiles) {
-    if (one && matmul_q8t_split(*o->w).parts == 1) {
-      whole.push_back(o->w);
-      whole_y.push_back(o->y);
+    const KSplit ks = matmul_q8t_split(*o->w);
+    if (one && (ks.parts == 1 || split_too)) {
+      joint.push_back(o->w);
+      joint_y.push_back(o->y);
+      joint_ks.push_back(ks);
+      if (ks.parts > 1) {
+        part_floats += static_cast<size_t>(n) * static_cast<size_t>(o->w->rows) * static_cast<size_t>(ks.parts);
+        counters += static_cast<size_t>((o->w->rows + 15) / 16 * n);
+      }
     } else {
       launch_matmul_q8t(*o->w, xp, n, o->y, stream_, split_bufs(*o->w, n));
     }
   }
-  if (!whole.empty()) launch_matmul_q8t_group(whole.data(), whole_y.data(), whole.size(), xp, n, stream_);
+  if (joint.empty()) return;
+  std::vector<splitk::Bufs> sks(joint.size());
+  float* part = part_floats ? static_cast<float*>(scratch(kSplitPart, part_floats * sizeof(float))) : nullptr;
+  int* cnt = counters ? static_cast<int*>(zeroed_scratch(kSplitCount, counters * sizeof(int))) : nullptr;
+  for (size_t i = 0; i < joint.size(); ++i) {
+    sks[i].parts = joint_ks[i].parts;
+    sks[i].unit = joint_ks[i].unit;
+    if (joint_ks[i].parts <= 1) continue;
+    sks[i].part = part;
+    sks[i].cnt = cnt;
+    part += static_cast<size_t>(n) * static_cast<size_t>(joint[i]->rows) * static_cast<size_t>(joint_ks[i].parts);
+    cnt += (joint[i]->rows + 15) / 16 * n;
+  }
+  launch_matmul_q8t_group(joint.data(), joint_y.data(), sks.data(), joint.size(), xp, n, stream_);
 }
 
 splitk::Bufs CudaBackend::split_bufs(const Weight& w, int64_t n) {

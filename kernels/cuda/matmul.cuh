@@ -101,10 +101,11 @@ struct XPrep;
 }
 void launch_matmul_q8t(const Weight& w, const mma::XPrep& xp, int64_t n, float* y, cudaStream_t stream,
                        const splitk::Bufs& sk);
-// Several unsplit (matmul_q8t_split parts == 1) q8_0-tiles weights of one width and one prepared x in one
-// launch (up to 8 per launch): ys[i] = x @ ws[i]^T, each with the bits of launch_matmul_q8t alone.
-void launch_matmul_q8t_group(const Weight* const* ws, float* const* ys, size_t count, const mma::XPrep& xp, int64_t n,
-                             cudaStream_t stream);
+// Several q8_0-tiles weights of one width and one prepared x in one launch (up to 8 per launch): ys[i] = x @
+// ws[i]^T, each with the bits of launch_matmul_q8t alone; sks[i]: weight i's split (matmul_q8t_split) and,
+// split, its own partials and zeroed counters, apart from every other weight's of the launch.
+void launch_matmul_q8t_group(const Weight* const* ws, float* const* ys, const splitk::Bufs* sks, size_t count,
+                             const mma::XPrep& xp, int64_t n, cudaStream_t stream);
 // Inside a prompt pass (matmul_q8t.cuh "prompt passes"): groups of 64 rows, 128-row tiles, no split.
 void launch_matmul_q8t_prompt(const Weight& w, const mma::XPrep& xp, int64_t n, float* y, cudaStream_t stream);
 
@@ -131,6 +132,11 @@ void matmul_group_tune(int on);
 // 476 against 458 tok/s, identical hashes); FERRY_Q8T_ONE_LAUNCH=0 or this knob (1 on, 0 off, -1 the
 // environment's) turns it off. Same bits either way.
 void matmul_group_launch_tune(int on);
+// And whether the group's split q8_0 tiles (matmul_q8t_split parts > 1: matrices of few tiles) join that
+// launch, each with its own partials and counters, instead of a launch each: off, as measured no faster
+// (H200, 2026-12-02: slice decode 538.3 against 540.8 tok/s, identical hashes); FERRY_Q8T_GROUP_SPLIT=1 or
+// this knob (1 on, 0 off, -1 the environment's) turns it on. Same bits either way.
+void matmul_group_split_tune(int on);
 
 // One-row f32 matmuls (routers, MLA's per-head matrices at one row) on a kernel of their own that keeps
 // the generic path's order (matmul_f32_row1_kernel, matmul.cu): on by default (H200, 2026-12-02: a router

@@ -110,16 +110,19 @@ void launch_prompt_l(mma::PlainTc p, cudaStream_t st) {
 
 int g_q8t_parts = -1;  // matmul_q8t_split_tune
 
-// Several unsplit q8_0-tiles matmuls of one prepared x in one launch (Backend::matmul_group): item j is
-// item j - first[k] of weight k (first[k] <= j < first[k + 1]) as mma::PlainTc numbers a plain call's
-// items (row groups fastest, 16-row tiles, K whole), so every output has the bits of its matmul alone;
-// one launch lets the tail of one matrix overlap the start of the next.
+// Several q8_0-tiles matmuls of one prepared x in one launch (Backend::matmul_group): item j is item
+// j - first[k] of weight k (first[k] <= j < first[k + 1]) as mma::PlainTc numbers a plain call's items
+// (parts fastest, then row groups, then 16-row tiles), with weight k's split of K (parts[k] parts of
+// unit[k] columns: matmul_q8t_split, its partials and counters in its own sk[k]), so every output has the
+// bits of its matmul alone; one launch lets the tail of one matrix overlap the start of the next, and a
+// small split matrix rides along with the big ones instead of a launch of its own.
 struct MultiTc {
   static constexpr int kMax = 8;
   int count;
   const uint8_t* w[kMax];
   float* y[kMax];
   int rows[kMax];
+  splitk::Bufs sk[kMax];
   int64_t first[kMax + 1];
   size_t row_bytes;
   int cols;
@@ -129,30 +132,31 @@ struct MultiTc {
   __device__ mma::Item item(int64_t j) const {
     int k = 0;
     while (k + 1 < count && j >= first[k + 1]) ++k;
-    const int64_t q = j - first[k], ngroups = (n + group - 1) / group;
+    const int parts = sk[k].parts;
+    const int64_t j0 = j - first[k], q = j0 / parts, ngroups = (n + group - 1) / group;
     const int64_t grp = q % ngroups;
     mma::Item it;
-    it.c = k;
-    it.z = 0;
+    it.z = k;
+    it.c = static_cast<int>(q);  // the counter of a split item, within weight k's
+    it.part = static_cast<int>(j0 - q * parts);
+    it.parts = parts;
+    splitk::range(cols, sk[k].unit, it.part, parts, it.k0, it.k1);
     it.r0 = static_cast<int>(grp * group);
     it.row0 = static_cast<int>(q / ngroups) * kRows;
     it.w = w[k] + static_cast<size_t>(it.row0) * row_bytes;
     it.nrows = min(kRows, rows[k] - it.row0);
     it.nr = static_cast<int>(min(static_cast<int64_t>(group), n - it.r0));
-    it.k0 = 0;
-    it.k1 = cols;
-    it.part = 0;
-    it.parts = 1;
     return it;
   }
   __device__ int64_t xrow(const mma::Item& it, int r) const { return it.r0 + r; }
   __device__ float* yrow(const mma::Item& it, int r) const {
-    return y[it.c] + static_cast<int64_t>(it.r0 + r) * rows[it.c];
+    return y[it.z] + static_cast<int64_t>(it.r0 + r) * rows[it.z];
   }
-  // No split K (dec::store_warp_sums needs the names).
-  __device__ int64_t part_stride() const { return 0; }
-  __device__ float* part_row(const mma::Item&, int, int) const { return nullptr; }
-  __device__ int* counter(const mma::Item&) const { return nullptr; }
+  __device__ float* part_row(const mma::Item& it, int q, int r) const {
+    const int64_t stride = n * rows[it.z];
+    return sk[it.z].part + q * stride + static_cast<int64_t>(it.r0 + r) * rows[it.z];
+  }
+  __device__ int* counter(const mma::Item& it) const { return sk[it.z].cnt + it.c; }
 };
 
 template <int NRA, bool kEarly>
@@ -166,7 +170,8 @@ void launch_multi_n(MultiTc p, cudaStream_t st) {
   p.group = NRA;
   const int64_t ngroups = (p.n + NRA - 1) / NRA;
   p.first[0] = 0;
-  for (int k = 0; k < p.count; ++k) p.first[k + 1] = p.first[k] + static_cast<int64_t>(p.rows[k] / kRows) * ngroups;
+  for (int k = 0; k < p.count; ++k)
+    p.first[k + 1] = p.first[k] + static_cast<int64_t>(p.rows[k] / kRows) * ngroups * p.sk[k].parts;
   const int64_t items = p.first[p.count];
   if (items > (int64_t{1} << 31) - 1) throw LimitError("cuda matmul: " + std::to_string(items) + " tiles in one call");
   if (q8t_early())
@@ -234,17 +239,21 @@ void launch_matmul_q8t(const Weight& w, const mma::XPrep& xp, int64_t n, float* 
   launch_n<16>(p, st);
 }
 
-void launch_matmul_q8t_group(const Weight* const* ws, float* const* ys, size_t count, const mma::XPrep& xp, int64_t n,
-                             cudaStream_t st) {
+void launch_matmul_q8t_group(const Weight* const* ws, float* const* ys, const splitk::Bufs* sks, size_t count,
+                             const mma::XPrep& xp, int64_t n, cudaStream_t st) {
   if (n > (int64_t{1} << 30)) throw LimitError("cuda matmul: " + std::to_string(n) + " rows in one call");
   for (size_t i0 = 0; i0 < count; i0 += MultiTc::kMax) {
     MultiTc p{};
     p.count = static_cast<int>(std::min<size_t>(MultiTc::kMax, count - i0));
     for (int k = 0; k < p.count; ++k) {
       const Weight& w = *ws[i0 + static_cast<size_t>(k)];
-      if (w.layout != WLayout::q8_tiles || w.cols != ws[0]->cols || matmul_q8t_split(w).parts != 1)
+      const splitk::Bufs& sk = sks[i0 + static_cast<size_t>(k)];
+      const KSplit ks = matmul_q8t_split(w);
+      if (w.layout != WLayout::q8_tiles || w.cols != ws[0]->cols || ks.parts != sk.parts ||
+          (sk.parts > 1 && (ks.unit != sk.unit || !sk.part || !sk.cnt)))
         throw TensorError("cuda matmul group: weight " + std::to_string(i0 + static_cast<size_t>(k)) +
-                          " is not an unsplit q8_0-tiles weight of the group's width");
+                          " is not a q8_0-tiles weight of the group's width with its split's buffers");
+      p.sk[k] = sk;
       p.w[k] = static_cast<const uint8_t*>(w.data);
       p.y[k] = ys[i0 + static_cast<size_t>(k)];
       p.rows[k] = static_cast<int>(w.rows);

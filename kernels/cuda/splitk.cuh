@@ -62,7 +62,7 @@ __device__ __forceinline__ bool last_part(int* cnt, int parts) {
   return l;
 }
 
-// Output (r, row) of item it of problem p (p.yrow, p.part_row, p.counter, p.part_stride): y itself, or
+// Output (r, row) of item it of problem p (p.yrow, p.part_row, p.counter): y itself, or
 // this part's partial when K is split.
 template <class P, class I>
 __device__ __forceinline__ void store(const P& p, const I& it, int r, int row, float v) {
@@ -81,9 +81,8 @@ __device__ __forceinline__ void finish(const P& p, const I& it) {
   for (int e = threadIdx.x; e < it.nr * kTile; e += blockDim.x) {
     const int r = e / kTile, row = e - r * kTile;
     if (row >= it.nrows) continue;
-    const float* first = p.part_row(it, 0, r) + it.row0 + row;
-    float v = __ldcg(first);
-    for (int q = 1; q < it.parts; ++q) v = __fadd_rn(v, __ldcg(first + q * p.part_stride()));
+    float v = __ldcg(p.part_row(it, 0, r) + it.row0 + row);
+    for (int q = 1; q < it.parts; ++q) v = __fadd_rn(v, __ldcg(p.part_row(it, q, r) + it.row0 + row));
     p.yrow(it, r)[it.row0 + row] = v;
   }
 }

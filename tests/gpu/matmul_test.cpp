@@ -889,19 +889,19 @@ TEST_F(Ops, Q8TilesMatmulMatchesCpuForEverySplitAndKeepsRowBits) {
 #endif
 }
 
-// Backend::matmul_group with x prepared once for its q8_0-tiles weights (matmul_group_tune(1)), their
-// unsplit ones in one launch each or all in one (matmul_group_launch_tune), with and without the early launch
-// of dependents (matmul_q8t_early_tune): every output has the bits of
-// its matmul alone, the group's other weights (f32, q8_0 rows, another width) included, in decode calls
-// of 1-40 rows and in a prompt pass.
+// Backend::matmul_group with x prepared once for its q8_0-tiles weights (matmul_group_tune(1)): a launch
+// per weight, the unsplit ones in one launch (matmul_group_launch_tune), or the split ones in it too, each
+// with its own partials (matmul_group_split_tune), with and without the early launch of dependents
+// (matmul_q8t_early_tune): every output has the bits of its matmul alone, the group's other weights (f32,
+// q8_0 rows, another width) included, in decode calls of 1-40 rows and in a prompt pass.
 TEST_F(Ops, Q8TilesMatmulGroupGivesEachOutputTheBitsOfItsMatmulAlone) {
 #if FERRY_WITH_CUDA
   struct Shape { WType t; int64_t rows, cols; bool tiles; };
-  const std::vector<Shape> shapes = {{WType::q8_0, 128, 1536, true},  // split K (few tiles)
-                                     {WType::q8_0, 6144, 1536, true},
-                                     {WType::q8_0, 48, 1536, true},
-                                     {WType::q8_0, 40, 1536, false},  // rows % 16: row layout
-                                     {WType::f32, 33, 1536, false},
+  const std::vector<Shape> shapes = {{WType::q8_0, 128, 3072, true},  // split K (few tiles: 3 parts)
+                                     {WType::q8_0, 6144, 3072, true},
+                                     {WType::q8_0, 48, 3072, true},  // split too: its own partials in the joint launch
+                                     {WType::q8_0, 40, 3072, false},  // rows % 16: row layout
+                                     {WType::f32, 33, 3072, false},
                                      {WType::q8_0, 64, 1024, true}};  // another width: alone
   std::vector<std::unique_ptr<Bytes>> bufs;
   std::vector<Weight> ws;
@@ -913,14 +913,18 @@ TEST_F(Ops, Q8TilesMatmulGroupGivesEachOutputTheBitsOfItsMatmulAlone) {
     gpu().prepare_matmul_weight(ws.back());
     EXPECT_EQ(ws.back().layout == WLayout::q8_tiles, s.tiles) << i;
   }
+  ASSERT_GT(cuda::matmul_q8t_split(ws[0]).parts, 1);  // the split weights the joint launch must handle
+  ASSERT_GT(cuda::matmul_q8t_split(ws[2]).parts, 1);
+  ASSERT_EQ(cuda::matmul_q8t_split(ws[1]).parts, 1);
   cuda::matmul_group_tune(1);
   for (const int early : {0, 1})  // matmul_q8t_early_tune: dependents launched as the last block starts
-  for (const int one_launch : {0, 1})
+  for (const int one_launch : {0, 1, 2})  // 2: the split weight (128x3072) in the launch too
   for (const bool prompt : {false, true}) {
-    cuda::matmul_group_launch_tune(one_launch);
+    cuda::matmul_group_launch_tune(one_launch > 0);
+    cuda::matmul_group_split_tune(one_launch == 2);
     cuda::matmul_q8t_early_tune(early);
     for (const int64_t n : {1, 3, 16, 40}) {
-      auto x = both(random_floats(static_cast<size_t>(n * 1536), 50 + static_cast<uint32_t>(n)));
+      auto x = both(random_floats(static_cast<size_t>(n * 3072), 50 + static_cast<uint32_t>(n)));
       auto x2 = both(random_floats(static_cast<size_t>(n * 1024), 60 + static_cast<uint32_t>(n)));
       std::vector<Pair> alone, grouped;
       std::vector<MatmulOut> outs;
@@ -930,9 +934,9 @@ TEST_F(Ops, Q8TilesMatmulGroupGivesEachOutputTheBitsOfItsMatmulAlone) {
       }
       if (prompt) gpu().set_prompt_pass(true);
       for (size_t i = 0; i < ws.size(); ++i) {
-        const float* xi = ws[i].cols == 1536 ? x.gpu() : x2.gpu();
+        const float* xi = ws[i].cols == 3072 ? x.gpu() : x2.gpu();
         gpu().matmul(ws[i], xi, n, alone[i].gpu());
-        if (ws[i].cols == 1536) outs.push_back(MatmulOut{&ws[i], grouped[i].gpu()});
+        if (ws[i].cols == 3072) outs.push_back(MatmulOut{&ws[i], grouped[i].gpu()});
       }
       gpu().matmul_group(outs.data(), outs.size(), x.gpu(), n);
       const MatmulOut other{&ws.back(), grouped.back().gpu()};
@@ -949,6 +953,7 @@ TEST_F(Ops, Q8TilesMatmulGroupGivesEachOutputTheBitsOfItsMatmulAlone) {
   }
   cuda::matmul_q8t_early_tune(-1);
   cuda::matmul_group_launch_tune(-1);
+  cuda::matmul_group_split_tune(-1);
   cuda::matmul_group_tune(-1);
 #else
   GTEST_SKIP() << "no CUDA back-end in this build";
