@@ -16,6 +16,9 @@ if(NOT FERRY_CUDA STREQUAL "OFF")
     set(CMAKE_CUDA_STANDARD 17)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     enable_language(CUDA)
+    # Line tables in the device code (no effect on the generated instructions): Nsight Compute's source
+    # counters then name the source line of each stall (scripts/gpu-decode.sh KNCU_SOURCE=1).
+    string(APPEND CMAKE_CUDA_FLAGS " -lineinfo")
     find_package(CUDAToolkit REQUIRED)
     set(FERRY_HAVE_CUDA ON)
   elseif(FERRY_CUDA STREQUAL "ON")

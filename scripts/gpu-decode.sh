@@ -50,7 +50,8 @@ fi
 # nopdl (FERRY_PDL=0: the small kernels launched plain; the default since 2026-12-02 is programmatic),
 # pdl-NAMES (FERRY_PDL=1 for the small kernels whose names contain one of NAMES, a+b+...; pdl--NAMES: all
 # but those: to find which kernel's programmatic launch changes a result), gsplit (FERRY_Q8T_GROUP_SPLIT=1: a
-# group's split q8_0 tiles in the group's one launch, not a launch each; measured no faster; same bits).
+# group's split q8_0 tiles in the group's one launch, not a launch each; measured no faster; same bits), xsmem
+# (FERRY_MXT_XSMEM=1: the expert down projections' x staged in shared memory per block; same bits).
 arm_env() {
   case $1 in
     cores) echo FERRY_DEC_MMA=0;; auto) echo FERRY_DEC_MMA=auto;; dec) echo FERRY_DEC_MMA=1;; dec4) echo FERRY_DEC_MMA=1 FERRY_DEC_KB=4;;
@@ -59,7 +60,7 @@ arm_env() {
     rowmx) echo FERRY_MXT=0;; onelaunch) echo FERRY_Q8T_ONE_LAUNCH=1;; row1) echo FERRY_F32_ROW1=1;;
     early) echo FERRY_Q8T_EARLY=1;; pdl) echo FERRY_PDL=1;; ilp) echo FERRY_ATTN_ILP=1;;
     next) echo "FERRY_Q8T_ONE_LAUNCH=1 FERRY_F32_ROW1=1 FERRY_Q8T_EARLY=1 FERRY_PDL=1 FERRY_ATTN_ILP=1";;
-    nopdl) echo FERRY_PDL=0;; gsplit) echo FERRY_Q8T_GROUP_SPLIT=1;;
+    nopdl) echo FERRY_PDL=0;; gsplit) echo FERRY_Q8T_GROUP_SPLIT=1;; xsmem) echo FERRY_MXT_XSMEM=1;;
     pdl-*) echo FERRY_PDL=1 FERRY_PDL_ONLY=${1#pdl-};;
   esac
 }
@@ -124,12 +125,14 @@ if [ "${STEPNCU:-0}" = 1 ] && command -v ncu > /dev/null; then
 fi
 # KNCU="REGEX:SKIP:COUNT ...": Nsight Compute's sections (speed of light, occupancy, warp stalls, memory) for
 # COUNT launches of the kernels matching REGEX after SKIP of them, in the slice's decode (arm auto).
+# KNCU_SOURCE=1 adds the source counters: the sampled stalls per source line (the build has -lineinfo).
 for spec in ${KNCU:-}; do
   command -v ncu > /dev/null || break
   IFS=: read -r re skip count <<< "$spec"
   stamp "ncu sections: $re (skip $skip, $count launches)"
+  SRC=""; [ "${KNCU_SOURCE:-0}" = 1 ] && SRC="--section SourceCounters"
   timeout 240 ncu --clock-control none --section SpeedOfLight --section WarpStateStats --section Occupancy \
-    --section SchedulerStats --section MemoryWorkloadAnalysis --section LaunchStats \
+    --section SchedulerStats --section MemoryWorkloadAnalysis --section LaunchStats $SRC \
     --kernel-name regex:"$re" --launch-skip "$skip" --launch-count "$count" \
     "$B/bin/ferry" run -m "$M" --backend cuda -p "The three main financial statements are" -n 4 > "$R/kncu-$re.txt" 2>&1
   echo "ncu exit $?"
@@ -165,7 +168,7 @@ for a in auto dec; do [ -f "$R/$a-1.hash" ] && [ -f "$R/cores-1.hash" ] && "$B/b
 [ -f "$R/pdl-1.hash" ] && echo "auto vs pdl (small kernels as programmatic dependents): must be identical:" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/pdl-1.hash" | tail -3
 [ -f "$R/ilp-1.hash" ] && echo "auto vs ilp (attention / indexer, wider loops): must be identical:" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/ilp-1.hash" | tail -3
 [ -f "$R/next-1.hash" ] && echo "auto vs next (onelaunch + row1 + early + pdl + ilp): must be identical:" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/next-1.hash" | tail -3
-for a in nopdl gsplit $(echo $ARMS | tr ' ' '\n' | grep '^pdl-'); do
+for a in nopdl gsplit xsmem $(echo $ARMS | tr ' ' '\n' | grep '^pdl-'); do
   [ -f "$R/$a-1.hash" ] && echo "auto vs $a ($(arm_env $a)): must be identical:" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/$a-1.hash" | tail -3
 done
 [ -f "$R/nogroup-1.hash" ] && echo "auto vs nogroup (x prepared per matmul): must be identical:" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/nogroup-1.hash" | tail -3

@@ -121,6 +121,12 @@ void launch_matmul_mxt(const Weight& w, const mma::XPrep& xp, int64_t n, float* 
 // 0 the default, mxt::set_units). Speed only: the bits are the same.
 void matmul_mxt_set_tune(int units);
 int matmul_mxt_set();
+// Whether the grouped mxfp4-tiles decode kernel stages each down-projection item's x (one row) in shared
+// memory instead of reading it unit by unit through L1 (matmul_mxt.cuh item_body XS): off until measured on
+// the GPU (built 2026-12-02 after that day's device time; FERRY_MXT_XSMEM=1, or this knob: 1 on, 0 off, -1
+// the environment's). Same bits either way.
+void matmul_mxt_xsmem_tune(int on);
+bool matmul_mxt_xsmem();
 
 // Backend::matmul_group on q8_0 tiles: x prepared once for every q8_0-tiles weight of the group outside
 // prompt passes (then one launch per weight, each with the bits of its matmul alone). On by default

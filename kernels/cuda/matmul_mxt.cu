@@ -60,11 +60,17 @@ void launch_n(mma::PlainTc p, cudaStream_t st) {
 }
 
 int g_set = 0;  // matmul_mxt_set_tune
+int g_xsmem = -1;  // matmul_mxt_xsmem_tune
 
 }  // namespace
 
 void matmul_mxt_set_tune(int units) { g_set = units; }
 int matmul_mxt_set() { return g_set; }
+void matmul_mxt_xsmem_tune(int on) { g_xsmem = on; }
+bool matmul_mxt_xsmem() {
+  static const bool env = env_switch("FERRY_MXT_XSMEM", false);
+  return switch_on(g_xsmem, env);
+}
 
 bool matmul_mxt_packable(const Weight& w) {
   return w.type == WType::mxfp4 && w.layout == WLayout::rows && w.rows > 0 && w.rows % kRows == 0 &&

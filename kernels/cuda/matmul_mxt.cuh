@@ -107,16 +107,23 @@ __device__ __forceinline__ void load_set(Set<U>& s, const uint8_t* qp, const uin
 // (each ld_x is volatile: in program order with the mma). It costs registers (16 more at one row: 94, 5
 // blocks per SM instead of 6), so it is for the down projections only, whose x differs per expert and
 // misses L1 more: H200 slice 2026-12-02, down 43-44 us against 47-49, gate / up 80 against 68.
-template <int U, int NT, bool XB>
+// XS: x[j] points into shared memory (item_body's staged row), read with plain loads.
+template <int U, int NT, bool XB, bool XS>
 __device__ __forceinline__ void set_math(const Set<U>& s, const __half* const x[NT], int64_t col, int u, int u1,
                                          const float xinv[NT], float acc[NT][2]) {
+  auto ldx = [](const __half* a) -> uint4 {
+    if constexpr (XS)
+      return *reinterpret_cast<const uint4*>(a);
+    else
+      return q8t::ld_x(a);
+  };
   uint4 xb[XB ? U : 1][NT];
   if constexpr (XB) {
 #pragma unroll
     for (int i = 0; i < U; ++i)
 #pragma unroll
       for (int j = 0; j < NT; ++j)
-        if (u + i < u1) xb[i][j] = q8t::ld_x(x[j] + col + static_cast<int64_t>(i) * 4 * 32);
+        if (u + i < u1) xb[i][j] = ldx(x[j] + col + static_cast<int64_t>(i) * 4 * 32);
   }
 #pragma unroll
   for (int i = 0; i < U; ++i) {
@@ -131,7 +138,7 @@ __device__ __forceinline__ void set_math(const Set<U>& s, const __half* const x[
     const float d0 = __uint_as_float(e0 ? e0 << 23 : 0x00400000u), d1 = __uint_as_float(e1 ? e1 << 23 : 0x00400000u);
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
-      const uint4 b = XB ? xb[XB ? i : 0][j] : q8t::ld_x(x[j] + col + static_cast<int64_t>(i) * 4 * 32);
+      const uint4 b = XB ? xb[XB ? i : 0][j] : ldx(x[j] + col + static_cast<int64_t>(i) * 4 * 32);
       float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       mma::mma16816(sum, a[0], b.x, b.y, sum);
       mma::mma16816(sum, a[1], b.z, b.w, sum);
@@ -154,8 +161,14 @@ __device__ __forceinline__ void set_math(const Set<U>& s, const __half* const x[
 // Tried 2026-12-02 and not kept: persistent blocks streaming several items each through a ring of sets
 // (loads never drain between items): 152-208 us for a 16-expert batch against 139 us for this (H200,
 // MoeBenchExpertBatchMxTiles; more registers, 4 blocks per SM instead of 5, two barriers per item).
-template <int NRA, int U, bool XB, class P>
+// XS (one activation row): after the wait, the block copies its row of prepared x (hi then lo, p.cols halves
+// each: x_smem_bytes) into dynamic shared memory, and the warps read x there. For the down projections,
+// whose x differs per expert: consecutive blocks, which share an expert, go to different SMs, so each block
+// finds its expert's x missing from L1 and waits for L2 unit by unit (Nsight Compute, 2026-12-02: L1 hit
+// rate 15 % against 30 % for gate / up, which share one x). Where x comes from only: the same bits.
+template <int NRA, int U, bool XB, bool XS = false, class P>
 __device__ __forceinline__ void item_body(const P& p, const mma::Item& it) {
+  static_assert(!XS || NRA == 1, "x in shared memory: one activation row per item");
   constexpr int NT = (NRA + 3) / 4;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
   const int u0 = it.k0 / kUnitCols, u1 = it.k1 / kUnitCols;
@@ -173,17 +186,32 @@ __device__ __forceinline__ void item_body(const P& p, const mma::Item& it) {
   const __half* x[NT];
   float xinv[NT];
   dec::lane_x<NT>(p, it, xrow, warp * 32, dec::Mx::kXScale, x, xinv);
+  if constexpr (XS) {
+    extern __shared__ __align__(16) uint8_t xsm[];
+    __half* xs = reinterpret_cast<__half*>(xsm);
+    const int n16 = p.cols / 8;  // 16-byte granules per level
+    for (int i = threadIdx.x; i < 2 * n16; i += kThreads) {
+      const int lv = i >= n16 ? 1 : 0, q = i - lv * n16;
+      const __half* src = (lv ? p.xp.lo : p.xp.hi) + xrow[0] * p.xp.stride + q * 8;
+      *reinterpret_cast<uint4*>(xs + lv * p.cols + q * 8) = __ldcg(reinterpret_cast<const uint4*>(src));
+    }
+    __syncthreads();
+    x[0] = xs + (g & 1) * p.cols + warp * 32 + 8 * (lane & 3);  // lane_x's halves, from the copy
+  }
   float acc[NT][2];
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = 0.0f;
   for (int u = u0; u < u1; u += 2 * U) {
     load_set<U>(B, qp, ep, u + U, u1);
-    set_math<U, NT, XB>(A, x, static_cast<int64_t>(u) * kUnitCols, u, u1, xinv, acc);
+    set_math<U, NT, XB, XS>(A, x, static_cast<int64_t>(u) * kUnitCols, u, u1, xinv, acc);
     if (u + U >= u1) break;
     load_set<U>(A, qp, ep, u + 2 * U, u1);
-    set_math<U, NT, XB>(B, x, static_cast<int64_t>(u + U) * kUnitCols, u + U, u1, xinv, acc);
+    set_math<U, NT, XB, XS>(B, x, static_cast<int64_t>(u + U) * kUnitCols, u + U, u1, xinv, acc);
   }
   dec::store_warp_sums<NT>(p, it, acc, red);
 }
+
+// Dynamic shared memory of item_body<..., XS = true> for rows of `cols` columns.
+inline size_t x_smem_bytes(int cols) { return static_cast<size_t>(cols) * 2 * sizeof(__half); }
 
 }  // namespace ferry::cuda::mxt

@@ -68,7 +68,6 @@ struct GroupArgs {
                       : y[0] + static_cast<int64_t>(t.dst[i]) * rows;
   }
   // No split K (items_body needs the names).
-  __device__ int64_t part_stride() const { return 0; }
   __device__ float* part_row(const Item&, int, int) const { return nullptr; }
   __device__ int* counter(const Item&) const { return nullptr; }
 };
@@ -210,7 +209,6 @@ struct GroupTc {
                       : y[0] + static_cast<int64_t>(t.dst[i]) * rows;
   }
   // No split K (dec::item_body needs the names).
-  __device__ int64_t part_stride() const { return 0; }
   __device__ float* part_row(const mma::Item&, int, int) const { return nullptr; }
   __device__ int* counter(const mma::Item&) const { return nullptr; }
 };
@@ -302,10 +300,11 @@ void launch_dec_f(GroupTc& a, int nz, cudaStream_t st) {
 }
 
 // The mxfp4 tiles' decode kernel (matmul_mxt.cuh): the bits of dec::item_body<dec::Mx> on the rows.
-// XB: the x loads of a load set together (mxt::set_math), for the down projections at one row.
-template <int NRA, int U, bool XB>
+// XB: the x loads of a load set together (mxt::set_math), for the down projections at one row; XS: their x
+// staged in shared memory instead (mxt::item_body; matmul_mxt_xsmem).
+template <int NRA, int U, bool XB, bool XS = false>
 __global__ void __launch_bounds__(mxt::kThreads, U <= 2 ? 8 : 4) grouped_mxt_kernel(const __grid_constant__ GroupTc a) {
-  mxt::item_body<NRA, U, XB>(a, a.item(blockIdx.x));
+  mxt::item_body<NRA, U, XB, XS>(a, a.item(blockIdx.x));
 }
 
 // U: units per load set (mxt::set_units by default; at one row per expert also 2, 8 and 14 under
@@ -327,9 +326,12 @@ void launch_mxt_nr(GroupTc& a, int nz, cudaStream_t st) {
   a.bm = mxt::kRows;
   a.ntiles = a.rows / mxt::kRows;
   const int64_t items = static_cast<int64_t>(nz) * nb * a.ntiles;
-  constexpr bool kXB = NRA == 1;  // measured at one row (decode steps); 16 registers of x
-  if (kXB && a.which == 2)
-    return dec::launch_dependent(grouped_mxt_kernel<NRA, U, kXB>, static_cast<unsigned>(items), 0, st, a);
+  constexpr bool kOne = NRA == 1;  // measured at one row (decode steps); 16 registers of x
+  if (kOne && a.which == 2 && matmul_mxt_xsmem())
+    return dec::launch_dependent(grouped_mxt_kernel<NRA, U, false, kOne>, static_cast<unsigned>(items),
+                                 mxt::x_smem_bytes(a.cols), st, a);
+  if (kOne && a.which == 2)
+    return dec::launch_dependent(grouped_mxt_kernel<NRA, U, kOne>, static_cast<unsigned>(items), 0, st, a);
   dec::launch_dependent(grouped_mxt_kernel<NRA, U, false>, static_cast<unsigned>(items), 0, st, a);
 }
 

@@ -62,9 +62,9 @@ struct DecodeOnTensorCores {
 
 // Every switch that changes speed only (kernels/cuda/switches.hpp, kernels/cuda/matmul.cuh): programmatic
 // launches of the small kernels, the attention and indexer kernels' wider loops, the q8_0 tiles' early
-// dependents and one-launch groups (split weights too), the one-row f32 kernel, all on (1) or all off (0) for a scope; the
-// defaults (each one's environment) again after it. Some are on by default, so tests compare all off
-// with all on.
+// dependents and one-launch groups (split weights too), the one-row f32 kernel, the mxfp4 tiles' x in
+// shared memory, all on (1) or all off (0) for a scope; the defaults (each one's environment) again after
+// it. Some are on by default, so tests compare all off with all on.
 struct AllSameBitsSwitches {
 #if FERRY_WITH_CUDA
   explicit AllSameBitsSwitches(int on = 1) { set(on); }
@@ -74,6 +74,7 @@ struct AllSameBitsSwitches {
     cuda::matmul_q8t_early_tune(on);
     cuda::matmul_group_launch_tune(on);
     cuda::matmul_group_split_tune(on);
+    cuda::matmul_mxt_xsmem_tune(on);
     cuda::matmul_f32_row1_tune(on);
     cuda::attention_ilp_tune(on);
   }

@@ -205,15 +205,20 @@ TEST_F(Ops, MxTilesExpertsGiveTheBitsOfTheRowLayout) {
     gpu().download(r.data(), yr, r.size() * 4);
     gpu().download(t.data(), yt, t.size() * 4);
     EXPECT_TRUE(bits_equal((std::string(c.what) + ": tiles vs rows").c_str(), r, t)) << c.what;
-    // The load-set sizes the benchmark sweeps at one row per expert change the speed, not the bits.
-    for (const int units : {2, 8, 14}) {
+    // The load-set sizes the benchmark sweeps at one row per expert change the speed, not the bits; nor
+    // does x staged in shared memory for the down projections (matmul_mxt_xsmem_tune; with the default
+    // set, and with a set of 2, whose register cap differs).
+    for (const auto& [units, xsmem] : {std::pair{2, 0}, {8, 0}, {14, 0}, {0, 1}, {2, 1}}) {
       if (c.prompt || *std::max_element(c.m.begin(), c.m.end()) != 1) break;
       gpu().upload(yt, poison.data(), poison.size() * 4);
       cuda::matmul_mxt_set_tune(units);
+      cuda::matmul_mxt_xsmem_tune(xsmem);
       gpu().expert_ffn(args_for(bt.bind(), x, c.x_rows, yt, y_rows, c.s, all_acts()[2]));
       cuda::matmul_mxt_set_tune(0);
+      cuda::matmul_mxt_xsmem_tune(-1);
       gpu().download(t.data(), yt, t.size() * 4);
-      EXPECT_TRUE(bits_equal((std::string(c.what) + ": tiles, set of " + std::to_string(units)).c_str(), r, t));
+      EXPECT_TRUE(bits_equal((std::string(c.what) + ": tiles, set of " + std::to_string(units) + ", x in shared memory " +
+                              std::to_string(xsmem)).c_str(), r, t));
     }
     // The plain matmul of one tiled matrix (gate, then down) against its rows.
     for (const bool prompt : {false, true})
@@ -416,15 +421,19 @@ TEST_F(Ops, MoeBenchExpertBatchMxTiles) {
     auto x = both(random_floats(static_cast<size_t>(m * s.in), 82));
     Buf y(gpu(), static_cast<size_t>(16 * m * s.in));
     const double tr = device_time_per_call(gpu(), args_for(br.bind(), x.gpu(), m, y, 16 * m, s, all_acts()[2]));
-    for (const int units : {0, 2, 8, 14}) {
-      if (units != 0 && m != 1) continue;
+    // Set sizes, and the down projections' x in shared memory (matmul_mxt_xsmem_tune), at one row.
+    for (const auto& [units, xsmem] : {std::pair{0, 0}, {2, 0}, {8, 0}, {14, 0}, {0, 1}, {8, 1}}) {
+      if ((units != 0 || xsmem != 0) && m != 1) continue;
       cuda::matmul_mxt_set_tune(units);
+      cuda::matmul_mxt_xsmem_tune(xsmem);
       const double tt = device_time_per_call(gpu(), args_for(bt.bind(), x.gpu(), m, y, 16 * m, s, all_acts()[2]));
       std::printf("[bench] expert batch 16 x 3072x3584 mxfp4, m=%2lld rows each: rows %7.1f us %5.0f GB/s, mxfp4 "
-                  "tiles (set %d) %7.1f us %5.0f GB/s (x%.2f)\n",
-                  static_cast<long long>(m), tr * 1e6, bytes / tr / 1e9, units, tt * 1e6, bytes / tt / 1e9, tr / tt);
+                  "tiles (set %d, x in shared memory %d) %7.1f us %5.0f GB/s (x%.2f)\n",
+                  static_cast<long long>(m), tr * 1e6, bytes / tr / 1e9, units, xsmem, tt * 1e6, bytes / tt / 1e9,
+                  tr / tt);
     }
     cuda::matmul_mxt_set_tune(0);
+    cuda::matmul_mxt_xsmem_tune(-1);
   }
 #else
   GTEST_SKIP() << "no CUDA back-end in this build";
