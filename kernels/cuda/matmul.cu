@@ -484,6 +484,17 @@ void CudaBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
 }
 
 namespace {
+// The scratch a split matmul of n rows needs (splitk.cuh): partials [parts][n][rows] and one counter per
+// (16-row tile, row group), at most tiles x n.
+struct SplitScratch {
+  size_t part_floats = 0, counters = 0;
+};
+SplitScratch split_scratch(const Weight& w, const KSplit& ks, int64_t n) {
+  if (ks.parts <= 1) return {};
+  return {static_cast<size_t>(n) * static_cast<size_t>(w.rows) * static_cast<size_t>(ks.parts),
+          static_cast<size_t>((w.rows + 15) / 16 * n)};
+}
+
 int g_group = -1;         // matmul_group_tune
 int g_group_launch = -1;  // matmul_group_launch_tune
 int g_group_split = -1;   // matmul_group_split_tune
@@ -517,34 +528,34 @@ void CudaBackend::matmul_group(const MatmulOut* outs, size_t count, const float*
   const bool one = switch_on(g_group_launch, one_env), split_too = one && switch_on(g_group_split, split_env);
   std::vector<const Weight*> joint;  // one launch for all of them
   std::vector<float*> joint_y;
-  std::vector<KSplit> joint_ks;
-  size_t part_floats = 0, counters = 0;  // the split ones' partials and counters, side by side
+  std::vector<splitk::Bufs> sks;      // their splits
+  std::vector<SplitScratch> offsets;  // where each split one's scratch starts, the split ones side by side
+  SplitScratch total;
   for (const MatmulOut* o : tiles) {
     const KSplit ks = matmul_q8t_split(*o->w);
-    if (one && (ks.parts == 1 || split_too)) {
-      joint.push_back(o->w);
-      joint_y.push_back(o->y);
-      joint_ks.push_back(ks);
-      if (ks.parts > 1) {
-        part_floats += static_cast<size_t>(n) * static_cast<size_t>(o->w->rows) * static_cast<size_t>(ks.parts);
-        counters += static_cast<size_t>((o->w->rows + 15) / 16 * n);
-      }
-    } else {
+    if (!one || (ks.parts > 1 && !split_too)) {
       launch_matmul_q8t(*o->w, xp, n, o->y, stream_, split_bufs(*o->w, n));
+      continue;
     }
+    joint.push_back(o->w);
+    joint_y.push_back(o->y);
+    splitk::Bufs sk;
+    sk.parts = ks.parts;
+    sk.unit = ks.unit;
+    sks.push_back(sk);
+    offsets.push_back(total);
+    const SplitScratch need = split_scratch(*o->w, ks, n);
+    total.part_floats += need.part_floats;
+    total.counters += need.counters;
   }
   if (joint.empty()) return;
-  std::vector<splitk::Bufs> sks(joint.size());
-  float* part = part_floats ? static_cast<float*>(scratch(kSplitPart, part_floats * sizeof(float))) : nullptr;
-  int* cnt = counters ? static_cast<int*>(zeroed_scratch(kSplitCount, counters * sizeof(int))) : nullptr;
-  for (size_t i = 0; i < joint.size(); ++i) {
-    sks[i].parts = joint_ks[i].parts;
-    sks[i].unit = joint_ks[i].unit;
-    if (joint_ks[i].parts <= 1) continue;
-    sks[i].part = part;
-    sks[i].cnt = cnt;
-    part += static_cast<size_t>(n) * static_cast<size_t>(joint[i]->rows) * static_cast<size_t>(joint_ks[i].parts);
-    cnt += (joint[i]->rows + 15) / 16 * n;
+  float* part =
+      total.part_floats ? static_cast<float*>(scratch(kSplitPart, total.part_floats * sizeof(float))) : nullptr;
+  int* cnt = total.counters ? static_cast<int*>(zeroed_scratch(kSplitCount, total.counters * sizeof(int))) : nullptr;
+  for (size_t i = 0; i < sks.size(); ++i) {
+    if (sks[i].parts <= 1) continue;
+    sks[i].part = part + offsets[i].part_floats;
+    sks[i].cnt = cnt + offsets[i].counters;
   }
   launch_matmul_q8t_group(joint.data(), joint_y.data(), sks.data(), joint.size(), xp, n, stream_);
 }
@@ -555,10 +566,9 @@ splitk::Bufs CudaBackend::split_bufs(const Weight& w, int64_t n) {
   b.parts = ks.parts;
   b.unit = ks.unit;
   if (ks.parts <= 1) return b;
-  const size_t outs = static_cast<size_t>(n) * static_cast<size_t>(w.rows);
-  b.part = static_cast<float*>(scratch(kSplitPart, outs * static_cast<size_t>(ks.parts) * sizeof(float)));
-  // One counter per (16-row tile, row group): at most tiles x n.
-  b.cnt = static_cast<int*>(zeroed_scratch(kSplitCount, static_cast<size_t>((w.rows + 15) / 16 * n) * sizeof(int)));
+  const SplitScratch need = split_scratch(w, ks, n);
+  b.part = static_cast<float*>(scratch(kSplitPart, need.part_floats * sizeof(float)));
+  b.cnt = static_cast<int*>(zeroed_scratch(kSplitCount, need.counters * sizeof(int)));
   return b;
 }
 
