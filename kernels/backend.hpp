@@ -285,6 +285,23 @@ class Backend {
   virtual void attn_res(const float* const* vs_host, int64_t nv, const float* w, int64_t T, int64_t D, float eps,
                         float* out) = 0;
 
+  // ---- fused pairs: a norm and what reads its output (the defaults run the ops one by one) ------------
+  // rmsnorm, with a promise: nothing writes y until drop_x(y). A back-end may then prepare y for its
+  // matmuls in the norm's own pass and reuse that for every matmul of y until drop_x (CUDA: the
+  // tensor-core x preparation of the decode matmuls, xprep.cuh). Every op's bits are those of the
+  // unfused ops.
+  virtual void rmsnorm_kept(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y) {
+    rmsnorm(x, w, rows, dim, eps, y);
+  }
+  // attn_res(vs_host, nv, w, T, D, eps, out), then rmsnorm_kept(out, norm_w, T, D, norm_eps, y).
+  virtual void attn_res_norm(const float* const* vs_host, int64_t nv, const float* w, int64_t T, int64_t D, float eps,
+                             float* out, const float* norm_w, float norm_eps, float* y) {
+    attn_res(vs_host, nv, w, T, D, eps, out);
+    rmsnorm_kept(out, norm_w, T, D, norm_eps, y);
+  }
+  // The end of rmsnorm_kept's / attn_res_norm's promise for y (y may be written again).
+  virtual void drop_x(const float* y) { (void)y; }
+
   // ---- mixture of experts ---------------------------------------------------------------------------
   // y[dst] = down(act(gate(x[rows]), up(x[rows]))) for every call of the batch. Each row's result is
   // bit-identical to running its expert alone through matmul / situ|swiglu / matmul on this back-end

@@ -108,6 +108,9 @@ void TimingBackend::embed(const Weight& t, const int32_t* ids, int64_t n, float*
 void TimingBackend::rmsnorm(const float* x, const float* w, int64_t r, int64_t d, float e, float* y) {
   timed("rmsnorm", [&] { in_->rmsnorm(x, w, r, d, e, y); });
 }
+void TimingBackend::rmsnorm_kept(const float* x, const float* w, int64_t r, int64_t d, float e, float* y) {
+  timed("rmsnorm", [&] { in_->rmsnorm_kept(x, w, r, d, e, y); });
+}
 void TimingBackend::layernorm(const float* x, const float* w, const float* b, int64_t r, int64_t d, float e, float* y) {
   timed("layernorm", [&] { in_->layernorm(x, w, b, r, d, e, y); });
 }
@@ -160,6 +163,10 @@ void TimingBackend::indexer_topk(const float* q, const float* k, const float* w,
 void TimingBackend::attn_res(const float* const* vs, int64_t nv, const float* w, int64_t T, int64_t D, float eps,
                              float* out) {
   timed("attn_res", [&] { in_->attn_res(vs, nv, w, T, D, eps, out); });
+}
+void TimingBackend::attn_res_norm(const float* const* vs, int64_t nv, const float* w, int64_t T, int64_t D, float eps,
+                                  float* out, const float* nw, float ne, float* y) {
+  timed("attn_res_norm", [&] { in_->attn_res_norm(vs, nv, w, T, D, eps, out, nw, ne, y); });
 }
 // Labelled by batch size and whether every expert has one row (a decode step's batch) or some have
 // more (prompt passes, verify blocks), so a decode batch's time is not averaged with a prompt's.

@@ -71,6 +71,8 @@ class TimingBackend final : public Backend {
   void matmul_heads(const Weight& w, const HeadsLayout& l, const float* x, int64_t n, float* y) override;
   void embed(const Weight& t, const int32_t* ids, int64_t n, float* y) override;
   void rmsnorm(const float* x, const float* w, int64_t r, int64_t d, float e, float* y) override;
+  void rmsnorm_kept(const float* x, const float* w, int64_t r, int64_t d, float e, float* y) override;
+  void drop_x(const float* y) override { in_->drop_x(y); }
   void layernorm(const float* x, const float* w, const float* b, int64_t r, int64_t d, float e, float* y) override;
   void l2norm(const float* x, int64_t r, int64_t d, float e, float* y) override;
   void add(const float* a, const float* b, int64_t n, float* y) override;
@@ -95,6 +97,8 @@ class TimingBackend final : public Backend {
                     int64_t p0, int64_t topk, int32_t* sel, IndexerTies ties) override;
   void attn_res(const float* const* vs, int64_t nv, const float* w, int64_t T, int64_t D, float eps,
                 float* out) override;
+  void attn_res_norm(const float* const* vs, int64_t nv, const float* w, int64_t T, int64_t D, float eps, float* out,
+                     const float* nw, float ne, float* y) override;
   void expert_ffn(const ExpertFfnArgs& a) override;
   void moe_combine(const float* y, const float* w, int64_t n, int64_t k, int64_t dim, float* acc) override;
 

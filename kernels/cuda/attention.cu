@@ -9,6 +9,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_backend.cuh"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/xprep.cuh"
 
 namespace ferry::cuda {
 
@@ -246,6 +247,97 @@ __global__ void attn_res_mix_kernel(const float* const* vs, int64_t nv, const fl
   out[t * D + d] = o;
 }
 
+// attn_res and the rmsnorm of its output in one launch, one block of kResThreads per row (D <= kResRegs *
+// kResThreads, nv <= kResInputs): the same arithmetic in the same order as attn_res_scores_kernel's register
+// path (each input's two sums by this block's block_sum), attn_res_mix_kernel (softmax by thread 0, the mix in
+// increasing s) and rmsnorm_kernel's register path, so the same bits, with the row in registers from the
+// mix to the norm and the norm's output prepared for the decode matmuls (xprep.cuh) when prep.hi is set.
+// The inputs' pointers come in the launch's parameters: no staged pointer table (a copy before the launch,
+// and a plain launch after it).
+constexpr int kResThreads = 256;
+constexpr int kResInputs = 32;
+struct ResInputs {
+  const float* v[kResInputs];
+};
+
+__global__ void __launch_bounds__(kResThreads)
+    attn_res_norm_kernel(const __grid_constant__ ResInputs in, int nv, const float* w, int64_t D, float eps, float* out,
+                         const float* nw, float neps, float* y, xprep::Out prep) {
+  pdl_begin();
+  __shared__ double sh[32];
+  __shared__ float p[kResInputs];
+  const int64_t t = blockIdx.x;
+  float wv[kResRegs], o[kResRegs];
+#pragma unroll
+  for (int k = 0; k < kResRegs; ++k) {
+    const int64_t d = threadIdx.x + static_cast<int64_t>(k) * kResThreads;
+    wv[k] = d < D ? w[d] : 0.0f;
+  }
+  for (int s = 0; s < nv; ++s) {
+    const float* v = in.v[s] + t * D;
+#pragma unroll
+    for (int k = 0; k < kResRegs; ++k) {
+      const int64_t d = threadIdx.x + static_cast<int64_t>(k) * kResThreads;
+      o[k] = d < D ? v[d] : 0.0f;
+    }
+    double ss = 0.0;
+#pragma unroll
+    for (int k = 0; k < kResRegs; ++k)
+      if (threadIdx.x + static_cast<int64_t>(k) * kResThreads < D) ss += static_cast<double>(o[k]) * o[k];
+    ss = block_sum(ss, sh);
+    const auto inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(D) + eps));
+    double sc = 0.0;
+#pragma unroll
+    for (int k = 0; k < kResRegs; ++k)
+      if (threadIdx.x + static_cast<int64_t>(k) * kResThreads < D) sc += static_cast<double>(mul(o[k], inv)) * wv[k];
+    sc = block_sum(sc, sh);
+    if (threadIdx.x == 0) p[s] = static_cast<float>(sc);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float mx = -INFINITY;
+    for (int s = 0; s < nv; ++s) mx = fmaxf(mx, p[s]);
+    float sum = 0.0f;
+    for (int s = 0; s < nv; ++s) {
+      p[s] = expf(__fsub_rn(p[s], mx));
+      sum = add(sum, p[s]);
+    }
+    for (int s = 0; s < nv; ++s) p[s] = p[s] / sum;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < kResRegs; ++k) o[k] = 0.0f;
+  for (int s = 0; s < nv; ++s) {
+    const float* v = in.v[s] + t * D;
+    const float ps = p[s];
+#pragma unroll
+    for (int k = 0; k < kResRegs; ++k) {
+      const int64_t d = threadIdx.x + static_cast<int64_t>(k) * kResThreads;
+      if (d < D) o[k] = add(o[k], mul(ps, v[d]));
+    }
+  }
+  // The norm (rmsnorm_kernel's register path); wv now holds the norm's weight.
+  double ss = 0.0;
+#pragma unroll
+  for (int k = 0; k < kResRegs; ++k) {
+    const int64_t d = threadIdx.x + static_cast<int64_t>(k) * kResThreads;
+    if (d < D) {
+      out[t * D + d] = o[k];
+      ss += static_cast<double>(o[k]) * o[k];
+    }
+    wv[k] = d < D && nw ? nw[d] : 0.0f;
+  }
+  ss = block_sum(ss, sh);
+  const auto inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(D) + neps));
+#pragma unroll
+  for (int k = 0; k < kResRegs; ++k) {
+    const int64_t d = threadIdx.x + static_cast<int64_t>(k) * kResThreads;
+    o[k] = nw ? mul(mul(o[k], inv), wv[k]) : mul(o[k], inv);
+    if (d < D) y[t * D + d] = o[k];
+  }
+  if (prep.hi) xprep::write_row(o, D, t, prep);
+}
+
 }  // namespace
 
 void CudaBackend::rope(float* x, int64_t T, int64_t n_heads, int64_t tok_stride, int64_t head_stride, int64_t offset,
@@ -331,6 +423,23 @@ void CudaBackend::indexer_topk(const float* q, const float* k, const float* w, i
     upload(sel, out.data(), out.size() * sizeof(int32_t));
   else
     std::copy(out.begin(), out.end(), sel);
+}
+
+void CudaBackend::attn_res_norm(const float* const* vs_host, int64_t nv, const float* w, int64_t T, int64_t D,
+                                float eps, float* out, const float* norm_w, float norm_eps, float* y) {
+  static_assert(kResThreads == xprep::kThreads, "the norm's rows are prepared by its own block");
+  if (T <= 0 || nv <= 0) return;
+  if (nv > kResInputs || D > kResRegs * int64_t{kResThreads} || T > 0x7fffffff) {
+    Backend::attn_res_norm(vs_host, nv, w, T, D, eps, out, norm_w, norm_eps, y);
+    return;
+  }
+  bind();
+  ResInputs in{};
+  for (int64_t s = 0; s < nv; ++s) in.v[s] = vs_host[s];
+  const xprep::Out o = prompt_pass_ ? xprep::Out{} : keep_prepared(y, T, D);
+  if (prompt_pass_) keep_x(y, T, D);
+  launch_small(attn_res_norm_kernel, static_cast<unsigned>(T), kResThreads, 0, stream_, in, static_cast<int>(nv), w, D,
+               eps, out, norm_w, norm_eps, y, o);
 }
 
 void CudaBackend::attn_res(const float* const* vs_host, int64_t nv, const float* w, int64_t T, int64_t D, float eps,

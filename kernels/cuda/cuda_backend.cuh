@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "kernels/backend.hpp"
+#include "kernels/cuda/matmul_mma_launch.cuh"
 #include "kernels/cuda/splitk.cuh"
+#include "kernels/cuda/xprep.cuh"
 
 namespace ferry::cuda {
 
@@ -58,6 +60,9 @@ class CudaBackend final : public Backend {
   void embed(const Weight& table, const int32_t* ids_host, int64_t n, float* y) override;
 
   void rmsnorm(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y) override;
+  // One launch that also prepares y for the decode matmuls (xprep.cuh), kept until drop_x(y).
+  void rmsnorm_kept(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y) override;
+  void drop_x(const float* y) override;
   void layernorm(const float* x, const float* w, const float* b, int64_t rows, int64_t dim, float eps,
                  float* y) override;
   void l2norm(const float* x, int64_t rows, int64_t dim, float eps, float* y) override;
@@ -89,6 +94,9 @@ class CudaBackend final : public Backend {
 
   void attn_res(const float* const* vs_host, int64_t nv, const float* w, int64_t T, int64_t D, float eps,
                 float* out) override;
+  // attn_res, the rmsnorm of its output and the decode matmuls' preparation of y in one launch.
+  void attn_res_norm(const float* const* vs_host, int64_t nv, const float* w, int64_t T, int64_t D, float eps,
+                     float* out, const float* norm_w, float norm_eps, float* y) override;
 
   void expert_ffn(const ExpertFfnArgs& a) override;  // moe.cu
   void moe_combine(const float* y, const float* wts_host, int64_t n, int64_t k, int64_t dim, float* acc) override;
@@ -98,6 +106,7 @@ class CudaBackend final : public Backend {
   enum Slot {
     kIds, kPos, kFreq, kKeys, kCounts, kScores, kPtrs, kMoeAct, kMoeWts, kResScores, kMmaX,
     kSplitPart, kSplitCount,  // a split-K matmul's partials and its counters (splitk.cuh)
+    kKeptX,                   // the prepared rows of the kept x (rmsnorm_kept)
     kNumSlots
   };
   void* scratch(Slot s, size_t bytes);
@@ -108,12 +117,28 @@ class CudaBackend final : public Backend {
   splitk::Bufs split_bufs(const Weight& w, int64_t n);
   // Host -> device copy of small host arrays into a scratch slot (returns the device copy).
   void* stage(Slot s, const void* host, size_t bytes);
+  // x [n, cols] prepared for a decode matmul (prep_x with both levels, in `order`, into buf), or the kept
+  // rows' preparation when x is the kept x in natural order (made once, by rmsnorm_kept or here).
+  mma::XPrep prep_decode(const float* x, int64_t n, int64_t cols, void* buf, XOrder order = XOrder::natural);
 
  private:
   void bind() const;  // make device_ current on the calling thread
   cudaStream_t queue(int q) const;  // kComputeQueue or an upload queue
   int device_ = 0;
   bool prompt_pass_ = false;  // set_prompt_pass: matmuls and experts on the tensor cores where supported
+  // The x that rmsnorm_kept / attn_res_norm wrote and the caller keeps unchanged until drop_x: its
+  // preparation for the decode matmuls (natural order, both levels, slot kKeptX) is made once and read
+  // by every matmul of x meanwhile.
+  struct Kept {
+    const float* x = nullptr;
+    int64_t rows = 0, cols = 0;
+    bool prepared = false;
+    mma::XPrep xp;
+  };
+  Kept kept_;
+  void keep_x(const float* y, int64_t rows, int64_t cols);  // kept_ = y, not prepared yet
+  // kept_ = y, prepared by the caller's kernel into the returned place.
+  xprep::Out keep_prepared(const float* y, int64_t rows, int64_t cols);
   int sm_count_ = 0;
   cudaStream_t stream_ = nullptr;
   std::vector<cudaStream_t> uploads_;  // upload queues

@@ -4,6 +4,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_backend.cuh"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/xprep.cuh"
 #include "kernels/cuda/elementwise.cuh"
 
 namespace ferry::cuda {
@@ -53,7 +54,9 @@ __device__ __forceinline__ double sum_squares(const float* v, int64_t dim) {
   return s;
 }
 
-__global__ void rmsnorm_kernel(const float* x, const float* w, int64_t dim, float eps, float* y) {
+// prep.hi: the output rows also prepared for the tensor-core matmuls (xprep.cuh; rows of at most kRegs *
+// kRowThreads floats, the register path).
+__global__ void rmsnorm_kernel(const float* x, const float* w, int64_t dim, float eps, float* y, xprep::Out prep) {
   pdl_begin();
   __shared__ double sh[32];
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
@@ -68,8 +71,10 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t dim, floa
 #pragma unroll
     for (int k = 0; k < kRegs; ++k) {
       const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-      if (i < dim) yr[i] = w ? mul(mul(v[k], inv), wv[k]) : mul(v[k], inv);
+      v[k] = w ? mul(mul(v[k], inv), wv[k]) : mul(v[k], inv);
+      if (i < dim) yr[i] = v[k];
     }
+    if (prep.hi) xprep::write_row(v, dim, blockIdx.x, prep);
     return;
   }
   double ss = strided_sum(dim, [&](int64_t i) { return static_cast<double>(xr[i]) * xr[i]; });
@@ -240,7 +245,20 @@ void CudaBackend::rmsnorm(const float* x, const float* w, int64_t rows, int64_t 
                  rows, dim, eps, y);
     return;
   }
-  launch_small(rmsnorm_kernel, static_cast<unsigned>(rows), kRowThreads, 0, stream_, x, w, dim, eps, y);
+  launch_small(rmsnorm_kernel, static_cast<unsigned>(rows), kRowThreads, 0, stream_, x, w, dim, eps, y, xprep::Out{});
+}
+
+void CudaBackend::rmsnorm_kept(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y) {
+  static_assert(kRowThreads == xprep::kThreads, "rmsnorm_kernel's rows are prepared by its own block");
+  if (rows > 0 && dim > kWarpRowMax && dim <= kRegs * int64_t{kRowThreads} && !prompt_pass_) {
+    check_rows("rmsnorm", rows);
+    bind();
+    const xprep::Out o = keep_prepared(y, rows, dim);
+    launch_small(rmsnorm_kernel, static_cast<unsigned>(rows), kRowThreads, 0, stream_, x, w, dim, eps, y, o);
+    return;
+  }
+  rmsnorm(x, w, rows, dim, eps, y);
+  keep_x(y, rows, dim);
 }
 
 void CudaBackend::layernorm(const float* x, const float* w, const float* b, int64_t rows, int64_t dim, float eps,

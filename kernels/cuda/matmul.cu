@@ -451,6 +451,36 @@ void CudaBackend::prepare_expert_weights(Weight* const* ws, size_t count) {
   release(tmp);
 }
 
+void CudaBackend::keep_x(const float* y, int64_t rows, int64_t cols) {
+  kept_ = Kept{};
+  kept_.x = y;
+  kept_.rows = rows;
+  kept_.cols = cols;
+}
+
+xprep::Out CudaBackend::keep_prepared(const float* y, int64_t rows, int64_t cols) {
+  keep_x(y, rows, cols);
+  const xprep::Out o = xprep::prep_layout(scratch(kKeptX, mma_prep_bytes(rows, cols)), rows, cols, true, XOrder::natural);
+  kept_.xp = xprep::prepared(o, cols);
+  kept_.prepared = true;
+  return o;
+}
+
+void CudaBackend::drop_x(const float* y) {
+  if (kept_.x == y) kept_ = Kept{};
+}
+
+mma::XPrep CudaBackend::prep_decode(const float* x, int64_t n, int64_t cols, void* buf, XOrder order) {
+  if (x == kept_.x && n == kept_.rows && cols == kept_.cols && order == XOrder::natural) {
+    if (!kept_.prepared) {
+      kept_.xp = prep_x(x, n, cols, scratch(kKeptX, mma_prep_bytes(n, cols)), stream_, true);
+      kept_.prepared = true;
+    }
+    return kept_.xp;
+  }
+  return prep_x(x, n, cols, buf, stream_, true, order);
+}
+
 void CudaBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
   if (n <= 0) return;
   if (w.empty() || w.rows <= 0 || w.cols <= 0)
@@ -463,12 +493,12 @@ void CudaBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
     // (many rows per weight read, tensor-core bound) and their own bits, as for the row layout.
     void* buf = scratch(kMmaX, mma_prep_bytes(n, w.cols));
     if (prompt_pass_) return launch_matmul_q8t_prompt(w, prep_x(x, n, w.cols, buf, stream_), n, y, stream_);
-    return launch_matmul_q8t(w, prep_x(x, n, w.cols, buf, stream_, true), n, y, stream_, split_bufs(w, n));
+    return launch_matmul_q8t(w, prep_decode(x, n, w.cols, buf), n, y, stream_, split_bufs(w, n));
   }
   if (w.layout == WLayout::mx_tiles) {  // the row layout's tensor-core bits (matmul_mxt.cuh)
     void* buf = scratch(kMmaX, mma_prep_bytes(n, w.cols));
     if (prompt_pass_) return launch_matmul_mma(w, prep_x(x, n, w.cols, buf, stream_), n, y, stream_);
-    return launch_matmul_mxt(w, prep_x(x, n, w.cols, buf, stream_, true, XOrder::mxt), n, y, stream_);
+    return launch_matmul_mxt(w, prep_decode(x, n, w.cols, buf, XOrder::mxt), n, y, stream_);
   }
   if (prompt_pass_ && matmul_mma_supported(w)) {
     const mma::XPrep xp = prep_x(x, n, w.cols, scratch(kMmaX, mma_prep_bytes(n, w.cols)), stream_);
@@ -476,8 +506,7 @@ void CudaBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
   }
   const splitk::Bufs sk = split_bufs(w, n);
   if (!prompt_pass_ && matmul_dec_supported(w)) {
-    const mma::XPrep xp =
-        prep_x(x, n, w.cols, scratch(kMmaX, mma_prep_bytes(n, w.cols)), stream_, true, x_order(w.type, false));
+    const mma::XPrep xp = prep_decode(x, n, w.cols, scratch(kMmaX, mma_prep_bytes(n, w.cols)), x_order(w.type, false));
     return launch_matmul_dec(w, xp, n, y, stream_, sk);
   }
   launch_matmul(w, x, n, y, stream_, sk);
@@ -522,7 +551,7 @@ void CudaBackend::matmul_group(const MatmulOut* outs, size_t count, const float*
   if (n > 65535 * int64_t{8}) throw LimitError("cuda matmul: " + std::to_string(n) + " rows in one call (max 524280)");
   bind();
   const int64_t cols = tiles[0]->w->cols;
-  const mma::XPrep xp = prep_x(x, n, cols, scratch(kMmaX, mma_prep_bytes(n, cols)), stream_, true);
+  const mma::XPrep xp = prep_decode(x, n, cols, scratch(kMmaX, mma_prep_bytes(n, cols)));
   static const bool one_env = env_switch("FERRY_Q8T_ONE_LAUNCH", true);
   static const bool split_env = env_switch("FERRY_Q8T_GROUP_SPLIT", false);
   const bool one = switch_on(g_group_launch, one_env), split_too = one && switch_on(g_group_split, split_env);

@@ -12,6 +12,7 @@
 #include "kernels/cuda/matmul_mma.cuh"
 #include "kernels/cuda/matmul_mma_launch.cuh"
 #include "kernels/cuda/matmul_mxt.cuh"
+#include "kernels/cuda/xprep.cuh"
 
 namespace ferry::cuda {
 
@@ -19,43 +20,10 @@ namespace {
 
 using namespace mma;
 
-// One block per row: the row's max |x| picks k (max |x * 2^k| in [2^14, 2^15)), then hi / lo.
-constexpr int kPrepThreads = 256;
-
-// Position of element c of a row in the mx order (matmul_dec.cuh's Mx): within each 16 elements, 4t + j
-// goes to 2t + (j & 1) + 8 (j >> 1).
-__device__ __forceinline__ int64_t mx_pos(int64_t c) {
-  const int r = static_cast<int>(c & 15), t = r >> 2, j = r & 3;
-  return (c & ~int64_t{15}) + 2 * t + (j & 1) + 8 * (j >> 1);
-}
-
-// Position of element c in the mxt order (matmul_mxt.cuh): within each 32, 16s + 4t + j goes to 8t + 4s + j
-// (lane t's B fragments of both k16 steps of a block, in the mx order's k positions, contiguous).
-__device__ __forceinline__ int64_t mxt_pos(int64_t c) {
-  const int r = static_cast<int>(c & 31);
-  return (c & ~int64_t{31}) + 8 * ((r & 15) >> 2) + 4 * (r >> 4) + (r & 3);
-}
-
-__device__ __forceinline__ int64_t order_pos(int64_t c, XOrder o) {
-  return o == XOrder::mx ? mx_pos(c) : o == XOrder::mxt ? mxt_pos(c) : c;
-}
-
-// The row's k from each thread's max |x| over its share of the row (the block's kPrepThreads threads
-// together): max |x * 2^k| in [2^14, 2^15), 0 for a row of zeros or non-finite values.
-__device__ __forceinline__ int row_scale_exp(float m) {
-  __shared__ float part[kPrepThreads / 32];
-#pragma unroll
-  for (int o = 16; o >= 1; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = m;
-  __syncthreads();
-  m = part[0];
-#pragma unroll
-  for (int i = 1; i < kPrepThreads / 32; ++i) m = fmaxf(m, part[i]);
-  if (!(m > 0.0f && isfinite(m))) return 0;
-  int e = 0;
-  frexpf(m, &e);  // m = f * 2^e, f in [0.5, 1)
-  return max(-125, min(125, 15 - e));  // 2^k and 2^-k stay normal floats; max|x| < 2^128 needs k >= -113
-}
+// One block per row: the row's max |x| picks k (max |x * 2^k| in [2^14, 2^15)), then hi / lo (xprep.cuh).
+constexpr int kPrepThreads = xprep::kThreads;
+using xprep::order_pos;
+using xprep::row_scale_exp;
 
 __global__ void __launch_bounds__(kPrepThreads) prep_x_kernel(const float* __restrict__ x, int64_t cols,
                                                               __half* __restrict__ hi, __half* __restrict__ lo,
@@ -259,12 +227,32 @@ size_t mma_prep_bytes(int64_t n, int64_t cols) {
   return 2 * halves * sizeof(__half) + static_cast<size_t>(n) * sizeof(float) + 512;
 }
 
-XPrep prep_x(const float* x, int64_t n, int64_t cols, void* buf, cudaStream_t st, bool both_levels, XOrder order) {
-  XPrep p;
+namespace xprep {
+Out prep_layout(void* buf, int64_t n, int64_t cols, bool both_levels, XOrder order) {
   const size_t halves = static_cast<size_t>(n) * static_cast<size_t>(cols);
-  auto* hi = static_cast<__half*>(buf);
-  __half* lo = both_levels || g_levels == 2 ? hi + halves : nullptr;
-  auto* inv = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(buf) + ((2 * halves * sizeof(__half) + 255) & ~size_t{255}));
+  xprep::Out o;
+  o.hi = static_cast<__half*>(buf);
+  o.lo = both_levels || g_levels == 2 ? o.hi + halves : nullptr;
+  o.inv = reinterpret_cast<float*>(static_cast<uint8_t*>(buf) + ((2 * halves * sizeof(__half) + 255) & ~size_t{255}));
+  o.order = order;
+  return o;
+}
+
+mma::XPrep prepared(const Out& o, int64_t cols) {
+  XPrep p;
+  p.hi = o.hi;
+  p.lo = o.lo;
+  p.inv = o.inv;
+  p.stride = cols;
+  return p;
+}
+}  // namespace xprep
+
+XPrep prep_x(const float* x, int64_t n, int64_t cols, void* buf, cudaStream_t st, bool both_levels, XOrder order) {
+  const xprep::Out o = xprep::prep_layout(buf, n, cols, both_levels, order);
+  __half* hi = o.hi;
+  __half* lo = o.lo;
+  float* inv = o.inv;
   if (n > 0) {
     const unsigned grid = static_cast<unsigned>(n);
     const int64_t nv = cols / 4;  // float4 per row, when the rows are 16-byte aligned
@@ -284,11 +272,7 @@ XPrep prep_x(const float* x, int64_t n, int64_t cols, void* buf, cudaStream_t st
     else
       launch_small(prep_x_kernel, grid, kPrepThreads, 0, st, x, cols, hi, lo, inv, order);
   }
-  p.hi = hi;
-  p.lo = lo;
-  p.inv = inv;
-  p.stride = cols;
-  return p;
+  return xprep::prepared(o, cols);
 }
 
 void launch_matmul_mma(const Weight& w, const XPrep& xp, int64_t n, float* y, cudaStream_t st) {

@@ -295,8 +295,9 @@ void CudaBackend::expert_ffn(const ExpertFfnArgs& a) {
   if (mma) {
     const size_t xb = (mma_prep_bytes(a.x_rows, a.in) + 255) & ~size_t{255};
     auto* buf = static_cast<uint8_t*>(scratch(kMmaX, xb + mma_prep_bytes(wave, a.inter)));
-    xp = prep_x(a.x, a.x_rows, a.in, buf, stream_, !prompt_pass_,
-                x_order(a.calls[0].gate.type, prompt_pass_, a.calls[0].gate.layout));
+    const XOrder order = x_order(a.calls[0].gate.type, prompt_pass_, a.calls[0].gate.layout);
+    xp = prompt_pass_ ? prep_x(a.x, a.x_rows, a.in, buf, stream_, false, order)
+                      : prep_decode(a.x, a.x_rows, a.in, buf, order);
     act_buf = buf + xb;
   }
   for (const Wave& w : waves) {

@@ -163,12 +163,13 @@ std::vector<std::vector<float>> Model::download(const SeqSnapshot& snap) const {
   return out;
 }
 
-void Model::attn_res(const std::vector<Buf>& blocks, const float* p, const Buf& w, int64_t n, float* out) {
+void Model::attn_res_norm(const std::vector<Buf>& blocks, const float* p, const Buf& w, int64_t n, float* out,
+                          const Buf& norm_w, float* y) {
   std::vector<const float*> vs;
   for (const Buf& b : blocks) vs.push_back(b.get());
   vs.push_back(p);
-  be_.attn_res(vs.data(), static_cast<int64_t>(vs.size()), w.get(), n, cfg_.hidden, static_cast<float>(cfg_.rms_eps),
-               out);
+  const auto eps = static_cast<float>(cfg_.rms_eps);
+  be_.attn_res_norm(vs.data(), static_cast<int64_t>(vs.size()), w.get(), n, cfg_.hidden, eps, out, norm_w.get(), eps, y);
 }
 
 void Model::profile_mark(const char* section) {
@@ -240,6 +241,20 @@ std::vector<float> Model::forward(SeqState& s, std::span<const int32_t> ids, con
 
 namespace {
 
+// The end of a Backend::rmsnorm_kept / attn_res_norm promise (nothing writes y meanwhile), also when
+// what reads y throws.
+class KeptX {
+ public:
+  KeptX(Backend& be, const float* y) : be_(be), y_(y) {}
+  ~KeptX() { be_.drop_x(y_); }
+  KeptX(const KeptX&) = delete;
+  KeptX& operator=(const KeptX&) = delete;
+
+ private:
+  Backend& be_;
+  const float* y_;
+};
+
 // Backend::set_prompt_pass for the duration of one pass (also when the pass throws).
 class PromptPassScope {
  public:
@@ -285,35 +300,43 @@ std::vector<float> Model::forward_rows(SeqState& s, std::span<const int32_t> ids
   for (int il = 0; il < cfg_.n_layers; ++il) {
     const LayerWeights& L = w_.layers[static_cast<size_t>(il)];
     const bool bank = res && il % cfg_.attn_res_block == 0;
-    if (res && !blocks.empty())
-      attn_res(blocks, p, L.attn_res_w, n, h);
-    else
-      be_.copy(h, p, nd * sizeof(float));
-    if (bank) {
-      blocks.emplace_back(be_, nd);
-      be_.copy(blocks.back(), p, nd * sizeof(float));
-    }
-    static constexpr const char* kMixer[] = {"mixer.kda", "mixer.mla", "mixer.dsa", "mixer.gqa"};
-    profile_mark(kMixer[static_cast<size_t>(cfg_.mixer[static_cast<size_t>(il)])]);
-    be_.rmsnorm(h, L.attn_norm, n, d, static_cast<float>(cfg_.rms_eps), xn);
-    switch (cfg_.mixer[static_cast<size_t>(il)]) {
-      case Mixer::kda: mixer_kda(il, c, xn, a); break;
-      case Mixer::mla:
-      case Mixer::dsa: mixer_mla(il, c, xn, a); break;
-      case Mixer::gqa: mixer_gqa(il, c, xn, a); break;
+    const auto eps = static_cast<float>(cfg_.rms_eps);
+    // The mixer's input xn: AttnRes (or p) and the norm, in one launch where the back-end can. xn is kept
+    // (Backend::rmsnorm_kept) while the mixer reads it, as for the FFN below.
+    {
+      if (res && !blocks.empty()) {
+        attn_res_norm(blocks, p, L.attn_res_w, n, h, L.attn_norm, xn);
+      } else {
+        be_.copy(h, p, nd * sizeof(float));
+        be_.rmsnorm_kept(h, L.attn_norm, n, d, eps, xn);
+      }
+      const KeptX kept(be_, xn);
+      if (bank) {
+        blocks.emplace_back(be_, nd);
+        be_.copy(blocks.back(), p, nd * sizeof(float));
+      }
+      static constexpr const char* kMixer[] = {"mixer.kda", "mixer.mla", "mixer.dsa", "mixer.gqa"};
+      profile_mark(kMixer[static_cast<size_t>(cfg_.mixer[static_cast<size_t>(il)])]);
+      switch (cfg_.mixer[static_cast<size_t>(il)]) {
+        case Mixer::kda: mixer_kda(il, c, xn, a); break;
+        case Mixer::mla:
+        case Mixer::dsa: mixer_mla(il, c, xn, a); break;
+        case Mixer::gqa: mixer_gqa(il, c, xn, a); break;
+      }
     }
     if (bank)
       be_.copy(p, a, nd * sizeof(float));
     else
       be_.add(p, a, static_cast<int64_t>(nd), p);
-    const float* fin = p;
-    if (res) {
-      attn_res(blocks, p, L.mlp_res_w, n, h);
-      fin = h;
+    {
+      if (res)
+        attn_res_norm(blocks, p, L.mlp_res_w, n, h, L.ffn_norm, xn);
+      else
+        be_.rmsnorm_kept(p, L.ffn_norm, n, d, eps, xn);
+      const KeptX kept(be_, xn);
+      profile_mark(cfg_.ffn[static_cast<size_t>(il)] == Ffn::moe ? "ffn.moe" : "ffn.dense");
+      ffn(il, c, xn, f);
     }
-    profile_mark(cfg_.ffn[static_cast<size_t>(il)] == Ffn::moe ? "ffn.moe" : "ffn.dense");
-    be_.rmsnorm(fin, L.ffn_norm, n, d, static_cast<float>(cfg_.rms_eps), xn);
-    ffn(il, c, xn, f);
     be_.add(p, f, static_cast<int64_t>(nd), p);
     if (opt.on_layer) opt.on_layer(il, p, n);
   }
@@ -326,19 +349,23 @@ std::vector<float> Model::forward_rows(SeqState& s, std::span<const int32_t> ids
 
   const int64_t rows = opt.all_logits ? n : 1;
   const float* last = p.get() + (n - rows) * d;
-  const float* fin = last;
+  const auto eps = static_cast<float>(cfg_.rms_eps);
   if (res) {
     // The output mix is per row: mix only the rows whose logits are wanted.
     std::vector<const float*> vs;
     for (const Buf& b : blocks) vs.push_back(b.get() + (n - rows) * d);
     vs.push_back(last);
-    be_.attn_res(vs.data(), static_cast<int64_t>(vs.size()), w_.out_res_w.get(), rows, d,
-                 static_cast<float>(cfg_.rms_eps), h);
-    fin = h;
+    be_.attn_res_norm(vs.data(), static_cast<int64_t>(vs.size()), w_.out_res_w.get(), rows, d, eps, h,
+                      w_.final_norm, eps, xn);
+  } else {
+    be_.rmsnorm_kept(last, w_.final_norm, rows, d, eps, xn);
   }
-  be_.rmsnorm(fin, w_.final_norm, rows, d, static_cast<float>(cfg_.rms_eps), xn);
-  Buf logits(be_, static_cast<size_t>(rows * cfg_.vocab), Buf::Uninit{});
-  be_.matmul(w_.lm_head, xn, rows, logits);
+  Buf logits;
+  {
+    const KeptX kept(be_, xn);
+    logits = Buf(be_, static_cast<size_t>(rows * cfg_.vocab), Buf::Uninit{});
+    be_.matmul(w_.lm_head, xn, rows, logits);
+  }
   std::vector<float> out(static_cast<size_t>(rows * cfg_.vocab));
   be_.download(out.data(), logits.get(), out.size() * sizeof(float));
   profile_mark(nullptr);

@@ -164,5 +164,37 @@ TEST_F(Ops, AttnResMatchesCpu) {
   }
 }
 
+// Backend::attn_res_norm (CUDA: AttnRes, the rmsnorm of its output and the decode matmuls' preparation in
+// one launch, a block per row) has the bits of attn_res then rmsnorm on the same back-end: 1 to 32 inputs
+// (33: the unfused ops), rows the kernel's registers hold and longer ones (9000: unfused), 1 to 16 rows,
+// with and without the norm's weight.
+TEST_F(Ops, AttnResNormGivesTheBitsOfAttnResThenRmsnorm) {
+  struct Shape { int64_t T, D, nv; bool weight; };
+  for (const Shape sh : {Shape{1, 7168, 2, true}, Shape{3, 7168, 16, true}, Shape{2, 7168, 32, true},
+                         Shape{2, 7168, 33, true}, Shape{16, 7168, 1, true}, Shape{5, 777, 4, false},
+                         Shape{2, 9000, 3, true}, Shape{1, 8192, 5, false}}) {
+    std::vector<Pair> vs;
+    for (int s = 0; s < sh.nv; ++s) vs.push_back(both(random_floats(sh.T * sh.D, 30 + s, -2, 2)));
+    auto w = both(random_floats(sh.D, 21));
+    auto nw = both(random_floats(sh.D, 22, 0.5f, 1.5f));
+    std::vector<const float*> pg;
+    for (auto& p : vs) pg.push_back(p.gpu());
+    const float* nwg = sh.weight ? nw.gpu() : nullptr;
+    auto out_ref = poisoned_pair(sh.T * sh.D), y_ref = poisoned_pair(sh.T * sh.D);
+    gpu().attn_res(pg.data(), sh.nv, w.gpu(), sh.T, sh.D, 1e-6f, out_ref.gpu());
+    gpu().rmsnorm(out_ref.gpu(), nwg, sh.T, sh.D, 1e-5f, y_ref.gpu());
+    auto out = poisoned_pair(sh.T * sh.D), y = poisoned_pair(sh.T * sh.D);
+    gpu().attn_res_norm(pg.data(), sh.nv, w.gpu(), sh.T, sh.D, 1e-6f, out.gpu(), nwg, 1e-5f, y.gpu());
+    gpu().drop_x(y.gpu());
+    const std::string what = "attn_res_norm T=" + std::to_string(sh.T) + " D=" + std::to_string(sh.D) +
+                             " nv=" + std::to_string(sh.nv) + (sh.weight ? "" : " no weight");
+    EXPECT_TRUE(bits_equal((what + " out").c_str(), get(gpu(), out_ref.gpu(), out_ref.g.size()),
+                           get(gpu(), out.gpu(), out.g.size())))
+        << what;
+    EXPECT_TRUE(bits_equal((what + " y").c_str(), get(gpu(), y_ref.gpu(), y_ref.g.size()), get(gpu(), y.gpu(), y.g.size())))
+        << what;
+  }
+}
+
 }  // namespace
 }  // namespace ferry::test

@@ -1038,5 +1038,88 @@ TEST_F(Ops, MatmulBenchQ8Tiles) {
 #endif
 }
 
+// Backend::rmsnorm_kept / attn_res_norm: the norm's launch also prepares its output for the decode
+// matmuls (CUDA, rows of up to 8,192), or the first matmul of the kept x prepares it (longer rows), and
+// every matmul of x until drop_x reads that preparation. Every output has the bits of the unfused ops
+// (rmsnorm, then each matmul preparing x itself): q8_0-tiles weights alone and in a group, a q8_0 weight
+// in the row layout (rows % 16 != 0) and an f32 one, at 1, 2 and 16 rows. After drop_x, x rewritten by a
+// plain rmsnorm is prepared afresh (no stale preparation); in a prompt pass nothing is prepared early.
+TEST_F(Ops, KeptNormOutputGivesEveryMatmulTheBitsOfTheUnfusedOps) {
+  for (const int64_t D : {int64_t{7168}, int64_t{2048}, int64_t{9216}}) {
+    struct Shape { WType t; int64_t rows; };
+    const std::vector<Shape> shapes = {{WType::q8_0, 256}, {WType::q8_0, 1024}, {WType::q8_0, 512},
+                                       {WType::q8_0, 40}, {WType::f32, 24}};
+    std::vector<std::unique_ptr<Bytes>> bufs;
+    std::vector<Weight> ws;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const auto bytes = random_weight(shapes[i].t, shapes[i].rows, D, 80 + static_cast<uint32_t>(i));
+      bufs.push_back(both_bytes(bytes.data(), bytes.size()));
+      ws.push_back(Weight{shapes[i].t, shapes[i].rows, D, bufs.back()->g});
+      gpu().prepare_matmul_weight(ws.back());
+    }
+    ASSERT_EQ(ws[0].layout, WLayout::q8_tiles);
+    ASSERT_EQ(ws[3].layout, WLayout::rows);
+    auto nw = both(random_floats(static_cast<size_t>(D), 90, 0.5f, 1.5f));
+    for (const int64_t n : {int64_t{1}, int64_t{2}, int64_t{16}})
+      for (const bool prompt : {false, true})
+        for (const int via : {0, 1}) {  // 0: rmsnorm_kept, 1: attn_res_norm (two inputs)
+          const std::string what = "D=" + std::to_string(D) + " n=" + std::to_string(n) + (prompt ? " prompt" : "") +
+                                   (via ? " attn_res_norm" : " rmsnorm_kept");
+          const size_t nd = static_cast<size_t>(n * D);
+          auto a = both(random_floats(nd, 91 + static_cast<uint32_t>(n), -2, 2));
+          auto b = both(random_floats(nd, 92 + static_cast<uint32_t>(n), -2, 2));
+          auto rw = both(random_floats(static_cast<size_t>(D), 93));
+          const float* vs[2] = {a.gpu(), b.gpu()};
+          // The unfused ops.
+          auto h_ref = poisoned_pair(nd), x_ref = poisoned_pair(nd);
+          if (prompt) gpu().set_prompt_pass(true);
+          if (via) {
+            gpu().attn_res(vs, 2, rw.gpu(), n, D, 1e-6f, h_ref.gpu());
+            gpu().rmsnorm(h_ref.gpu(), nw.gpu(), n, D, 1e-6f, x_ref.gpu());
+          } else {
+            gpu().rmsnorm(a.gpu(), nw.gpu(), n, D, 1e-6f, x_ref.gpu());
+          }
+          std::vector<Pair> ref, out;
+          for (const Weight& w : ws) {
+            ref.push_back(poisoned_pair(static_cast<size_t>(n * w.rows)));
+            out.push_back(poisoned_pair(static_cast<size_t>(n * w.rows)));
+            gpu().matmul(w, x_ref.gpu(), n, ref.back().gpu());
+          }
+          // Kept: ws[0] alone, then ws[0..2] as a group, the others alone, ws[0] again.
+          auto h = poisoned_pair(nd), x = poisoned_pair(nd);
+          if (via)
+            gpu().attn_res_norm(vs, 2, rw.gpu(), n, D, 1e-6f, h.gpu(), nw.gpu(), 1e-6f, x.gpu());
+          else
+            gpu().rmsnorm_kept(a.gpu(), nw.gpu(), n, D, 1e-6f, x.gpu());
+          auto first = poisoned_pair(static_cast<size_t>(n * ws[0].rows));
+          gpu().matmul(ws[0], x.gpu(), n, first.gpu());
+          std::vector<MatmulOut> group;
+          for (size_t i = 0; i < 3; ++i) group.push_back(MatmulOut{&ws[i], out[i].gpu()});
+          gpu().matmul_group(group.data(), group.size(), x.gpu(), n);
+          for (size_t i = 3; i < ws.size(); ++i) gpu().matmul(ws[i], x.gpu(), n, out[i].gpu());
+          auto again = poisoned_pair(static_cast<size_t>(n * ws[0].rows));
+          gpu().matmul(ws[0], x.gpu(), n, again.gpu());
+          const auto kept_x = get(gpu(), x.gpu(), x.g.size());
+          gpu().drop_x(x.gpu());
+          // x rewritten after the drop: prepared afresh.
+          auto x2_ref = poisoned_pair(nd), fresh_ref = poisoned_pair(static_cast<size_t>(n * ws[0].rows));
+          gpu().rmsnorm(b.gpu(), nw.gpu(), n, D, 1e-6f, x2_ref.gpu());
+          gpu().matmul(ws[0], x2_ref.gpu(), n, fresh_ref.gpu());
+          gpu().rmsnorm(b.gpu(), nw.gpu(), n, D, 1e-6f, x.gpu());
+          auto fresh = poisoned_pair(static_cast<size_t>(n * ws[0].rows));
+          gpu().matmul(ws[0], x.gpu(), n, fresh.gpu());
+          if (prompt) gpu().set_prompt_pass(false);
+          const auto g = [&](const Pair& p) { return get(gpu(), p.gpu(), p.g.size()); };
+          EXPECT_TRUE(bits_equal((what + " x").c_str(), g(x_ref), kept_x)) << what;
+          EXPECT_TRUE(bits_equal((what + " first").c_str(), g(ref[0]), g(first))) << what;
+          EXPECT_TRUE(bits_equal((what + " again").c_str(), g(ref[0]), g(again))) << what;
+          for (size_t i = 0; i < ws.size(); ++i)
+            EXPECT_TRUE(bits_equal((what + " w" + std::to_string(i)).c_str(), g(ref[i]), g(out[i]))) << what << " " << i;
+          EXPECT_TRUE(bits_equal((what + " after drop").c_str(), g(fresh_ref), g(fresh))) << what;
+          if (via) EXPECT_TRUE(bits_equal((what + " h").c_str(), g(h_ref), g(h))) << what;
+        }
+  }
+}
+
 }  // namespace
 }  // namespace ferry::test
