@@ -235,6 +235,13 @@ class Backend {
                          float* y) = 0;
   // y = x / sqrt(sum(x^2) + eps) over rows of `dim`
   virtual void l2norm(const float* x, int64_t rows, int64_t dim, float eps, float* y) = 0;
+  // KDA's q and k in place: q = l2norm(q) then scale(q, q_scale), k = l2norm(k), rows x dim each: the
+  // bits of those three calls, which the default makes (CUDA: one launch).
+  virtual void l2norm_qk(float* q, float* k, int64_t rows, int64_t dim, float eps, float q_scale) {
+    l2norm(q, rows, dim, eps, q);
+    scale(q, q_scale, rows * dim);
+    l2norm(k, rows, dim, eps, k);
+  }
   virtual void add(const float* a, const float* b, int64_t n, float* y) = 0;   // y = a + b
   // y[r, i] = x[r, i] + b[i] for rows r < rows: add of each row and b (one launch on CUDA, where a
   // prompt pass of 1,024 rows made 1,024 launches). The default calls add per row.
@@ -257,6 +264,17 @@ class Backend {
   // holds the previous W-1 inputs (oldest first) and is updated to the last W-1 inputs.
   virtual void conv1d_silu(const float* x, int64_t T, int64_t C, const float* w, int64_t W, float* state,
                            float* y) = 0;
+  // conv1d_silu for each of `count` independent inputs of the same shape (KDA's q, k and v in a decode
+  // step): the bits of the calls one by one, which the default makes (CUDA: one launch).
+  struct Conv1dCall {
+    const float* x;
+    const float* w;
+    float* state;
+    float* y;
+  };
+  virtual void conv1d_silu_many(const Conv1dCall* calls, size_t count, int64_t T, int64_t C, int64_t W) {
+    for (size_t i = 0; i < count; ++i) conv1d_silu(calls[i].x, T, C, calls[i].w, W, calls[i].state, calls[i].y);
+  }
   // g[T, H, K] from f[T, H*K] (already including dt_bias), a_log[H].
   virtual void kda_gate(const float* f, const float* a_log, int64_t T, int64_t H, int64_t K,
                         const KdaGateParams& p, float* g) = 0;

@@ -117,6 +117,9 @@ void TimingBackend::layernorm(const float* x, const float* w, const float* b, in
 void TimingBackend::l2norm(const float* x, int64_t r, int64_t d, float e, float* y) {
   timed("l2norm", [&] { in_->l2norm(x, r, d, e, y); });
 }
+void TimingBackend::l2norm_qk(float* q, float* k, int64_t r, int64_t d, float e, float s) {
+  timed("l2norm", [&] { in_->l2norm_qk(q, k, r, d, e, s); });
+}
 void TimingBackend::add(const float* a, const float* b, int64_t n, float* y) { timed("add", [&] { in_->add(a, b, n, y); }); }
 void TimingBackend::add_rows(const float* x, const float* b, int64_t rows, int64_t dim, float* y) {
   timed("add_rows", [&] { in_->add_rows(x, b, rows, dim, y); });
@@ -138,6 +141,9 @@ void TimingBackend::sigmoid_mul(const float* x, const float* g, int64_t n, float
 }
 void TimingBackend::conv1d_silu(const float* x, int64_t T, int64_t C, const float* w, int64_t W, float* st, float* y) {
   timed("conv1d_silu", [&] { in_->conv1d_silu(x, T, C, w, W, st, y); });
+}
+void TimingBackend::conv1d_silu_many(const Conv1dCall* calls, size_t count, int64_t T, int64_t C, int64_t W) {
+  timed("conv1d_silu", [&] { in_->conv1d_silu_many(calls, count, T, C, W); });
 }
 void TimingBackend::kda_gate(const float* f, const float* a, int64_t T, int64_t H, int64_t K, const KdaGateParams& p,
                              float* g) {

@@ -75,6 +75,7 @@ class TimingBackend final : public Backend {
   void drop_x(const float* y) override { in_->drop_x(y); }
   void layernorm(const float* x, const float* w, const float* b, int64_t r, int64_t d, float e, float* y) override;
   void l2norm(const float* x, int64_t r, int64_t d, float e, float* y) override;
+  void l2norm_qk(float* q, float* k, int64_t r, int64_t d, float e, float s) override;
   void add(const float* a, const float* b, int64_t n, float* y) override;
   void scale(float* x, float s, int64_t n) override;
   void axpy(float a, const float* x, int64_t n, float* y) override;
@@ -84,6 +85,7 @@ class TimingBackend final : public Backend {
   void sigmoid(const float* x, int64_t n, float* y) override;
   void sigmoid_mul(const float* x, const float* g, int64_t n, float* y) override;
   void conv1d_silu(const float* x, int64_t T, int64_t C, const float* w, int64_t W, float* st, float* y) override;
+  void conv1d_silu_many(const Conv1dCall* calls, size_t count, int64_t T, int64_t C, int64_t W) override;
   void kda_gate(const float* f, const float* a, int64_t T, int64_t H, int64_t K, const KdaGateParams& p,
                 float* g) override;
   void kda_recurrent(const float* q, const float* k, const float* v, const float* g, const float* b, int64_t T,

@@ -60,6 +60,7 @@ class CudaBackend final : public Backend {
   void embed(const Weight& table, const int32_t* ids_host, int64_t n, float* y) override;
 
   void rmsnorm(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y) override;
+  void l2norm_qk(float* q, float* k, int64_t rows, int64_t dim, float eps, float q_scale) override;
   // One launch that also prepares y for the decode matmuls (xprep.cuh), kept until drop_x(y).
   void rmsnorm_kept(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y) override;
   void drop_x(const float* y) override;
@@ -77,6 +78,7 @@ class CudaBackend final : public Backend {
   void sigmoid(const float* x, int64_t n, float* y) override;
   void sigmoid_mul(const float* x, const float* gate, int64_t n, float* y) override;
 
+  void conv1d_silu_many(const Conv1dCall* calls, size_t count, int64_t T, int64_t C, int64_t W) override;
   void conv1d_silu(const float* x, int64_t T, int64_t C, const float* w, int64_t W, float* state,
                    float* y) override;
   void kda_gate(const float* f, const float* a_log, int64_t T, int64_t H, int64_t K, const KdaGateParams& p,

@@ -133,15 +133,10 @@ __global__ void l2norm_kernel(const float* x, int64_t dim, float eps, float* y) 
 constexpr int kWarpRowMax = 256;  // == kRowThreads: the block kernels hold element i in thread i
 constexpr int kWarpRowsPerBlock = 8;
 
-template <bool kRms>
-__global__ void __launch_bounds__(32 * kWarpRowsPerBlock)
-    norm_warp_kernel(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y) {
-  pdl_begin();
-  const int lane = threadIdx.x & 31;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + (threadIdx.x >> 5);
-  if (r >= rows) return;
-  const float* xr = x + r * dim;
-  float* yr = y + r * dim;
+// One row by one warp; kScale: the output then multiplied by s (as a scale op after the norm: rounded twice).
+template <bool kRms, bool kScale = false>
+__device__ __forceinline__ void norm_warp_row(const float* xr, const float* w, int64_t dim, float eps, float* yr,
+                                              int lane, float s = 1.0f) {
   constexpr int kPer = kWarpRowMax / 32;
   float v[kPer], wv[kPer];
 #pragma unroll
@@ -162,8 +157,30 @@ __global__ void __launch_bounds__(32 * kWarpRowsPerBlock)
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
     const int64_t i = lane + 32 * k;
-    if (i < dim) yr[i] = kRms && w ? mul(mul(v[k], inv), wv[k]) : mul(v[k], inv);
+    if (i < dim) {
+      const float o = kRms && w ? mul(mul(v[k], inv), wv[k]) : mul(v[k], inv);
+      yr[i] = kScale ? mul(o, s) : o;
+    }
   }
+}
+
+template <bool kRms>
+__global__ void __launch_bounds__(32 * kWarpRowsPerBlock)
+    norm_warp_kernel(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y) {
+  pdl_begin();
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + (threadIdx.x >> 5);
+  if (r < rows) norm_warp_row<kRms>(x + r * dim, w, dim, eps, y + r * dim, threadIdx.x & 31);
+}
+
+// KDA's q and k rows in one launch (Backend::l2norm_qk, in place): rows [0, rows) of q, scaled after the
+// norm, then the rows of k.
+__global__ void __launch_bounds__(32 * kWarpRowsPerBlock)
+    l2norm_qk_kernel(float* q, float* k, int64_t rows, int64_t dim, float eps, float q_scale) {
+  pdl_begin();
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (r < rows) norm_warp_row<false, true>(q + r * dim, nullptr, dim, eps, q + r * dim, lane, q_scale);
+  else if (r < 2 * rows) norm_warp_row<false>(k + (r - rows) * dim, nullptr, dim, eps, k + (r - rows) * dim, lane);
 }
 
 // One element-wise functor per op; the grid-stride loop is shared.
@@ -279,6 +296,14 @@ void CudaBackend::l2norm(const float* x, int64_t rows, int64_t dim, float eps, f
     return;
   }
   launch_small(l2norm_kernel, static_cast<unsigned>(rows), kRowThreads, 0, stream_, x, dim, eps, y);
+}
+
+void CudaBackend::l2norm_qk(float* q, float* k, int64_t rows, int64_t dim, float eps, float q_scale) {
+  if (rows <= 0) return;
+  if (dim > kWarpRowMax || rows > 0x3fffffff) return Backend::l2norm_qk(q, k, rows, dim, eps, q_scale);
+  bind();
+  launch_small(l2norm_qk_kernel, blocks_for(2 * rows, kWarpRowsPerBlock), 32 * kWarpRowsPerBlock, 0, stream_, q, k, rows,
+               dim, eps, q_scale);
 }
 
 void CudaBackend::add(const float* a, const float* b, int64_t n, float* y) {

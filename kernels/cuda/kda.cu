@@ -5,16 +5,21 @@
 #include "kernels/cuda/cuda_backend.cuh"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/kda.cuh"
+#include "kernels/cuda/switches.hpp"
 
 namespace ferry::cuda {
 
 namespace {
 
-__global__ void conv1d_silu_kernel(const float* x, int64_t T, int64_t C, const float* w, int W, float* state,
-                                   float* y) {
-  pdl_begin();
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= C) return;
+// Up to kConvCalls independent convolutions of one shape in one launch (blockIdx.y picks the call).
+constexpr int kConvCalls = 4;
+struct ConvCalls {
+  Backend::Conv1dCall c[kConvCalls];
+};
+
+// One channel c of one convolution: serial over the T tokens.
+__device__ __forceinline__ void conv1d_silu_channel(const float* x, int64_t T, int64_t C, const float* w, int W,
+                                                    float* state, float* y, int64_t c) {
   const int H = W - 1;
   float hist[kMaxConvWidth];
   for (int i = 0; i < H; ++i) hist[i] = state[i * C + c];
@@ -29,6 +34,20 @@ __global__ void conv1d_silu_kernel(const float* x, int64_t T, int64_t C, const f
     if (H > 0) hist[H - 1] = xin;
   }
   for (int i = 0; i < H; ++i) state[i * C + c] = hist[i];
+}
+
+__global__ void conv1d_silu_kernel(const float* x, int64_t T, int64_t C, const float* w, int W, float* state,
+                                   float* y) {
+  pdl_begin();
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c < C) conv1d_silu_channel(x, T, C, w, W, state, y, c);
+}
+
+__global__ void conv1d_silu_many_kernel(const __grid_constant__ ConvCalls calls, int64_t T, int64_t C, int W) {
+  pdl_begin();
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const Backend::Conv1dCall& k = calls.c[blockIdx.y];
+  if (c < C) conv1d_silu_channel(k.x, T, C, k.w, W, k.state, k.y, c);
 }
 
 __global__ void kda_gate_kernel(const float* f, const float* a_log, int64_t T, int64_t H, int64_t K, bool safe,
@@ -93,7 +112,60 @@ __global__ void kda_recurrent_kernel(const float* q, const float* k, const float
     for (int64_t d = 0; d < K; ++d) Sg[d * V + col] = S[d * kKdaCols + j];
 }
 
+// The same rule with the column of S in registers, for K a compile-time key dim: a thread issues all K
+// loads of its column at once (the shared-memory kernel above waits for them a few at a time: a decode
+// step's 96 x 128 x 128 state, 6.3 MB, took 18 us, 6x the DRAM time of reading and writing it). Block
+// (head h, column tile) of kKdaCols threads as above, and the same operations in the same order per
+// column, so the same bits.
+template <int K>
+__global__ void __launch_bounds__(kKdaCols) kda_recurrent_reg_kernel(const float* q, const float* k, const float* v,
+                                                                     const float* g, const float* beta, int64_t T,
+                                                                     int64_t H, int64_t V, float* state, float* o) {
+  pdl_begin();
+  __shared__ float e[K], ks[K], qs[K];
+  const int64_t h = blockIdx.x;
+  const int j = threadIdx.x;
+  const int64_t col = static_cast<int64_t>(blockIdx.y) * kKdaCols + j;
+  const bool live = col < V;
+  float* Sg = state + h * K * V + (live ? col : 0);
+  float S[K];
+#pragma unroll
+  for (int d = 0; d < K; ++d) S[d] = live ? __ldcg(Sg + d * V) : 0.0f;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t th = t * H + h;
+    __syncthreads();  // the previous token is done with e, ks, qs
+    for (int d = j; d < K; d += kKdaCols) {
+      e[d] = expf(g[th * K + d]);
+      ks[d] = k[th * K + d];
+      qs[d] = q[th * K + d];
+    }
+    __syncthreads();
+    float u = 0.0f;
+#pragma unroll
+    for (int d = 0; d < K; ++d) {
+      S[d] = mul(S[d], e[d]);
+      u = add(u, mul(ks[d], S[d]));
+    }
+    u = mul(__fsub_rn(live ? v[th * V + col] : 0.0f, u), beta[th]);
+    float out = 0.0f;
+#pragma unroll
+    for (int d = 0; d < K; ++d) {
+      S[d] = add(S[d], mul(ks[d], u));
+      out = add(out, mul(qs[d], S[d]));
+    }
+    if (live) o[th * V + col] = out;
+  }
+  if (live) {
+#pragma unroll
+    for (int d = 0; d < K; ++d) Sg[d * V] = S[d];
+  }
+}
+
+int g_kda_reg = -1;  // kda_recurrent_reg_tune
+
 }  // namespace
+
+void kda_recurrent_reg_tune(int on) { g_kda_reg = on; }
 
 void CudaBackend::conv1d_silu(const float* x, int64_t T, int64_t C, const float* w, int64_t W, float* state,
                               float* y) {
@@ -103,6 +175,16 @@ void CudaBackend::conv1d_silu(const float* x, int64_t T, int64_t C, const float*
   if (T <= 0 || C <= 0) return;
   bind();
   launch_small(conv1d_silu_kernel, blocks_for(C, 128), 128, 0, stream_, x, T, C, w, static_cast<int>(W), state, y);
+}
+
+void CudaBackend::conv1d_silu_many(const Conv1dCall* calls, size_t count, int64_t T, int64_t C, int64_t W) {
+  if (count > static_cast<size_t>(kConvCalls) || W < 1 || W > kMaxConvWidth) return Backend::conv1d_silu_many(calls, count, T, C, W);
+  if (T <= 0 || C <= 0 || count == 0) return;
+  bind();
+  ConvCalls cc{};
+  for (size_t i = 0; i < count; ++i) cc.c[i] = calls[i];
+  launch_small(conv1d_silu_many_kernel, dim3(blocks_for(C, 128), static_cast<unsigned>(count)), 128, 0, stream_, cc, T, C,
+               static_cast<int>(W));
 }
 
 void CudaBackend::kda_gate(const float* f, const float* a_log, int64_t T, int64_t H, int64_t K,
@@ -122,10 +204,20 @@ void CudaBackend::kda_recurrent(const float* q, const float* k, const float* v, 
   if (smem > 96 * 1024)
     throw LimitError("cuda kda_recurrent: key dim " + std::to_string(K) + " needs more shared memory than 96 KiB");
   bind();
+  const dim3 grid(static_cast<unsigned>(H), static_cast<unsigned>((V + kKdaCols - 1) / kKdaCols));
+  static const bool reg_env = env_switch("FERRY_KDA_REG", true);
+  const bool reg = switch_on(g_kda_reg, reg_env);
+  if (reg && K == 128) {
+    launch_small(kda_recurrent_reg_kernel<128>, grid, kKdaCols, 0, stream_, q, k, v, g, beta, T, H, V, state, o);
+    return;
+  }
+  if (reg && K == 64) {
+    launch_small(kda_recurrent_reg_kernel<64>, grid, kKdaCols, 0, stream_, q, k, v, g, beta, T, H, V, state, o);
+    return;
+  }
   if (smem > 48 * 1024)
     FERRY_CUDA_CHECK(cudaFuncSetAttribute(kda_recurrent_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
-  const dim3 grid(static_cast<unsigned>(H), static_cast<unsigned>((V + kKdaCols - 1) / kKdaCols));
   launch_small(kda_recurrent_kernel, grid, kKdaCols, smem, stream_, q, k, v, g, beta, T, H, K, V, state, o);
 }
 

@@ -26,4 +26,8 @@ size_t kda_chunked_smem(int64_t K, int64_t chunk);
 // The chunked delta rule on `st`; only when kda_chunked_smem(K, chunk) <= kKdaChunkedMaxSmem.
 void launch_kda_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t T,
                         int64_t H, int64_t K, int64_t V, int64_t chunk, float* state, float* o, cudaStream_t st);
+// The decode delta rule with each thread's column of the state in registers (K 64 or 128; same bits as
+// the shared-memory kernel): on by default; FERRY_KDA_REG=0 or kda_recurrent_reg_tune(0) (tests,
+// benchmarks; -1 restores the environment's choice) selects the shared-memory kernel.
+void kda_recurrent_reg_tune(int on);
 }  // namespace ferry::cuda

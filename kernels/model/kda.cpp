@@ -50,15 +50,19 @@ void Model::mixer_kda(int il, Ctx& c, const float* x, float* out) {
     const MatmulOut outs[] = {{&w.q, t}, {&w.k, tk}, {&w.v, tv}, {&w.f_a, fa}, {&w.b, beta}, {&gate1, tg}};
     be_.matmul_group(outs, std::size(outs), x, n);
   }
-  if (!group) be_.matmul(w.q, x, n, t);
-  conv(t, w.q_conv, st.conv_q, q, 0);
-  if (!group) be_.matmul(w.k, x, n, t);
-  conv(group ? tk : t.get(), w.k_conv, st.conv_k, kk, 1);
-  if (!group) be_.matmul(w.v, x, n, t);
-  conv(group ? tv : t.get(), w.v_conv, st.conv_v, v, 2);
-  be_.l2norm(q, n * h, k, kL2Eps, q);
-  be_.scale(q, static_cast<float>(1.0 / std::sqrt(static_cast<double>(k))), static_cast<int64_t>(np));
-  be_.l2norm(kk, n * h, k, kL2Eps, kk);
+  if (group && !r) {  // the three convolutions in one call (CUDA: one launch)
+    const Backend::Conv1dCall calls[] = {{t, w.q_conv, st.conv_q, q}, {tk, w.k_conv, st.conv_k, kk},
+                                         {tv, w.v_conv, st.conv_v, v}};
+    be_.conv1d_silu_many(calls, std::size(calls), n, p, cw);
+  } else {
+    if (!group) be_.matmul(w.q, x, n, t);
+    conv(t, w.q_conv, st.conv_q, q, 0);
+    if (!group) be_.matmul(w.k, x, n, t);
+    conv(group ? tk : t.get(), w.k_conv, st.conv_k, kk, 1);
+    if (!group) be_.matmul(w.v, x, n, t);
+    conv(group ? tv : t.get(), w.v_conv, st.conv_v, v, 2);
+  }
+  be_.l2norm_qk(q, kk, n * h, k, kL2Eps, static_cast<float>(1.0 / std::sqrt(static_cast<double>(k))));
   // Decay gate g [n, H, K] from f = f_b(f_a(x)) + dt_bias.
   if (!group) be_.matmul(w.f_a, x, n, fa);
   be_.matmul(w.f_b, fa, n, t);

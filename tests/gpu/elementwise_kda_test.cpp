@@ -2,6 +2,9 @@
 #include <cmath>
 
 #include "tests/gpu/gpu_util.hpp"
+#if FERRY_WITH_CUDA
+#include "kernels/cuda/kda.cuh"
+#endif
 
 namespace ferry::test {
 namespace {
@@ -221,6 +224,80 @@ TEST_F(Ops, KdaRecurrentSixteenTokensEqualSixteenSteps) {
                         in.H, in.K, in.V, s2.gpu(), o2.gpu() + t * hv);
   const size_t n = static_cast<size_t>(in.T * hv);
   EXPECT_TRUE(bits_equal("kda 16 tokens vs 16 steps", get(gpu(), o1.gpu(), n), get(gpu(), o2.gpu(), n)));
+}
+
+// Backend::l2norm_qk (CUDA: q's and k's rows in one launch) gives the bits of l2norm, scale and l2norm,
+// for rows a warp holds (128: KDA's heads; 200) and longer ones (300: the three ops).
+TEST_F(Ops, L2normQkGivesTheBitsOfTheThreeOps) {
+  for (const int64_t dim : {int64_t{128}, int64_t{200}, int64_t{300}})
+    for (const int64_t rows : {int64_t{96}, int64_t{3}}) {
+      const auto qv = random_floats(static_cast<size_t>(rows * dim), 61, -3, 3);
+      const auto kv = random_floats(static_cast<size_t>(rows * dim), 62, -3, 3);
+      auto q1 = both(qv), k1 = both(kv), q2 = both(qv), k2 = both(kv);
+      const float s = 0.08838834764831845f;
+      gpu().l2norm(q1.gpu(), rows, dim, 1e-6f, q1.gpu());
+      gpu().scale(q1.gpu(), s, rows * dim);
+      gpu().l2norm(k1.gpu(), rows, dim, 1e-6f, k1.gpu());
+      gpu().l2norm_qk(q2.gpu(), k2.gpu(), rows, dim, 1e-6f, s);
+      const std::string what = "l2norm_qk " + std::to_string(rows) + "x" + std::to_string(dim);
+      EXPECT_TRUE(bits_equal((what + " q").c_str(), get(gpu(), q1.gpu(), q1.g.size()), get(gpu(), q2.gpu(), q2.g.size())));
+      EXPECT_TRUE(bits_equal((what + " k").c_str(), get(gpu(), k1.gpu(), k1.g.size()), get(gpu(), k2.gpu(), k2.g.size())));
+    }
+}
+
+// Backend::conv1d_silu_many (CUDA: one launch for up to 4 convolutions) gives each convolution the bits of
+// conv1d_silu alone, outputs and carried states, for a decode row and 5 rows, 3 and 5 calls (5: one by one).
+TEST_F(Ops, Conv1dSiluManyGivesEachTheBitsOfItsCallAlone) {
+  const int64_t C = 1000, W = 4;
+  for (const int64_t T : {int64_t{1}, int64_t{5}})
+    for (const size_t count : {size_t{3}, size_t{5}}) {
+      std::vector<Pair> xs, ws, st1, st2, y1, y2;
+      std::vector<Backend::Conv1dCall> calls;
+      for (size_t i = 0; i < count; ++i) {
+        const auto u = static_cast<uint32_t>(i);
+        xs.push_back(both(random_floats(static_cast<size_t>(T * C), 70 + u)));
+        ws.push_back(both(random_floats(static_cast<size_t>(C * W), 80 + u)));
+        const auto s0 = random_floats(static_cast<size_t>((W - 1) * C), 90 + u);
+        st1.push_back(both(s0));
+        st2.push_back(both(s0));
+        y1.push_back(poisoned_pair(static_cast<size_t>(T * C)));
+        y2.push_back(poisoned_pair(static_cast<size_t>(T * C)));
+        gpu().conv1d_silu(xs[i].gpu(), T, C, ws[i].gpu(), W, st1[i].gpu(), y1[i].gpu());
+      }
+      for (size_t i = 0; i < count; ++i) calls.push_back({xs[i].gpu(), ws[i].gpu(), st2[i].gpu(), y2[i].gpu()});
+      gpu().conv1d_silu_many(calls.data(), calls.size(), T, C, W);
+      for (size_t i = 0; i < count; ++i) {
+        const std::string what = "conv many T=" + std::to_string(T) + " n=" + std::to_string(count) + " #" + std::to_string(i);
+        EXPECT_TRUE(bits_equal((what + " y").c_str(), get(gpu(), y1[i].gpu(), y1[i].g.size()), get(gpu(), y2[i].gpu(), y2[i].g.size())));
+        EXPECT_TRUE(bits_equal((what + " state").c_str(), get(gpu(), st1[i].gpu(), st1[i].g.size()),
+                               get(gpu(), st2[i].gpu(), st2[i].g.size())));
+      }
+    }
+}
+
+// The decode delta rule with the state's columns in registers (K 64 and 128) gives the bits of the
+// shared-memory kernel, for a decode row and a verify block of 16, full and partial column tiles.
+TEST_F(Ops, KdaRecurrentRegistersGiveTheBitsOfTheSharedMemoryKernel) {
+#if FERRY_WITH_CUDA
+  for (const int64_t K : {int64_t{64}, int64_t{128}})
+    for (const int64_t V : {int64_t{128}, int64_t{40}})
+      for (const int64_t T : {int64_t{1}, int64_t{16}}) {
+        KdaIn in(T, 5, K, V, 50 + static_cast<uint32_t>(K + V + T));
+        auto q = both(in.q), k = both(in.k), v = both(in.v), g = both(in.g), b = both(in.beta);
+        auto s1 = both(in.s0), s2 = both(in.s0);
+        auto o1 = poisoned_pair(in.T * in.H * in.V), o2 = poisoned_pair(in.T * in.H * in.V);
+        cuda::kda_recurrent_reg_tune(0);
+        gpu().kda_recurrent(q.gpu(), k.gpu(), v.gpu(), g.gpu(), b.gpu(), T, in.H, K, V, s1.gpu(), o1.gpu());
+        cuda::kda_recurrent_reg_tune(1);
+        gpu().kda_recurrent(q.gpu(), k.gpu(), v.gpu(), g.gpu(), b.gpu(), T, in.H, K, V, s2.gpu(), o2.gpu());
+        cuda::kda_recurrent_reg_tune(-1);
+        const std::string what = "kda reg K=" + std::to_string(K) + " V=" + std::to_string(V) + " T=" + std::to_string(T);
+        EXPECT_TRUE(bits_equal((what + " out").c_str(), get(gpu(), o1.gpu(), o1.g.size()), get(gpu(), o2.gpu(), o2.g.size())));
+        EXPECT_TRUE(bits_equal((what + " state").c_str(), get(gpu(), s1.gpu(), s1.g.size()), get(gpu(), s2.gpu(), s2.g.size())));
+      }
+#else
+  GTEST_SKIP() << "no CUDA back-end in this build";
+#endif
 }
 
 }  // namespace
