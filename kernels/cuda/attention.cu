@@ -9,6 +9,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_backend.cuh"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/switches.hpp"
 #include "kernels/cuda/xprep.cuh"
 
 namespace ferry::cuda {
@@ -429,7 +430,7 @@ void CudaBackend::attn_res_norm(const float* const* vs_host, int64_t nv, const f
                                 float eps, float* out, const float* norm_w, float norm_eps, float* y) {
   static_assert(kResThreads == xprep::kThreads, "the norm's rows are prepared by its own block");
   if (T <= 0 || nv <= 0) return;
-  if (nv > kResInputs || D > kResRegs * int64_t{kResThreads} || T > 0x7fffffff) {
+  if (!fused_ops() || nv > kResInputs || D > kResRegs * int64_t{kResThreads} || T > 0x7fffffff) {
     Backend::attn_res_norm(vs_host, nv, w, T, D, eps, out, norm_w, norm_eps, y);
     return;
   }

@@ -107,6 +107,16 @@ bool attention_ilp() {
   return switch_on(g_attn_ilp, env);
 }
 
+namespace {
+int g_fused = -1;  // fused_ops_tune
+}  // namespace
+
+bool fused_ops() {
+  static const bool env = env_switch("FERRY_FUSE", true);
+  return switch_on(g_fused, env);
+}
+void fused_ops_tune(int on) { g_fused = on; }
+
 bool is_device_pointer(const void* p) {
   cudaPointerAttributes a{};
   if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {

@@ -4,6 +4,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_backend.cuh"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/switches.hpp"
 #include "kernels/cuda/xprep.cuh"
 #include "kernels/cuda/elementwise.cuh"
 
@@ -267,6 +268,7 @@ void CudaBackend::rmsnorm(const float* x, const float* w, int64_t rows, int64_t 
 
 void CudaBackend::rmsnorm_kept(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y) {
   static_assert(kRowThreads == xprep::kThreads, "rmsnorm_kernel's rows are prepared by its own block");
+  if (!fused_ops()) return Backend::rmsnorm_kept(x, w, rows, dim, eps, y);
   if (rows > 0 && dim > kWarpRowMax && dim <= kRegs * int64_t{kRowThreads} && !prompt_pass_) {
     check_rows("rmsnorm", rows);
     bind();
@@ -300,7 +302,7 @@ void CudaBackend::l2norm(const float* x, int64_t rows, int64_t dim, float eps, f
 
 void CudaBackend::l2norm_qk(float* q, float* k, int64_t rows, int64_t dim, float eps, float q_scale) {
   if (rows <= 0) return;
-  if (dim > kWarpRowMax || rows > 0x3fffffff) return Backend::l2norm_qk(q, k, rows, dim, eps, q_scale);
+  if (!fused_ops() || dim > kWarpRowMax || rows > 0x3fffffff) return Backend::l2norm_qk(q, k, rows, dim, eps, q_scale);
   bind();
   launch_small(l2norm_qk_kernel, blocks_for(2 * rows, kWarpRowsPerBlock), 32 * kWarpRowsPerBlock, 0, stream_, q, k, rows,
                dim, eps, q_scale);

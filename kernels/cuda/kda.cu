@@ -178,7 +178,7 @@ void CudaBackend::conv1d_silu(const float* x, int64_t T, int64_t C, const float*
 }
 
 void CudaBackend::conv1d_silu_many(const Conv1dCall* calls, size_t count, int64_t T, int64_t C, int64_t W) {
-  if (count > static_cast<size_t>(kConvCalls) || W < 1 || W > kMaxConvWidth) return Backend::conv1d_silu_many(calls, count, T, C, W);
+  if (!fused_ops() || count > static_cast<size_t>(kConvCalls) || W < 1 || W > kMaxConvWidth) return Backend::conv1d_silu_many(calls, count, T, C, W);
   if (T <= 0 || C <= 0 || count == 0) return;
   bind();
   ConvCalls cc{};

@@ -30,4 +30,11 @@ bool pdl_for(const void* kernel);
 bool attention_ilp();
 void attention_ilp_tune(int on);
 
+// Whether the fused ops run fused (CudaBackend's rmsnorm_kept, attn_res_norm, l2norm_qk, conv1d_silu_many:
+// the norms prepare their output for the decode matmuls, which skip their own preparation; each fused op
+// one launch): on by default; FERRY_FUSE=0 or fused_ops_tune(0) runs Backend's defaults, the ops one by one
+// as before they were fused (same bits).
+bool fused_ops();
+void fused_ops_tune(int on);
+
 }  // namespace ferry::cuda

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "io/errors.hpp"
+#include "kernels/model/kept_x.hpp"
 #include "kernels/model/model_ctx.hpp"
 
 namespace ferry {
@@ -240,20 +241,6 @@ std::vector<float> Model::forward(SeqState& s, std::span<const int32_t> ids, con
 }
 
 namespace {
-
-// The end of a Backend::rmsnorm_kept / attn_res_norm promise (nothing writes y meanwhile), also when
-// what reads y throws.
-class KeptX {
- public:
-  KeptX(Backend& be, const float* y) : be_(be), y_(y) {}
-  ~KeptX() { be_.drop_x(y_); }
-  KeptX(const KeptX&) = delete;
-  KeptX& operator=(const KeptX&) = delete;
-
- private:
-  Backend& be_;
-  const float* y_;
-};
 
 // Backend::set_prompt_pass for the duration of one pass (also when the pass throws).
 class PromptPassScope {

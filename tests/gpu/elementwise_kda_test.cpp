@@ -2,9 +2,6 @@
 #include <cmath>
 
 #include "tests/gpu/gpu_util.hpp"
-#if FERRY_WITH_CUDA
-#include "kernels/cuda/kda.cuh"
-#endif
 
 namespace ferry::test {
 namespace {

@@ -17,6 +17,7 @@
 #include "kernels/backend.hpp"
 #include "tests/kernels/cpu/test_util.hpp"
 #if FERRY_WITH_CUDA
+#include "kernels/cuda/kda.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/matmul_mma_launch.cuh"
 #include "kernels/cuda/switches.hpp"
@@ -77,6 +78,8 @@ struct AllSameBitsSwitches {
     cuda::matmul_mxt_xsmem_tune(on);
     cuda::matmul_f32_row1_tune(on);
     cuda::attention_ilp_tune(on);
+    cuda::fused_ops_tune(on);
+    cuda::kda_recurrent_reg_tune(on);
   }
 #endif
 };
