@@ -98,6 +98,15 @@ struct AttentionArgs {
 };
 
 // Activation of a routed expert's FFN (MODEL_SPEC.md §2): SiTU (K3) or SwiGLU.
+// A gated activation of two inputs (Backend::gate_kept): silu(a) * b, SiTU(a, b) (Backend::situ) or
+// a * sigmoid(b).
+enum class GateOp { swiglu, situ, sigmoid_mul };
+struct GateAct {
+  GateOp op = GateOp::swiglu;
+  float beta = 1.0f;  // SiTU only (Backend::situ's beta, lbeta)
+  float lbeta = 0.0f;
+};
+
 struct ExpertAct {
   bool situ = false;   // else SwiGLU
   float beta = 1.0f;   // SiTU only (Backend::situ's beta, lbeta)
@@ -317,7 +326,17 @@ class Backend {
     attn_res(vs_host, nv, w, T, D, eps, out);
     rmsnorm_kept(out, norm_w, T, D, norm_eps, y);
   }
-  // The end of rmsnorm_kept's / attn_res_norm's promise for y (y may be written again).
+  // y = act(a, b) over rows x cols (Backend::swiglu, situ or sigmoid_mul), kept as by rmsnorm_kept until
+  // drop_x(y) (CUDA: one launch that also prepares y for the decode matmuls).
+  virtual void gate_kept(const GateAct& act, const float* a, const float* b, int64_t rows, int64_t cols, float* y) {
+    const int64_t n = rows * cols;
+    switch (act.op) {
+      case GateOp::situ: situ(a, b, n, act.beta, act.lbeta, y); break;
+      case GateOp::sigmoid_mul: sigmoid_mul(a, b, n, y); break;
+      default: swiglu(a, b, n, y); break;
+    }
+  }
+  // The end of rmsnorm_kept's / attn_res_norm's / gate_kept's promise for y (y may be written again).
   virtual void drop_x(const float* y) { (void)y; }
 
   // ---- mixture of experts ---------------------------------------------------------------------------

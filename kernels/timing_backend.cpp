@@ -111,6 +111,10 @@ void TimingBackend::rmsnorm(const float* x, const float* w, int64_t r, int64_t d
 void TimingBackend::rmsnorm_kept(const float* x, const float* w, int64_t r, int64_t d, float e, float* y) {
   timed("rmsnorm", [&] { in_->rmsnorm_kept(x, w, r, d, e, y); });
 }
+void TimingBackend::gate_kept(const GateAct& act, const float* a, const float* b, int64_t r, int64_t c, float* y) {
+  static constexpr const char* kName[] = {"swiglu", "situ", "sigmoid_mul"};
+  timed(kName[static_cast<int>(act.op)], [&] { in_->gate_kept(act, a, b, r, c, y); });
+}
 void TimingBackend::layernorm(const float* x, const float* w, const float* b, int64_t r, int64_t d, float e, float* y) {
   timed("layernorm", [&] { in_->layernorm(x, w, b, r, d, e, y); });
 }

@@ -73,6 +73,7 @@ class TimingBackend final : public Backend {
   void rmsnorm(const float* x, const float* w, int64_t r, int64_t d, float e, float* y) override;
   void rmsnorm_kept(const float* x, const float* w, int64_t r, int64_t d, float e, float* y) override;
   void drop_x(const float* y) override { in_->drop_x(y); }
+  void gate_kept(const GateAct& act, const float* a, const float* b, int64_t r, int64_t c, float* y) override;
   void layernorm(const float* x, const float* w, const float* b, int64_t r, int64_t d, float e, float* y) override;
   void l2norm(const float* x, int64_t r, int64_t d, float e, float* y) override;
   void l2norm_qk(float* q, float* k, int64_t r, int64_t d, float e, float s) override;

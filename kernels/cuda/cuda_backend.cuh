@@ -63,6 +63,7 @@ class CudaBackend final : public Backend {
   void l2norm_qk(float* q, float* k, int64_t rows, int64_t dim, float eps, float q_scale) override;
   // One launch that also prepares y for the decode matmuls (xprep.cuh), kept until drop_x(y).
   void rmsnorm_kept(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y) override;
+  void gate_kept(const GateAct& act, const float* a, const float* b, int64_t rows, int64_t cols, float* y) override;
   void drop_x(const float* y) override;
   void layernorm(const float* x, const float* w, const float* b, int64_t rows, int64_t dim, float eps,
                  float* y) override;

@@ -4,6 +4,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_backend.cuh"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/gate_act.cuh"
 #include "kernels/cuda/switches.hpp"
 #include "kernels/cuda/xprep.cuh"
 #include "kernels/cuda/elementwise.cuh"
@@ -212,18 +213,13 @@ struct AxpyOp {
 struct SwigluOp {
   const float *g, *u;
   float* y;
-  __device__ void operator()(int64_t i) const { y[i] = mul(siluf_(g[i]), u[i]); }
+  __device__ void operator()(int64_t i) const { y[i] = swiglu_value(g[i], u[i]); }
 };
 struct SituOp {
   const float *g, *u;
   float beta, lbeta;
   float* y;
-  __device__ void operator()(int64_t i) const {
-    const float gv = g[i], uv = u[i];
-    const float gp = mul(mul(beta, tanhf(gv / beta)), sigmoidf_(gv));
-    const float up = lbeta > 0.0f ? mul(lbeta, tanhf(uv / lbeta)) : uv;
-    y[i] = mul(gp, up);
-  }
+  __device__ void operator()(int64_t i) const { y[i] = situ_value(g[i], u[i], beta, lbeta); }
 };
 struct AddRowsOp {
   const float *x, *b;
@@ -239,7 +235,7 @@ struct SigmoidOp {
 struct SigmoidMulOp {
   const float *x, *gate;
   float* y;
-  __device__ void operator()(int64_t i) const { y[i] = mul(x[i], sigmoidf_(gate[i])); }
+  __device__ void operator()(int64_t i) const { y[i] = sigmoid_mul_value(x[i], gate[i]); }
 };
 template <class F>
 void run_elementwise(int64_t n, const F& f, cudaStream_t st) {
@@ -346,6 +342,15 @@ void CudaBackend::swiglu(const float* g, const float* u, int64_t n, float* y) {
 void CudaBackend::situ(const float* g, const float* u, int64_t n, float beta, float lbeta, float* y) {
   bind();
   run_elementwise(n, SituOp{g, u, beta, lbeta, y}, stream_);
+}
+void CudaBackend::gate_kept(const GateAct& act, const float* a, const float* b, int64_t rows, int64_t cols, float* y) {
+  if (fused_ops() && !prompt_pass_ && rows > 0 && prep_gate_ok(a, b, y, cols)) {
+    bind();
+    prep_gate_into(act, a, b, rows, cols, y, keep_prepared(y, rows, cols), stream_);
+    return;
+  }
+  Backend::gate_kept(act, a, b, rows, cols, y);
+  if (fused_ops()) keep_x(y, rows, cols);
 }
 void CudaBackend::sigmoid(const float* x, int64_t n, float* y) {
   bind();

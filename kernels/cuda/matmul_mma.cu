@@ -7,6 +7,7 @@
 
 #include "io/errors.hpp"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/gate_act.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/matmul_dec.cuh"
 #include "kernels/cuda/matmul_mma.cuh"
@@ -62,43 +63,40 @@ __global__ void __launch_bounds__(kPrepThreads) prep_x_reg_kernel(const float* _
   const int nv = static_cast<int>(cols / 4);
   const float4* xr = reinterpret_cast<const float4*>(x + r * cols);
   float4 v[V];
-  float m = 0.0f;
 #pragma unroll
   for (int i = 0; i < V; ++i) {
     const int j = threadIdx.x + i * kPrepThreads;
     v[i] = j < nv ? __ldcg(xr + j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    m = fmaxf(m, fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)), fmaxf(fabsf(v[i].z), fabsf(v[i].w))));
   }
-  const int k = row_scale_exp(m);
-  const float up = __int_as_float((k + 127) << 23);
-  __half* hr = hi + r * cols;
-  __half* lr = lo ? lo + r * cols : nullptr;
-  // 4 elements 4j .. 4j + 3 as two half2: at 4j and 4j + 2, in the mx order at 2t and 8 + 2t of their 16
-  // (t = j & 3), in the mxt order at 8t + 4s and 8t + 4s + 2 of their 32 (s = (j >> 2) & 1).
-  const auto put = [order](__half* row, int j, __half a, __half b, __half c, __half d) {
-    const bool mx = order == XOrder::mx;
-    const int64_t p0 = mx                      ? 16 * (j >> 2) + 2 * (j & 3)
-                       : order == XOrder::mxt ? 32 * (j >> 3) + 8 * (j & 3) + 4 * ((j >> 2) & 1)
-                                              : 4 * j;
-    const int64_t p1 = mx ? p0 + 8 : p0 + 2;
-    *reinterpret_cast<__half2*>(row + p0) = __halves2half2(a, b);
-    *reinterpret_cast<__half2*>(row + p1) = __halves2half2(c, d);
-  };
+  xprep::write_row4<V>(v, cols, r, xprep::Out{hi, lo, inv, order});
+}
+
+// A gated activation (gate_act.cuh) of rows of a and b and its preparation in one pass, as act then
+// prep_x_reg_kernel: y (when not null) gets the activation's floats too.
+template <int V>
+__global__ void __launch_bounds__(kPrepThreads) prep_gate_kernel(GateAct act, const float* a, const float* b,
+                                                                 int64_t cols, float* y, xprep::Out out) {
+  dec::allow_dependents();
+  dec::grid_dependency_wait();
+  const int64_t r = blockIdx.x;
+  const int nv = static_cast<int>(cols / 4);
+  const float4* ar = reinterpret_cast<const float4*>(a + r * cols);
+  const float4* br = reinterpret_cast<const float4*>(b + r * cols);
+  float4* yr = y ? reinterpret_cast<float4*>(y + r * cols) : nullptr;
+  float4 v[V];
 #pragma unroll
   for (int i = 0; i < V; ++i) {
     const int j = threadIdx.x + i * kPrepThreads;
-    if (j >= nv) break;
-    const float a[4] = {v[i].x * up, v[i].y * up, v[i].z * up, v[i].w * up};
-    __half h[4], l[4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      h[q] = __float2half_rn(a[q]);
-      l[q] = __float2half_rn(a[q] - __half2float(h[q]));
+    if (j < nv) {
+      const float4 p = __ldcg(ar + j), q = __ldcg(br + j);
+      v[i] = make_float4(gate_value(act, p.x, q.x), gate_value(act, p.y, q.y), gate_value(act, p.z, q.z),
+                         gate_value(act, p.w, q.w));
+      if (yr) yr[j] = v[i];
+    } else {
+      v[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
-    put(hr, j, h[0], h[1], h[2], h[3]);
-    if (lr) put(lr, j, l[0], l[1], l[2], l[3]);
   }
-  if (threadIdx.x == 0) inv[r] = __int_as_float((127 - k) << 23);
+  xprep::write_row4<V>(v, cols, r, out);
 }
 
 constexpr int kPlainMW = 1;  // 128-row tiles (64 activation rows per group)
@@ -273,6 +271,38 @@ XPrep prep_x(const float* x, int64_t n, int64_t cols, void* buf, cudaStream_t st
       launch_small(prep_x_kernel, grid, kPrepThreads, 0, st, x, cols, hi, lo, inv, order);
   }
   return xprep::prepared(o, cols);
+}
+
+bool prep_gate_ok(const float* a, const float* b, const float* y, int64_t cols) {
+  const auto al = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
+  return cols % 16 == 0 && cols <= 40 * 4 * int64_t{kPrepThreads} && al(a) && al(b) && al(y);
+}
+
+XPrep prep_gate(const GateAct& act, const float* a, const float* b, int64_t n, int64_t cols, float* y, void* buf,
+                cudaStream_t st, bool both_levels, XOrder order) {
+  const xprep::Out o = xprep::prep_layout(buf, n, cols, both_levels, order);
+  prep_gate_into(act, a, b, n, cols, y, o, st);
+  return xprep::prepared(o, cols);
+}
+
+void prep_gate_into(const GateAct& act, const float* a, const float* b, int64_t n, int64_t cols, float* y,
+                    const xprep::Out& o, cudaStream_t st) {
+  if (!prep_gate_ok(a, b, y, cols)) throw LimitError("cuda prep_gate: rows of " + std::to_string(cols) + " columns or unaligned");
+  if (n <= 0) return;
+  const unsigned grid = static_cast<unsigned>(n);
+  const int64_t nv = cols / 4;
+  if (nv <= kPrepThreads)
+    launch_small(prep_gate_kernel<1>, grid, kPrepThreads, 0, st, act, a, b, cols, y, o);
+  else if (nv <= 2 * kPrepThreads)
+    launch_small(prep_gate_kernel<2>, grid, kPrepThreads, 0, st, act, a, b, cols, y, o);
+  else if (nv <= 4 * kPrepThreads)
+    launch_small(prep_gate_kernel<4>, grid, kPrepThreads, 0, st, act, a, b, cols, y, o);
+  else if (nv <= 8 * kPrepThreads)
+    launch_small(prep_gate_kernel<8>, grid, kPrepThreads, 0, st, act, a, b, cols, y, o);
+  else if (nv <= 16 * kPrepThreads)
+    launch_small(prep_gate_kernel<16>, grid, kPrepThreads, 0, st, act, a, b, cols, y, o);
+  else
+    launch_small(prep_gate_kernel<40>, grid, kPrepThreads, 0, st, act, a, b, cols, y, o);
 }
 
 void launch_matmul_mma(const Weight& w, const XPrep& xp, int64_t n, float* y, cudaStream_t st) {

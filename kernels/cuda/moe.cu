@@ -20,6 +20,8 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_backend.cuh"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/xprep.cuh"
+#include "kernels/cuda/switches.hpp"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/matmul_mma_launch.cuh"
 #include "kernels/cuda/moe.cuh"
@@ -206,8 +208,16 @@ void ffn_wave_tc(CudaBackend& be, const ExpertFfnArgs& a, const Launch* ls, size
     else
       launch_grouped_gate_up_dec(l.t, type, layout, xp, in, inter, s.g, s.u, st);
   }
-  expert_act(be, a.act, s.g, s.u, rows * a.inter);
-  const mma::XPrep ap = prep_x(s.g, rows, inter, act_buf, st, !prompt, x_order(type, prompt, layout));
+  // The activation and its preparation for the down projections in one launch (prep_gate), or one each.
+  const XOrder order = x_order(type, prompt, layout);
+  mma::XPrep ap;
+  if (fused_ops() && prep_gate_ok(s.g, s.u, nullptr, a.inter)) {
+    const GateAct act{a.act.situ ? GateOp::situ : GateOp::swiglu, a.act.beta, a.act.lbeta};
+    ap = prep_gate(act, s.g, s.u, rows, inter, nullptr, act_buf, st, !prompt, order);
+  } else {
+    expert_act(be, a.act, s.g, s.u, rows * a.inter);
+    ap = prep_x(s.g, rows, inter, act_buf, st, !prompt, order);
+  }
   for (const Launch& l : Span{ls, nls}) {
     if (prompt)
       launch_grouped_down_mma(l.t, type, layout, ap, in, inter, a.y, st);

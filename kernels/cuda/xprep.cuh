@@ -17,6 +17,7 @@ namespace ferry::cuda::xprep {
 
 constexpr int kThreads = 256;  // the block size of every kernel that prepares rows (row_scale_exp)
 
+#if defined(__CUDACC__)  // device code: the .cu files; cuda_backend.cuh (host code too) needs only Out
 // Position of element c of a row in the mx order (matmul_dec.cuh's Mx): within each 16 elements, 4t + j
 // goes to 2t + (j & 1) + 8 (j >> 1).
 __device__ __forceinline__ int64_t mx_pos(int64_t c) {
@@ -52,6 +53,8 @@ __device__ __forceinline__ int row_scale_exp(float m) {
   return max(-125, min(125, 15 - e));  // 2^k and 2^-k stay normal floats; max|x| < 2^128 needs k >= -113
 }
 
+#endif  // __CUDACC__
+
 // Where a kernel writes prepared rows (the layout prep_x writes into its buffer; hi == nullptr: none).
 struct Out {
   __half* hi = nullptr;
@@ -60,6 +63,7 @@ struct Out {
   XOrder order = XOrder::natural;
 };
 
+#if defined(__CUDACC__)
 // Row r (dim elements) prepared into o, from a block of kThreads threads where thread t holds element
 // t + k * kThreads in v[k]. Every thread of the block must call it (row_scale_exp synchronises).
 template <int K>
@@ -85,10 +89,72 @@ __device__ __forceinline__ void write_row(const float (&v)[K], int64_t dim, int6
   if (threadIdx.x == 0) o.inv[r] = __int_as_float((127 - e) << 23);
 }
 
+// Row r (cols elements, cols % 16 == 0) prepared into o, from a block of kThreads threads where thread t
+// holds float4 j = t + i * kThreads (elements 4j .. 4j + 3) in v[i] (prep_x's register kernel and the
+// fused ones after it). Every thread of the block must call it.
+template <int V>
+__device__ __forceinline__ void write_row4(const float4 (&v)[V], int64_t cols, int64_t r, const Out& o) {
+  const int nv = static_cast<int>(cols / 4);
+  float m = 0.0f;
+#pragma unroll
+  for (int i = 0; i < V; ++i)
+    m = fmaxf(m, fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)), fmaxf(fabsf(v[i].z), fabsf(v[i].w))));
+  const int k = row_scale_exp(m);
+  const float up = __int_as_float((k + 127) << 23);
+  __half* hr = o.hi + r * cols;
+  __half* lr = o.lo ? o.lo + r * cols : nullptr;
+  const XOrder order = o.order;
+  // 4 elements 4j .. 4j + 3 as two half2: at 4j and 4j + 2, in the mx order at 2t and 8 + 2t of their 16
+  // (t = j & 3), in the mxt order at 8t + 4s and 8t + 4s + 2 of their 32 (s = (j >> 2) & 1).
+  const auto put = [order](__half* row, int j, __half a, __half b, __half c, __half d) {
+    const bool mx = order == XOrder::mx;
+    const int64_t p0 = mx                      ? 16 * (j >> 2) + 2 * (j & 3)
+                       : order == XOrder::mxt ? 32 * (j >> 3) + 8 * (j & 3) + 4 * ((j >> 2) & 1)
+                                              : 4 * j;
+    const int64_t p1 = mx ? p0 + 8 : p0 + 2;
+    *reinterpret_cast<__half2*>(row + p0) = __halves2half2(a, b);
+    *reinterpret_cast<__half2*>(row + p1) = __halves2half2(c, d);
+  };
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const int j = threadIdx.x + i * kThreads;
+    if (j >= nv) break;
+    const float a[4] = {v[i].x * up, v[i].y * up, v[i].z * up, v[i].w * up};
+    __half h[4], l[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      h[q] = __float2half_rn(a[q]);
+      l[q] = __float2half_rn(a[q] - __half2float(h[q]));
+    }
+    put(hr, j, h[0], h[1], h[2], h[3]);
+    if (lr) put(lr, j, l[0], l[1], l[2], l[3]);
+  }
+  if (threadIdx.x == 0) o.inv[r] = __int_as_float((127 - k) << 23);
+}
+
+#endif  // __CUDACC__
+
 // Host side (matmul_mma.cu). Where prep_x puts n rows of cols in a buffer of mma_prep_bytes(n, cols): hi,
 // lo (both_levels, or under FERRY_MMA_LEVELS=2, the default) and inv.
 Out prep_layout(void* buf, int64_t n, int64_t cols, bool both_levels, XOrder order);
 // The matmuls' view of rows prepared into o.
 mma::XPrep prepared(const Out& o, int64_t cols);
+
+}  // namespace ferry::cuda::xprep
+
+namespace ferry::cuda {
+// Whether prep_gate takes rows of cols (cols % 16 == 0, at most 40,960) at a, b and y (y may be null): 16-byte
+// aligned.
+bool prep_gate_ok(const float* a, const float* b, const float* y, int64_t cols);
+// act(a, b) of n rows of cols (gate_act.cuh) prepared into buf as prep_x would prepare the activation (and
+// written to y unless y is null): one launch.
+mma::XPrep prep_gate(const GateAct& act, const float* a, const float* b, int64_t n, int64_t cols, float* y, void* buf,
+                     cudaStream_t st, bool both_levels, XOrder order);
+// The same into a place of xprep::prep_layout.
+void prep_gate_into(const GateAct& act, const float* a, const float* b, int64_t n, int64_t cols, float* y,
+                    const xprep::Out& o, cudaStream_t st);
+}  // namespace ferry::cuda
+
+namespace ferry::cuda::xprep {
 
 }  // namespace ferry::cuda::xprep

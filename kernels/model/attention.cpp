@@ -2,6 +2,7 @@
 #include <cmath>
 #include <iterator>
 
+#include "kernels/model/kept_x.hpp"
 #include "kernels/model/model_ctx.hpp"
 
 namespace ferry {
@@ -125,10 +126,13 @@ void Model::mixer_mla(int il, Ctx& c, const float* x, float* out) {
     uv.data = static_cast<const char*>(w.kv_b.data) + dn * static_cast<int64_t>(w.kv_b.row_bytes());
     be_.matmul_heads(uv, HeadsLayout{h, dn + dv, h * r, r, h * dv, dv}, ol, n, att);
   }
-  if (!w.gate.empty()) {  // K3 gated MLA: a *= sigmoid(x @ g_proj^T)
+  if (!w.gate.empty()) {  // K3 gated MLA: a *= sigmoid(x @ g_proj^T), kept for w.o
     Buf g(be_, static_cast<size_t>(n * h * dv), Buf::Uninit{});
     be_.matmul(w.gate, x, n, g);
-    be_.sigmoid_mul(att, g, n * h * dv, att);
+    be_.gate_kept(GateAct{GateOp::sigmoid_mul}, att, g, n, h * dv, att);
+    const KeptX kept(be_, att);
+    be_.matmul(w.o, att, n, out);
+    return;
   }
   be_.matmul(w.o, att, n, out);
 }

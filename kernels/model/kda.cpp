@@ -3,6 +3,7 @@
 #include <cmath>
 #include <iterator>
 
+#include "kernels/model/kept_x.hpp"
 #include "kernels/model/model_ctx.hpp"
 
 namespace ferry {
@@ -98,7 +99,8 @@ void Model::mixer_kda(int il, Ctx& c, const float* x, float* out) {
     be_.matmul(w.g_b, group ? tg : fa.get(), n, t);
   }
   be_.rmsnorm(o, w.o_norm, n * h, k, static_cast<float>(cfg_.rms_eps), o);
-  be_.sigmoid_mul(o, gate, static_cast<int64_t>(np), o);
+  be_.gate_kept(GateAct{GateOp::sigmoid_mul}, o, gate, n, p, o);  // o *= sigmoid(gate), kept for w.o
+  const KeptX kept(be_, o);
   be_.matmul(w.o, o, n, out);
 }
 

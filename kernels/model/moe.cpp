@@ -15,11 +15,11 @@ void Model::mlp(const MlpWeights& w, const float* x, int64_t n, float* out) {
   Buf g(be_, ni, Buf::Uninit{}), u(be_, ni, Buf::Uninit{});
   const MatmulOut outs[] = {{&w.gate, g}, {&w.up, u}};
   be_.matmul_group(outs, std::size(outs), x, n);
+  GateAct act;
   if (cfg_.act == Activation::situ)
-    be_.situ(g, u, static_cast<int64_t>(ni), static_cast<float>(cfg_.situ_beta),
-             static_cast<float>(cfg_.situ_linear_beta), g);
-  else
-    be_.swiglu(g, u, static_cast<int64_t>(ni), g);
+    act = {GateOp::situ, static_cast<float>(cfg_.situ_beta), static_cast<float>(cfg_.situ_linear_beta)};
+  be_.gate_kept(act, g, u, n, w.gate.rows, g);  // the activation kept for the down projection
+  const KeptX kept(be_, g);
   be_.matmul(w.down, g, n, out);
 }
 

@@ -1121,5 +1121,43 @@ TEST_F(Ops, KeptNormOutputGivesEveryMatmulTheBitsOfTheUnfusedOps) {
   }
 }
 
+// Backend::gate_kept (CUDA: the activation and its preparation for the decode matmuls in one launch)
+// gives the activation's bits and the matmul after it the bits of swiglu / situ / sigmoid_mul then the
+// matmul, at 1 and 16 rows, for rows the fused kernel takes (2048, 12288; 992: a q8_0 weight in rows) and
+// unaligned ones (the ops one by one).
+TEST_F(Ops, GateKeptGivesTheBitsOfTheActivationThenTheMatmul) {
+  const GateAct acts[] = {{GateOp::swiglu}, {GateOp::situ, 1.5f, 2.0f}, {GateOp::situ, 3.0f, 0.0f},
+                          {GateOp::sigmoid_mul}};
+  for (const int64_t cols : {int64_t{2048}, int64_t{12288}, int64_t{992}})
+    for (const int64_t shift : {int64_t{0}, int64_t{1}}) {
+      const auto bytes = random_weight(WType::q8_0, 256, cols, 95);
+      auto wb = both_bytes(bytes.data(), bytes.size());
+      Weight w{WType::q8_0, 256, cols, wb->g};
+      gpu().prepare_matmul_weight(w);
+      for (const int64_t n : {int64_t{1}, int64_t{16}})
+        for (const GateAct& act : acts) {
+          const size_t nc = static_cast<size_t>(n * cols);
+          auto a = both(random_floats(nc + 1, 96, -4, 4)), b = both(random_floats(nc + 1, 97, -4, 4));
+          auto y_ref = poisoned_pair(nc + 1), y = poisoned_pair(nc + 1);
+          auto o_ref = poisoned_pair(static_cast<size_t>(n * 256)), o = poisoned_pair(static_cast<size_t>(n * 256));
+          // shift 1: every row one float off 16-byte alignment
+          const float *ag = a.gpu() + shift, *bg = b.gpu() + shift;
+          float *yr = y_ref.gpu() + shift, *yg = y.gpu() + shift;
+          if (act.op == GateOp::situ) gpu().situ(ag, bg, n * cols, act.beta, act.lbeta, yr);
+          else if (act.op == GateOp::swiglu) gpu().swiglu(ag, bg, n * cols, yr);
+          else gpu().sigmoid_mul(ag, bg, n * cols, yr);
+          gpu().matmul(w, yr, n, o_ref.gpu());
+          gpu().gate_kept(act, ag, bg, n, cols, yg);
+          gpu().matmul(w, yg, n, o.gpu());
+          gpu().drop_x(yg);
+          const std::string what = "gate_kept op " + std::to_string(static_cast<int>(act.op)) + " " +
+                                   std::to_string(n) + "x" + std::to_string(cols) + (shift ? " unaligned" : "");
+          const auto g = [&](const Pair& p) { return get(gpu(), p.gpu(), p.g.size()); };
+          EXPECT_TRUE(bits_equal((what + " y").c_str(), g(y_ref), g(y))) << what;
+          EXPECT_TRUE(bits_equal((what + " matmul").c_str(), g(o_ref), g(o))) << what;
+        }
+    }
+}
+
 }  // namespace
 }  // namespace ferry::test
