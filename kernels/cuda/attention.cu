@@ -274,12 +274,23 @@ __global__ void __launch_bounds__(kResThreads)
     const int64_t d = threadIdx.x + static_cast<int64_t>(k) * kResThreads;
     wv[k] = d < D ? w[d] : 0.0f;
   }
-  for (int s = 0; s < nv; ++s) {
-    const float* v = in.v[s] + t * D;
+  // Input s + 1 is loaded while input s is reduced (two block_sums, each a barrier).
+  float nx[kResRegs];
 #pragma unroll
-    for (int k = 0; k < kResRegs; ++k) {
-      const int64_t d = threadIdx.x + static_cast<int64_t>(k) * kResThreads;
-      o[k] = d < D ? v[d] : 0.0f;
+  for (int k = 0; k < kResRegs; ++k) {
+    const int64_t d = threadIdx.x + static_cast<int64_t>(k) * kResThreads;
+    nx[k] = d < D ? in.v[0][t * D + d] : 0.0f;
+  }
+  for (int s = 0; s < nv; ++s) {
+#pragma unroll
+    for (int k = 0; k < kResRegs; ++k) o[k] = nx[k];
+    if (s + 1 < nv) {
+      const float* v = in.v[s + 1] + t * D;
+#pragma unroll
+      for (int k = 0; k < kResRegs; ++k) {
+        const int64_t d = threadIdx.x + static_cast<int64_t>(k) * kResThreads;
+        nx[k] = d < D ? v[d] : 0.0f;
+      }
     }
     double ss = 0.0;
 #pragma unroll
@@ -306,8 +317,14 @@ __global__ void __launch_bounds__(kResThreads)
     for (int s = 0; s < nv; ++s) p[s] = p[s] / sum;
   }
   __syncthreads();
+  // The norm's weight now, with the inputs of the mix: a load after the stores below would wait for them
+  // (out and y might alias nw).
 #pragma unroll
-  for (int k = 0; k < kResRegs; ++k) o[k] = 0.0f;
+  for (int k = 0; k < kResRegs; ++k) {
+    const int64_t d = threadIdx.x + static_cast<int64_t>(k) * kResThreads;
+    wv[k] = d < D && nw ? nw[d] : 0.0f;
+    o[k] = 0.0f;
+  }
   for (int s = 0; s < nv; ++s) {
     const float* v = in.v[s] + t * D;
     const float ps = p[s];
@@ -317,7 +334,7 @@ __global__ void __launch_bounds__(kResThreads)
       if (d < D) o[k] = add(o[k], mul(ps, v[d]));
     }
   }
-  // The norm (rmsnorm_kernel's register path); wv now holds the norm's weight.
+  // The norm (rmsnorm_kernel's register path); wv holds the norm's weight.
   double ss = 0.0;
 #pragma unroll
   for (int k = 0; k < kResRegs; ++k) {
@@ -326,7 +343,6 @@ __global__ void __launch_bounds__(kResThreads)
       out[t * D + d] = o[k];
       ss += static_cast<double>(o[k]) * o[k];
     }
-    wv[k] = d < D && nw ? nw[d] : 0.0f;
   }
   ss = block_sum(ss, sh);
   const auto inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(D) + neps));

@@ -116,6 +116,10 @@ bool fused_ops() {
   return switch_on(g_fused, env);
 }
 void fused_ops_tune(int on) { g_fused = on; }
+bool fused_gate() {
+  static const bool env = env_switch("FERRY_FUSE_GATE", true);
+  return env && fused_ops();
+}
 
 bool is_device_pointer(const void* p) {
   cudaPointerAttributes a{};

@@ -344,7 +344,7 @@ void CudaBackend::situ(const float* g, const float* u, int64_t n, float beta, fl
   run_elementwise(n, SituOp{g, u, beta, lbeta, y}, stream_);
 }
 void CudaBackend::gate_kept(const GateAct& act, const float* a, const float* b, int64_t rows, int64_t cols, float* y) {
-  if (fused_ops() && !prompt_pass_ && rows > 0 && prep_gate_ok(a, b, y, cols)) {
+  if (fused_gate() && !prompt_pass_ && rows > 0 && prep_gate_ok(a, b, y, cols)) {
     bind();
     prep_gate_into(act, a, b, rows, cols, y, keep_prepared(y, rows, cols), stream_);
     return;

@@ -211,7 +211,7 @@ void ffn_wave_tc(CudaBackend& be, const ExpertFfnArgs& a, const Launch* ls, size
   // The activation and its preparation for the down projections in one launch (prep_gate), or one each.
   const XOrder order = x_order(type, prompt, layout);
   mma::XPrep ap;
-  if (fused_ops() && prep_gate_ok(s.g, s.u, nullptr, a.inter)) {
+  if (fused_gate() && prep_gate_ok(s.g, s.u, nullptr, a.inter)) {
     const GateAct act{a.act.situ ? GateOp::situ : GateOp::swiglu, a.act.beta, a.act.lbeta};
     ap = prep_gate(act, s.g, s.u, rows, inter, nullptr, act_buf, st, !prompt, order);
   } else {

@@ -36,5 +36,8 @@ void attention_ilp_tune(int on);
 // as before they were fused (same bits).
 bool fused_ops();
 void fused_ops_tune(int on);
+// Of those, the gated activations fused with the preparation (gate_kept, the experts' activation; a block
+// per row): FERRY_FUSE_GATE=0 runs them as two launches while the others stay fused.
+bool fused_gate();
 
 }  // namespace ferry::cuda

@@ -143,8 +143,9 @@ mma::XPrep prepared(const Out& o, int64_t cols);
 }  // namespace ferry::cuda::xprep
 
 namespace ferry::cuda {
-// Whether prep_gate takes rows of cols (cols % 16 == 0, at most 40,960) at a, b and y (y may be null): 16-byte
-// aligned.
+// Whether prep_gate takes rows of cols (cols % 16 == 0, at most 16,384: a row is one block's registers, and
+// longer rows are better served by an element-wise launch over every SM, then prep_x; a dense FFN's
+// 18,432 took 126 us on one SM) at a, b and y (y may be null): 16-byte aligned.
 bool prep_gate_ok(const float* a, const float* b, const float* y, int64_t cols);
 // act(a, b) of n rows of cols (gate_act.cuh) prepared into buf as prep_x would prepare the activation (and
 // written to y unless y is null): one launch.
