@@ -54,8 +54,8 @@ fi
 # (FERRY_MXT_XSMEM=1: the expert down projections' x staged in shared memory per block; same bits), nofuse
 # (FERRY_FUSE=0: the fused ops of 2026-12-03 one by one, as before: norms that prepare the decode matmuls'
 # x, AttnRes + norm, KDA's q/k norms and convolutions; same bits), nokreg (FERRY_KDA_REG=0: the decode delta
-# rule's state in shared memory instead of registers; same bits), nogate (FERRY_FUSE_GATE=0: of the fused
-# ops, the gated activations and their preparation as two launches; same bits).
+# rule's state in shared memory instead of registers; same bits), gate (FERRY_FUSE_GATE=1: the gated
+# activations and their preparation in one launch too, off by default; same bits).
 arm_env() {
   case $1 in
     cores) echo FERRY_DEC_MMA=0;; auto) echo FERRY_DEC_MMA=auto;; dec) echo FERRY_DEC_MMA=1;; dec4) echo FERRY_DEC_MMA=1 FERRY_DEC_KB=4;;
@@ -65,7 +65,7 @@ arm_env() {
     early) echo FERRY_Q8T_EARLY=1;; pdl) echo FERRY_PDL=1;; ilp) echo FERRY_ATTN_ILP=1;;
     next) echo "FERRY_Q8T_ONE_LAUNCH=1 FERRY_F32_ROW1=1 FERRY_Q8T_EARLY=1 FERRY_PDL=1 FERRY_ATTN_ILP=1";;
     nopdl) echo FERRY_PDL=0;; gsplit) echo FERRY_Q8T_GROUP_SPLIT=1;; xsmem) echo FERRY_MXT_XSMEM=1;;
-    nofuse) echo FERRY_FUSE=0;; nogate) echo FERRY_FUSE_GATE=0;; nokreg) echo FERRY_KDA_REG=0;;
+    nofuse) echo FERRY_FUSE=0;; gate) echo FERRY_FUSE_GATE=1;; nokreg) echo FERRY_KDA_REG=0;;
     pdl-*) echo FERRY_PDL=1 FERRY_PDL_ONLY=${1#pdl-};;
   esac
 }

@@ -116,10 +116,12 @@ bool fused_ops() {
   return switch_on(g_fused, env);
 }
 void fused_ops_tune(int on) { g_fused = on; }
+int g_fused_gate = -1;  // fused_gate_tune
 bool fused_gate() {
-  static const bool env = env_switch("FERRY_FUSE_GATE", true);
-  return env && fused_ops();
+  static const bool env = env_switch("FERRY_FUSE_GATE", false);
+  return switch_on(g_fused_gate, env) && fused_ops();
 }
+void fused_gate_tune(int on) { g_fused_gate = on; }
 
 bool is_device_pointer(const void* p) {
   cudaPointerAttributes a{};

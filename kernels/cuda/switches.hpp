@@ -37,7 +37,11 @@ void attention_ilp_tune(int on);
 bool fused_ops();
 void fused_ops_tune(int on);
 // Of those, the gated activations fused with the preparation (gate_kept, the experts' activation; a block
-// per row): FERRY_FUSE_GATE=0 runs them as two launches while the others stay fused.
+// per row): off by default (FERRY_FUSE_GATE=1 or fused_gate_tune(1) turns it on while fused_ops() holds).
+// Its first version measured slower on the H200 (2026-12-03: a block per row waited for its loads one by one
+// behind its stores, 13 us for a 12,288-column row, 126 us for a dense FFN's); the version with every load
+// first is unmeasured.
 bool fused_gate();
+void fused_gate_tune(int on);
 
 }  // namespace ferry::cuda

@@ -79,6 +79,7 @@ struct AllSameBitsSwitches {
     cuda::matmul_f32_row1_tune(on);
     cuda::attention_ilp_tune(on);
     cuda::fused_ops_tune(on);
+    cuda::fused_gate_tune(on);
     cuda::kda_recurrent_reg_tune(on);
   }
 #endif

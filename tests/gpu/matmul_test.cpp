@@ -1126,6 +1126,7 @@ TEST_F(Ops, KeptNormOutputGivesEveryMatmulTheBitsOfTheUnfusedOps) {
 // matmul, at 1 and 16 rows, for rows the fused kernel takes (2048, 12288; 992: a q8_0 weight in rows) and
 // unaligned ones (the ops one by one).
 TEST_F(Ops, GateKeptGivesTheBitsOfTheActivationThenTheMatmul) {
+  cuda::fused_gate_tune(1);  // the fused kernel, off by default
   const GateAct acts[] = {{GateOp::swiglu}, {GateOp::situ, 1.5f, 2.0f}, {GateOp::situ, 3.0f, 0.0f},
                           {GateOp::sigmoid_mul}};
   for (const int64_t cols : {int64_t{2048}, int64_t{12288}, int64_t{992}})
@@ -1157,6 +1158,7 @@ TEST_F(Ops, GateKeptGivesTheBitsOfTheActivationThenTheMatmul) {
           EXPECT_TRUE(bits_equal((what + " matmul").c_str(), g(o_ref), g(o))) << what;
         }
     }
+  cuda::fused_gate_tune(-1);
 }
 
 }  // namespace
