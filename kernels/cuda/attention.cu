@@ -223,23 +223,25 @@ __global__ void attn_res_scores_kernel(const float* const* vs, int64_t nv, const
   if (threadIdx.x == 0) scores[t * nv + s] = static_cast<float>(sc);
 }
 
+// AttnRes's softmax of one row's nv scores into p (p may be sc), by one thread, in the CPU's order.
+__device__ __forceinline__ void res_softmax(const float* sc, int64_t nv, float* p) {
+  float mx = -INFINITY;
+  for (int64_t s = 0; s < nv; ++s) mx = fmaxf(mx, sc[s]);
+  float sum = 0.0f;
+  for (int64_t s = 0; s < nv; ++s) {
+    p[s] = expf(__fsub_rn(sc[s], mx));
+    sum = add(sum, p[s]);
+  }
+  for (int64_t s = 0; s < nv; ++s) p[s] = p[s] / sum;
+}
+
 __global__ void attn_res_mix_kernel(const float* const* vs, int64_t nv, const float* scores, int64_t D, float* out) {
   pdl_begin();
   extern __shared__ float p[];  // nv weights, then nv pointers
   const float** vp = reinterpret_cast<const float**>(p + ((nv + 1) & ~int64_t{1}));
   const int64_t t = blockIdx.y;
   for (int64_t s = threadIdx.x; s < nv; s += blockDim.x) vp[s] = vs[s] + t * D;
-  if (threadIdx.x == 0) {
-    const float* sc = scores + t * nv;
-    float mx = -INFINITY;
-    for (int64_t s = 0; s < nv; ++s) mx = fmaxf(mx, sc[s]);
-    float sum = 0.0f;
-    for (int64_t s = 0; s < nv; ++s) {
-      p[s] = expf(__fsub_rn(sc[s], mx));
-      sum = add(sum, p[s]);
-    }
-    for (int64_t s = 0; s < nv; ++s) p[s] = p[s] / sum;
-  }
+  if (threadIdx.x == 0) res_softmax(scores + t * nv, nv, p);
   __syncthreads();
   const int64_t d = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (d >= D) return;
@@ -306,16 +308,7 @@ __global__ void __launch_bounds__(kResThreads)
     if (threadIdx.x == 0) p[s] = static_cast<float>(sc);
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    float mx = -INFINITY;
-    for (int s = 0; s < nv; ++s) mx = fmaxf(mx, p[s]);
-    float sum = 0.0f;
-    for (int s = 0; s < nv; ++s) {
-      p[s] = expf(__fsub_rn(p[s], mx));
-      sum = add(sum, p[s]);
-    }
-    for (int s = 0; s < nv; ++s) p[s] = p[s] / sum;
-  }
+  if (threadIdx.x == 0) res_softmax(p, nv, p);
   __syncthreads();
   // The norm's weight now, with the inputs of the mix: a load after the stores below would wait for them
   // (out and y might alias nw).

@@ -193,13 +193,9 @@ void Model::moe(int il, Ctx& c, const float* x, float* out) {
   Buf acc(be_, static_cast<size_t>(n * in), Buf::Uninit{});  // moe_combine overwrites it
   be_.moe_combine(y, wts.data(), n, k, in, acc);
   if (cfg_.moe.latent_dim > 0) {
-    if (cfg_.moe.latent_norm) {
-      be_.rmsnorm_kept(acc, w.latent_norm, n, in, static_cast<float>(cfg_.rms_eps), acc);
-      const KeptX kept(be_, acc);
-      be_.matmul(w.latent_up, acc, n, out);
-    } else {
-      be_.matmul(w.latent_up, acc, n, out);
-    }
+    if (cfg_.moe.latent_norm) be_.rmsnorm_kept(acc, w.latent_norm, n, in, static_cast<float>(cfg_.rms_eps), acc);
+    const KeptX kept(be_, acc);  // dropping an x never kept changes nothing
+    be_.matmul(w.latent_up, acc, n, out);
   } else {
     be_.copy(out, acc, static_cast<size_t>(n * d) * sizeof(float));
   }
