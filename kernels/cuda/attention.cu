@@ -9,6 +9,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_backend.cuh"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/row_norm.cuh"
 #include "kernels/cuda/switches.hpp"
 #include "kernels/cuda/xprep.cuh"
 
@@ -162,77 +163,22 @@ __global__ void indexer_scores_kernel(const float* q, const float* k, const floa
   if (lane == 0) score[t * L + s] = acc;
 }
 
-// Attention residuals in two launches, so a decode row (T = 1) is spread over many SMs instead of one
-// block walking nv x 7168 floats with one load in flight. Scores: block (s, t) reduces vs[s] row t (the
-// same block_sum over 256 threads as before, with loads four at a time in the same order); mix: block
-// (d-chunk, t) takes the softmax of row t's nv scores (thread 0, in order s) and sums the vectors.
-__device__ __forceinline__ double strided_sum_res(const float* v, const float* w, float inv, int64_t D, bool second) {
-  double s = 0.0;
-  const int64_t bd = blockDim.x;
-  int64_t d = threadIdx.x;
-  auto f = [&](int64_t i) {
-    return second ? static_cast<double>(mul(v[i], inv)) * w[i] : static_cast<double>(v[i]) * v[i];
-  };
-  for (; d + 3 * bd < D; d += 4 * bd) {
-    const double a = f(d), b = f(d + bd), c = f(d + 2 * bd), e = f(d + 3 * bd);
-    s += a;
-    s += b;
-    s += c;
-    s += e;
-  }
-  for (; d < D; d += bd) s += f(d);
-  return s;
-}
-
-constexpr int kResRegs = 32;  // rows of up to 32 x 256 floats are held in registers (one round of loads)
-
+// Attention residuals where row_norm.cu's cluster kernel does not take them (more than rownorm::kMaxInputs
+// inputs, rows longer than rownorm::kMaxDim, or FERRY_ROW_CLUSTER=0), in two launches. Scores: block (s, t) reduces vs[s] row t
+// in the part order (row_norm.cuh), as the cluster kernel does; mix: block (d-chunk, t) takes the softmax
+// of row t's nv scores (thread 0, in order s) and sums the vectors.
 __global__ void attn_res_scores_kernel(const float* const* vs, int64_t nv, const float* w, int64_t D, float eps,
                                        float* scores) {
   pdl_begin();
   __shared__ double sh[32];
   const int64_t s = blockIdx.x, t = blockIdx.y;
   const float* v = vs[s] + t * D;
-  if (D <= kResRegs * static_cast<int64_t>(blockDim.x)) {
-    // Element k of this thread is d = threadIdx.x + k * blockDim.x: strided_sum_res's order.
-    float vv[kResRegs], wv[kResRegs];
-#pragma unroll
-    for (int k = 0; k < kResRegs; ++k) {
-      const int64_t d = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-      vv[k] = d < D ? v[d] : 0.0f;
-      wv[k] = d < D ? w[d] : 0.0f;
-    }
-    double ss = 0.0;
-#pragma unroll
-    for (int k = 0; k < kResRegs; ++k)
-      if (threadIdx.x + static_cast<int64_t>(k) * blockDim.x < D) ss += static_cast<double>(vv[k]) * vv[k];
-    ss = block_sum(ss, sh);
-    const auto inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(D) + eps));
-    double sc = 0.0;
-#pragma unroll
-    for (int k = 0; k < kResRegs; ++k)
-      if (threadIdx.x + static_cast<int64_t>(k) * blockDim.x < D) sc += static_cast<double>(mul(vv[k], inv)) * wv[k];
-    sc = block_sum(sc, sh);
-    if (threadIdx.x == 0) scores[t * nv + s] = static_cast<float>(sc);
-    return;
-  }
-  double ss = strided_sum_res(v, w, 0.0f, D, false);
-  ss = block_sum(ss, sh);
+  const double ss =
+      rownorm::part_order_sum(D, [&](int64_t i) { return static_cast<double>(v[i]) * v[i]; }, sh);
   const auto inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(D) + eps));
-  double sc = strided_sum_res(v, w, inv, D, true);
-  sc = block_sum(sc, sh);
+  const double sc =
+      rownorm::part_order_sum(D, [&](int64_t i) { return static_cast<double>(mul(v[i], inv)) * w[i]; }, sh);
   if (threadIdx.x == 0) scores[t * nv + s] = static_cast<float>(sc);
-}
-
-// AttnRes's softmax of one row's nv scores into p (p may be sc), by one thread, in the CPU's order.
-__device__ __forceinline__ void res_softmax(const float* sc, int64_t nv, float* p) {
-  float mx = -INFINITY;
-  for (int64_t s = 0; s < nv; ++s) mx = fmaxf(mx, sc[s]);
-  float sum = 0.0f;
-  for (int64_t s = 0; s < nv; ++s) {
-    p[s] = expf(__fsub_rn(sc[s], mx));
-    sum = add(sum, p[s]);
-  }
-  for (int64_t s = 0; s < nv; ++s) p[s] = p[s] / sum;
 }
 
 __global__ void attn_res_mix_kernel(const float* const* vs, int64_t nv, const float* scores, int64_t D, float* out) {
@@ -241,111 +187,13 @@ __global__ void attn_res_mix_kernel(const float* const* vs, int64_t nv, const fl
   const float** vp = reinterpret_cast<const float**>(p + ((nv + 1) & ~int64_t{1}));
   const int64_t t = blockIdx.y;
   for (int64_t s = threadIdx.x; s < nv; s += blockDim.x) vp[s] = vs[s] + t * D;
-  if (threadIdx.x == 0) res_softmax(scores + t * nv, nv, p);
+  if (threadIdx.x == 0) rownorm::res_softmax(scores + t * nv, nv, p);
   __syncthreads();
   const int64_t d = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (d >= D) return;
   float o = 0.0f;
   for (int64_t s = 0; s < nv; ++s) o = add(o, mul(p[s], vp[s][d]));
   out[t * D + d] = o;
-}
-
-// attn_res and the rmsnorm of its output in one launch, one block of kResThreads per row (D <= kResRegs *
-// kResThreads, nv <= kResInputs): the same arithmetic in the same order as attn_res_scores_kernel's register
-// path (each input's two sums by this block's block_sum), attn_res_mix_kernel (softmax by thread 0, the mix in
-// increasing s) and rmsnorm_kernel's register path, so the same bits, with the row in registers from the
-// mix to the norm and the norm's output prepared for the decode matmuls (xprep.cuh) when prep.hi is set.
-// The inputs' pointers come in the launch's parameters: no staged pointer table (a copy before the launch,
-// and a plain launch after it).
-constexpr int kResThreads = 256;
-constexpr int kResInputs = 32;
-struct ResInputs {
-  const float* v[kResInputs];
-};
-
-__global__ void __launch_bounds__(kResThreads)
-    attn_res_norm_kernel(const __grid_constant__ ResInputs in, int nv, const float* w, int64_t D, float eps, float* out,
-                         const float* nw, float neps, float* y, xprep::Out prep) {
-  pdl_begin();
-  __shared__ double sh[32];
-  __shared__ float p[kResInputs];
-  const int64_t t = blockIdx.x;
-  float wv[kResRegs], o[kResRegs];
-#pragma unroll
-  for (int k = 0; k < kResRegs; ++k) {
-    const int64_t d = threadIdx.x + static_cast<int64_t>(k) * kResThreads;
-    wv[k] = d < D ? w[d] : 0.0f;
-  }
-  // Input s + 1 is loaded while input s is reduced (two block_sums, each a barrier).
-  float nx[kResRegs];
-#pragma unroll
-  for (int k = 0; k < kResRegs; ++k) {
-    const int64_t d = threadIdx.x + static_cast<int64_t>(k) * kResThreads;
-    nx[k] = d < D ? in.v[0][t * D + d] : 0.0f;
-  }
-  for (int s = 0; s < nv; ++s) {
-#pragma unroll
-    for (int k = 0; k < kResRegs; ++k) o[k] = nx[k];
-    if (s + 1 < nv) {
-      const float* v = in.v[s + 1] + t * D;
-#pragma unroll
-      for (int k = 0; k < kResRegs; ++k) {
-        const int64_t d = threadIdx.x + static_cast<int64_t>(k) * kResThreads;
-        nx[k] = d < D ? v[d] : 0.0f;
-      }
-    }
-    double ss = 0.0;
-#pragma unroll
-    for (int k = 0; k < kResRegs; ++k)
-      if (threadIdx.x + static_cast<int64_t>(k) * kResThreads < D) ss += static_cast<double>(o[k]) * o[k];
-    ss = block_sum(ss, sh);
-    const auto inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(D) + eps));
-    double sc = 0.0;
-#pragma unroll
-    for (int k = 0; k < kResRegs; ++k)
-      if (threadIdx.x + static_cast<int64_t>(k) * kResThreads < D) sc += static_cast<double>(mul(o[k], inv)) * wv[k];
-    sc = block_sum(sc, sh);
-    if (threadIdx.x == 0) p[s] = static_cast<float>(sc);
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) res_softmax(p, nv, p);
-  __syncthreads();
-  // The norm's weight now, with the inputs of the mix: a load after the stores below would wait for them
-  // (out and y might alias nw).
-#pragma unroll
-  for (int k = 0; k < kResRegs; ++k) {
-    const int64_t d = threadIdx.x + static_cast<int64_t>(k) * kResThreads;
-    wv[k] = d < D && nw ? nw[d] : 0.0f;
-    o[k] = 0.0f;
-  }
-  for (int s = 0; s < nv; ++s) {
-    const float* v = in.v[s] + t * D;
-    const float ps = p[s];
-#pragma unroll
-    for (int k = 0; k < kResRegs; ++k) {
-      const int64_t d = threadIdx.x + static_cast<int64_t>(k) * kResThreads;
-      if (d < D) o[k] = add(o[k], mul(ps, v[d]));
-    }
-  }
-  // The norm (rmsnorm_kernel's register path); wv holds the norm's weight.
-  double ss = 0.0;
-#pragma unroll
-  for (int k = 0; k < kResRegs; ++k) {
-    const int64_t d = threadIdx.x + static_cast<int64_t>(k) * kResThreads;
-    if (d < D) {
-      out[t * D + d] = o[k];
-      ss += static_cast<double>(o[k]) * o[k];
-    }
-  }
-  ss = block_sum(ss, sh);
-  const auto inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(D) + neps));
-#pragma unroll
-  for (int k = 0; k < kResRegs; ++k) {
-    const int64_t d = threadIdx.x + static_cast<int64_t>(k) * kResThreads;
-    o[k] = nw ? mul(mul(o[k], inv), wv[k]) : mul(o[k], inv);
-    if (d < D) y[t * D + d] = o[k];
-  }
-  if (prep.hi) xprep::write_row(o, D, t, prep);
 }
 
 }  // namespace
@@ -437,24 +285,44 @@ void CudaBackend::indexer_topk(const float* q, const float* k, const float* w, i
 
 void CudaBackend::attn_res_norm(const float* const* vs_host, int64_t nv, const float* w, int64_t T, int64_t D,
                                 float eps, float* out, const float* norm_w, float norm_eps, float* y) {
-  static_assert(kResThreads == xprep::kThreads, "the norm's rows are prepared by its own block");
+  static_assert(rownorm::kThreads == xprep::kThreads, "the norm's rows are prepared by its own blocks");
   if (T <= 0 || nv <= 0) return;
-  if (!fused_ops() || nv > kResInputs || D > kResRegs * int64_t{kResThreads} || T > 0x7fffffff) {
+  if (!fused_ops() || !rownorm::takes(D, nv)) {
     Backend::attn_res_norm(vs_host, nv, w, T, D, eps, out, norm_w, norm_eps, y);
     return;
   }
   bind();
-  ResInputs in{};
-  for (int64_t s = 0; s < nv; ++s) in.v[s] = vs_host[s];
-  const xprep::Out o = prompt_pass_ ? xprep::Out{} : keep_prepared(y, T, D);
+  rownorm::Call c;
+  for (int64_t s = 0; s < nv; ++s) c.in.v[s] = vs_host[s];
+  c.nv = static_cast<int>(nv);
+  c.res_w = w;
+  c.res_eps = eps;
+  c.res_out = out;
+  c.norm = true;
+  c.norm_w = norm_w;
+  c.norm_eps = norm_eps;
+  c.y = y;
+  c.dim = D;
+  c.prep = prompt_pass_ ? xprep::Out{} : keep_prepared(y, T, D);
   if (prompt_pass_) keep_x(y, T, D);
-  launch_small(attn_res_norm_kernel, static_cast<unsigned>(T), kResThreads, 0, stream_, in, static_cast<int>(nv), w, D,
-               eps, out, norm_w, norm_eps, y, o);
+  rownorm::launch(c, T, stream_);
 }
 
 void CudaBackend::attn_res(const float* const* vs_host, int64_t nv, const float* w, int64_t T, int64_t D, float eps,
                            float* out) {
   if (T <= 0 || nv <= 0) return;
+  if (rownorm::takes(D, nv)) {
+    bind();
+    rownorm::Call c;
+    for (int64_t s = 0; s < nv; ++s) c.in.v[s] = vs_host[s];
+    c.nv = static_cast<int>(nv);
+    c.res_w = w;
+    c.res_eps = eps;
+    c.res_out = out;
+    c.dim = D;
+    rownorm::launch(c, T, stream_);
+    return;
+  }
   if (nv > 4096) throw LimitError("cuda attn_res: " + std::to_string(nv) + " inputs (max 4096)");
   bind();
   if (T > 65535) throw LimitError("cuda attn_res: " + std::to_string(T) + " rows in one call (max 65535)");

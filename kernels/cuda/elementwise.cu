@@ -5,6 +5,7 @@
 #include "kernels/cuda/cuda_backend.cuh"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/gate_act.cuh"
+#include "kernels/cuda/row_norm.cuh"
 #include "kernels/cuda/switches.hpp"
 #include "kernels/cuda/xprep.cuh"
 #include "kernels/cuda/elementwise.cuh"
@@ -56,32 +57,16 @@ __device__ __forceinline__ double sum_squares(const float* v, int64_t dim) {
   return s;
 }
 
-// prep.hi: the output rows also prepared for the tensor-core matmuls (xprep.cuh; rows of at most kRegs *
-// kRowThreads floats, the register path).
-__global__ void rmsnorm_kernel(const float* x, const float* w, int64_t dim, float eps, float* y, xprep::Out prep) {
+// Rows the cluster kernel does not take (longer than rownorm::kMaxDim, or FERRY_ROW_CLUSTER=0): one block
+// per row, the sum in the same part order (row_norm.cuh).
+__global__ void rmsnorm_kernel(const float* x, const float* w, int64_t dim, float eps, float* y) {
   pdl_begin();
   __shared__ double sh[32];
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
   float* yr = y + static_cast<int64_t>(blockIdx.x) * dim;
-  if (dim <= kRegs * static_cast<int64_t>(blockDim.x)) {
-    float v[kRegs], wv[kRegs];
-    load_row(xr, dim, v);
-    if (w) load_row(w, dim, wv);
-    double ss = block_sum(sum_squares(v, dim), sh);
-    const auto inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(dim) + eps));
-    // y may alias x: every thread has read its elements above, and block_sum synchronised.
-#pragma unroll
-    for (int k = 0; k < kRegs; ++k) {
-      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-      v[k] = w ? mul(mul(v[k], inv), wv[k]) : mul(v[k], inv);
-      if (i < dim) yr[i] = v[k];
-    }
-    if (prep.hi) xprep::write_row(v, dim, blockIdx.x, prep);
-    return;
-  }
-  double ss = strided_sum(dim, [&](int64_t i) { return static_cast<double>(xr[i]) * xr[i]; });
-  ss = block_sum(ss, sh);
+  double ss = rownorm::part_order_sum(dim, [&](int64_t i) { return static_cast<double>(xr[i]) * xr[i]; }, sh);
   const auto inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(dim) + eps));
+  // y may alias x: part_order_sum's last block_sum synchronised after every thread's last read.
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = w ? mul(mul(xr[i], inv), w[i]) : mul(xr[i], inv);
 }
 
@@ -250,6 +235,9 @@ void check_rows(const char* op, int64_t rows) {
 
 }  // namespace
 
+// Rows of up to kWarpRowMax floats: a warp each (norm_warp_kernel, the one-part order); up to
+// rownorm::kMaxDim: a cluster of blocks each (row_norm.cu); longer (or FERRY_ROW_CLUSTER=0): a block each
+// (rmsnorm_kernel).
 void CudaBackend::rmsnorm(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y) {
   if (rows <= 0) return;
   check_rows("rmsnorm", rows);
@@ -259,17 +247,35 @@ void CudaBackend::rmsnorm(const float* x, const float* w, int64_t rows, int64_t 
                  rows, dim, eps, y);
     return;
   }
-  launch_small(rmsnorm_kernel, static_cast<unsigned>(rows), kRowThreads, 0, stream_, x, w, dim, eps, y, xprep::Out{});
+  if (rownorm::takes(dim, 0)) {
+    rownorm::Call c;
+    c.in.v[0] = x;
+    c.norm = true;
+    c.norm_w = w;
+    c.norm_eps = eps;
+    c.y = y;
+    c.dim = dim;
+    rownorm::launch(c, rows, stream_);
+    return;
+  }
+  launch_small(rmsnorm_kernel, static_cast<unsigned>(rows), kRowThreads, 0, stream_, x, w, dim, eps, y);
 }
 
 void CudaBackend::rmsnorm_kept(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y) {
-  static_assert(kRowThreads == xprep::kThreads, "rmsnorm_kernel's rows are prepared by its own block");
+  static_assert(rownorm::kThreads == xprep::kThreads, "the norm's rows are prepared by its own blocks");
   if (!fused_ops()) return Backend::rmsnorm_kept(x, w, rows, dim, eps, y);
-  if (rows > 0 && dim > kWarpRowMax && dim <= kRegs * int64_t{kRowThreads} && !prompt_pass_) {
+  if (rows > 0 && dim > kWarpRowMax && rownorm::takes(dim, 0) && !prompt_pass_) {
     check_rows("rmsnorm", rows);
     bind();
-    const xprep::Out o = keep_prepared(y, rows, dim);
-    launch_small(rmsnorm_kernel, static_cast<unsigned>(rows), kRowThreads, 0, stream_, x, w, dim, eps, y, o);
+    rownorm::Call c;
+    c.in.v[0] = x;
+    c.norm = true;
+    c.norm_w = w;
+    c.norm_eps = eps;
+    c.y = y;
+    c.dim = dim;
+    c.prep = keep_prepared(y, rows, dim);
+    rownorm::launch(c, rows, stream_);
     return;
   }
   rmsnorm(x, w, rows, dim, eps, y);

@@ -36,8 +36,16 @@ __device__ __forceinline__ int64_t order_pos(int64_t c, XOrder o) {
   return o == XOrder::mx ? mx_pos(c) : o == XOrder::mxt ? mxt_pos(c) : c;
 }
 
+// k from a row's max |x| m: max |x * 2^k| in [2^14, 2^15), 0 for a row of zeros or non-finite values.
+__device__ __forceinline__ int scale_exp(float m) {
+  if (!(m > 0.0f && isfinite(m))) return 0;
+  int e = 0;
+  frexpf(m, &e);  // m = f * 2^e, f in [0.5, 1)
+  return max(-125, min(125, 15 - e));  // 2^k and 2^-k stay normal floats; max|x| < 2^128 needs k >= -113
+}
+
 // The row's k from each thread's max |x| over its share of the row (the block's kThreads threads
-// together): max |x * 2^k| in [2^14, 2^15), 0 for a row of zeros or non-finite values.
+// together): scale_exp of the row's max.
 __device__ __forceinline__ int row_scale_exp(float m) {
   __shared__ float part[kThreads / 32];
 #pragma unroll
@@ -47,10 +55,7 @@ __device__ __forceinline__ int row_scale_exp(float m) {
   m = part[0];
 #pragma unroll
   for (int i = 1; i < kThreads / 32; ++i) m = fmaxf(m, part[i]);
-  if (!(m > 0.0f && isfinite(m))) return 0;
-  int e = 0;
-  frexpf(m, &e);  // m = f * 2^e, f in [0.5, 1)
-  return max(-125, min(125, 15 - e));  // 2^k and 2^-k stay normal floats; max|x| < 2^128 needs k >= -113
+  return scale_exp(m);
 }
 
 #endif  // __CUDACC__

@@ -196,5 +196,63 @@ TEST_F(Ops, AttnResNormGivesTheBitsOfAttnResThenRmsnorm) {
   }
 }
 
+// The cluster kernel (row_norm.cu: a row's parts of 1,024 on up to 8 blocks that add their sums through
+// distributed shared memory) and the one-block kernels (FERRY_ROW_CLUSTER=0: rmsnorm_kernel,
+// attn_res_scores_kernel + attn_res_mix_kernel) add in the same part order (row_norm.cuh): the same bits for
+// rmsnorm (with and without a weight), attn_res and attn_res_norm, for rows of one part, one part and one
+// more element, several parts and the most the cluster takes (8,192), 1 to 32 inputs; and every row of a
+// block of rows has the bits of that row alone.
+TEST_F(Ops, RowNormClusterGivesTheBitsOfOneBlockPerRow) {
+  for (const int64_t D : {257, 1000, 1024, 1025, 3000, 7168, 8192})
+    for (const int64_t T : {1, 5})
+      for (const int64_t nv : {1, 3, 32}) {
+        const size_t nd = static_cast<size_t>(T * D);
+        std::vector<Pair> vs;
+        for (int64_t s = 0; s < nv; ++s)
+          vs.push_back(both(random_floats(nd, 40 + static_cast<uint32_t>(s + D), -2, 2)));
+        auto w = both(random_floats(static_cast<size_t>(D), 23));
+        auto nw = both(random_floats(static_cast<size_t>(D), 24, 0.5f, 1.5f));
+        std::vector<const float*> pg;
+        for (auto& p : vs) pg.push_back(p.gpu());
+        // [0]: the cluster kernel, [1]: one block per row.
+        std::vector<float> y[2], yn[2], o[2], h[2], x[2];
+        for (const int one_block : {0, 1}) {
+          cuda::row_cluster_tune(one_block ? 0 : 1);
+          auto a = poisoned_pair(nd), b = poisoned_pair(nd), c = poisoned_pair(nd), d = poisoned_pair(nd),
+               e = poisoned_pair(nd);
+          gpu().rmsnorm(pg[0], nw.gpu(), T, D, 1e-5f, a.gpu());
+          gpu().rmsnorm(pg[0], nullptr, T, D, 1e-5f, b.gpu());
+          gpu().attn_res(pg.data(), nv, w.gpu(), T, D, 1e-6f, c.gpu());
+          gpu().attn_res_norm(pg.data(), nv, w.gpu(), T, D, 1e-6f, d.gpu(), nw.gpu(), 1e-5f, e.gpu());
+          gpu().drop_x(e.gpu());
+          y[one_block] = get(gpu(), a.gpu(), nd);
+          yn[one_block] = get(gpu(), b.gpu(), nd);
+          o[one_block] = get(gpu(), c.gpu(), nd);
+          h[one_block] = get(gpu(), d.gpu(), nd);
+          x[one_block] = get(gpu(), e.gpu(), nd);
+          if (T > 1 && !one_block) {  // row 3 alone
+            const int64_t r = 3;
+            std::vector<const float*> pr;
+            for (const float* q : pg) pr.push_back(q + r * D);
+            auto ya = poisoned_pair(static_cast<size_t>(D)), oa = poisoned_pair(static_cast<size_t>(D));
+            gpu().rmsnorm(pr[0], nw.gpu(), 1, D, 1e-5f, ya.gpu());
+            gpu().attn_res(pr.data(), nv, w.gpu(), 1, D, 1e-6f, oa.gpu());
+            const std::vector<float> yr(y[0].begin() + r * D, y[0].begin() + (r + 1) * D);
+            const std::vector<float> orow(o[0].begin() + r * D, o[0].begin() + (r + 1) * D);
+            EXPECT_TRUE(bits_equal("rmsnorm row alone", yr, get(gpu(), ya.gpu(), static_cast<size_t>(D)))) << D;
+            EXPECT_TRUE(bits_equal("attn_res row alone", orow, get(gpu(), oa.gpu(), static_cast<size_t>(D)))) << D;
+          }
+        }
+        const std::string what =
+            "D=" + std::to_string(D) + " T=" + std::to_string(T) + " nv=" + std::to_string(nv);
+        EXPECT_TRUE(bits_equal(("rmsnorm " + what).c_str(), y[0], y[1])) << what;
+        EXPECT_TRUE(bits_equal(("rmsnorm no weight " + what).c_str(), yn[0], yn[1])) << what;
+        EXPECT_TRUE(bits_equal(("attn_res " + what).c_str(), o[0], o[1])) << what;
+        EXPECT_TRUE(bits_equal(("attn_res_norm out " + what).c_str(), h[0], h[1])) << what;
+        EXPECT_TRUE(bits_equal(("attn_res_norm y " + what).c_str(), x[0], x[1])) << what;
+      }
+  cuda::row_cluster_tune(-1);
+}
+
 }  // namespace
 }  // namespace ferry::test

@@ -20,6 +20,7 @@
 #include "kernels/cuda/kda.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/matmul_mma_launch.cuh"
+#include "kernels/cuda/row_norm.cuh"
 #include "kernels/cuda/switches.hpp"
 #include "kernels/cuda_backend.hpp"
 #endif
@@ -81,6 +82,7 @@ struct AllSameBitsSwitches {
     cuda::fused_ops_tune(on);
     cuda::fused_gate_tune(on);
     cuda::kda_recurrent_reg_tune(on);
+    cuda::row_cluster_tune(on);
   }
 #endif
 };

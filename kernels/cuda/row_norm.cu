@@ -1,0 +1,203 @@
+// Row norms and AttnRes over a cluster of blocks (see row_norm.cuh for the part order).
+#include <cooperative_groups.h>
+
+#include <string>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/row_norm.cuh"
+#include "io/errors.hpp"
+
+namespace ferry::cuda::rownorm {
+
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kWarps = kThreads / 32;
+
+// block_sum's warp tree of v; lane 0 writes it to sh[warp * kMaxInputs + j].
+__device__ __forceinline__ void warp_tree(double v, double* sh, int j) {
+#pragma unroll
+  for (int s = 16; s >= 1; s >>= 1) v += __shfl_down_sync(kFullMask, v, s);
+  if ((threadIdx.x & 31) == 0) sh[(threadIdx.x >> 5) * kMaxInputs + j] = v;
+}
+
+// The row totals of values 0..n-1 in every block of the cluster (tot), in the part order: each block's
+// warps' trees (sh, written by warp_tree) added in warp order into this block's part sums (mine), then the
+// cluster's part sums in rank order. Every thread of every block calls it. mine must be this phase's own
+// array: a block may run on into the next phase while another still reads this one's.
+__device__ __forceinline__ void cluster_totals(cg::cluster_group& cl, const double* sh, double* mine, double* tot,
+                                               int n, int parts) {
+  __syncthreads();
+  if (threadIdx.x < n) {
+    double t = 0.0;
+    for (int w = 0; w < kWarps; ++w) t += sh[w * kMaxInputs + threadIdx.x];
+    mine[threadIdx.x] = t;
+  }
+  cl.sync();
+  if (threadIdx.x < n) {
+    double t = 0.0;
+    for (int r = 0; r < parts; ++r) t += cl.map_shared_rank(mine, r)[threadIdx.x];
+    tot[threadIdx.x] = t;
+  }
+  __syncthreads();
+}
+
+// Loads this thread's elements of row r of v (0 past the row's end).
+__device__ __forceinline__ void load_part(const float* v, const int64_t (&e)[kPer], int64_t D, float (&x)[kPer]) {
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) x[k] = e[k] < D ? v[e[k]] : 0.0f;
+}
+
+// Block (part p of row t) = cluster rank p of row t's cluster. AttnRes: as attn_res_scores_kernel +
+// attn_res_mix_kernel did per row (the norm of each input, its score, the softmax by one thread in
+// order, the mix in increasing s); the norm: as rmsnorm_kernel did; both sums in the part order.
+__global__ void __launch_bounds__(kThreads) row_norm_kernel(const __grid_constant__ Call c) {
+  pdl_begin();
+  cg::cluster_group cl = cg::this_cluster();
+  const int parts = static_cast<int>(cl.num_blocks());
+  const int p = static_cast<int>(cl.block_rank());
+  const int64_t t = blockIdx.x / parts, D = c.dim;
+  __shared__ double sh[kWarps * kMaxInputs];
+  __shared__ double mine_ss[kMaxInputs], mine_sc[kMaxInputs], mine_n[1], tot[kMaxInputs];
+  __shared__ float scale[kMaxInputs], prob[kMaxInputs], mine_m[1], wmax[kWarps];
+  int64_t e[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) e[k] = p * kPart + threadIdx.x + static_cast<int64_t>(k) * kThreads;
+  // Every weight first: a load after the stores below would wait for them (the outputs might alias).
+  float nw[kPer], rw[kPer], x[kPer];
+  if (c.norm && c.norm_w) load_part(c.norm_w, e, D, nw);
+  const int64_t row = t * D;
+  if (c.nv > 0) {
+    load_part(c.res_w, e, D, rw);
+    for (int s = 0; s < c.nv; ++s) {
+      float v[kPer];
+      load_part(c.in.v[s] + row, e, D, v);
+      double ss = 0.0;
+#pragma unroll
+      for (int k = 0; k < kPer; ++k)
+        if (e[k] < D) ss += static_cast<double>(v[k]) * v[k];
+      warp_tree(ss, sh, s);
+    }
+    cluster_totals(cl, sh, mine_ss, tot, c.nv, parts);
+    if (threadIdx.x < c.nv)
+      scale[threadIdx.x] = static_cast<float>(1.0 / sqrt(tot[threadIdx.x] / static_cast<double>(D) + c.res_eps));
+    __syncthreads();
+    for (int s = 0; s < c.nv; ++s) {
+      float v[kPer];
+      load_part(c.in.v[s] + row, e, D, v);
+      const float inv = scale[s];
+      double sc = 0.0;
+#pragma unroll
+      for (int k = 0; k < kPer; ++k)
+        if (e[k] < D) sc += static_cast<double>(mul(v[k], inv)) * rw[k];
+      warp_tree(sc, sh, s);
+    }
+    cluster_totals(cl, sh, mine_sc, tot, c.nv, parts);
+    if (threadIdx.x < c.nv) prob[threadIdx.x] = static_cast<float>(tot[threadIdx.x]);
+    __syncthreads();
+    if (threadIdx.x == 0) res_softmax(prob, c.nv, prob);
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) x[k] = 0.0f;
+    for (int s = 0; s < c.nv; ++s) {
+      float v[kPer];
+      load_part(c.in.v[s] + row, e, D, v);
+      const float ps = prob[s];
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) x[k] = add(x[k], mul(ps, v[k]));
+    }
+    if (c.res_out) {
+#pragma unroll
+      for (int k = 0; k < kPer; ++k)
+        if (e[k] < D) c.res_out[row + e[k]] = x[k];
+    }
+  } else {
+    load_part(c.in.v[0] + row, e, D, x);
+  }
+  if (c.norm) {
+    double ss = 0.0;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k)
+      if (e[k] < D) ss += static_cast<double>(x[k]) * x[k];
+    warp_tree(ss, sh, 0);
+    cluster_totals(cl, sh, mine_n, tot, 1, parts);
+    const auto inv = static_cast<float>(1.0 / sqrt(tot[0] / static_cast<double>(D) + c.norm_eps));
+    float m = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      x[k] = c.norm_w ? mul(mul(x[k], inv), nw[k]) : mul(x[k], inv);
+      if (e[k] < D) {
+        c.y[row + e[k]] = x[k];
+        m = fmaxf(m, fabsf(x[k]));
+      }
+    }
+    if (c.prep.hi) {  // xprep::write_row's rule, with the row's max over the cluster (a max: any order)
+#pragma unroll
+      for (int o = 16; o >= 1; o >>= 1) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, o));
+      if ((threadIdx.x & 31) == 0) wmax[threadIdx.x >> 5] = m;
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        float b = wmax[0];
+        for (int w = 1; w < kWarps; ++w) b = fmaxf(b, wmax[w]);
+        mine_m[0] = b;
+      }
+      cl.sync();
+      float rm = 0.0f;
+      for (int r = 0; r < parts; ++r) rm = fmaxf(rm, cl.map_shared_rank(mine_m, r)[0]);
+      const int ex = xprep::scale_exp(rm);
+      const float up = __int_as_float((ex + 127) << 23);
+      __half* hr = c.prep.hi + row;
+      __half* lr = c.prep.lo ? c.prep.lo + row : nullptr;
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) {
+        if (e[k] >= D) break;
+        const float a = x[k] * up;  // exact: a power of two, inside the float range
+        const __half h = __float2half_rn(a);
+        const int64_t d = xprep::order_pos(e[k], c.prep.order);
+        hr[d] = h;
+        if (lr) lr[d] = __float2half_rn(a - __half2float(h));  // a - h is exact
+      }
+      if (p == 0 && threadIdx.x == 0) c.prep.inv[t] = __int_as_float((127 - ex) << 23);
+    }
+  }
+  cl.sync();  // distributed shared memory: no block leaves while another may still read its own
+}
+
+int g_row_cluster = -1;  // row_cluster_tune
+
+}  // namespace
+
+bool row_cluster() {
+  static const bool env = env_switch("FERRY_ROW_CLUSTER", true);
+  return switch_on(g_row_cluster, env);
+}
+void row_cluster_tune(int on) { g_row_cluster = on; }
+
+void launch(const Call& c, int64_t rows, cudaStream_t st) {
+  if (rows <= 0) return;
+  if (!fits(c.dim, c.nv))
+    throw LimitError("cuda row norm: rows of " + std::to_string(c.dim) + " with " + std::to_string(c.nv) +
+                     " inputs (max " + std::to_string(kMaxDim) + " and " + std::to_string(kMaxInputs) + ")");
+  const int64_t parts = (c.dim + kPart - 1) / kPart;
+  if (rows > 0x7fffffff / parts)
+    throw LimitError("cuda row norm: " + std::to_string(rows) + " rows of " + std::to_string(c.dim) + " in one call");
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(rows * parts));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = st;
+  cudaLaunchAttribute at[2];
+  at[0].id = cudaLaunchAttributeClusterDimension;
+  at[0].val.clusterDim.x = static_cast<unsigned>(parts);
+  at[0].val.clusterDim.y = 1;
+  at[0].val.clusterDim.z = 1;
+  at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = at;
+  const bool after_copy = take_stream_copied(st);
+  cfg.numAttrs = pdl_for(reinterpret_cast<const void*>(row_norm_kernel)) && !after_copy ? 2 : 1;
+  FERRY_CUDA_CHECK(cudaLaunchKernelEx(&cfg, row_norm_kernel, c));
+}
+
+}  // namespace ferry::cuda::rownorm
