@@ -217,7 +217,7 @@ TEST_F(Ops, RowNormClusterGivesTheBitsOfOneBlockPerRow) {
         // [0]: the cluster kernel, [1]: one block per row.
         std::vector<float> y[2], yn[2], o[2], h[2], x[2];
         for (const int one_block : {0, 1}) {
-          cuda::row_cluster_tune(one_block ? 0 : 1);
+          cuda::rownorm::row_cluster_tune(one_block ? 0 : 1);
           auto a = poisoned_pair(nd), b = poisoned_pair(nd), c = poisoned_pair(nd), d = poisoned_pair(nd),
                e = poisoned_pair(nd);
           gpu().rmsnorm(pg[0], nw.gpu(), T, D, 1e-5f, a.gpu());
@@ -251,7 +251,7 @@ TEST_F(Ops, RowNormClusterGivesTheBitsOfOneBlockPerRow) {
         EXPECT_TRUE(bits_equal(("attn_res_norm out " + what).c_str(), h[0], h[1])) << what;
         EXPECT_TRUE(bits_equal(("attn_res_norm y " + what).c_str(), x[0], x[1])) << what;
       }
-  cuda::row_cluster_tune(-1);
+  cuda::rownorm::row_cluster_tune(-1);
 }
 
 }  // namespace

@@ -82,7 +82,7 @@ struct AllSameBitsSwitches {
     cuda::fused_ops_tune(on);
     cuda::fused_gate_tune(on);
     cuda::kda_recurrent_reg_tune(on);
-    cuda::row_cluster_tune(on);
+    cuda::rownorm::row_cluster_tune(on);
   }
 #endif
 };
