@@ -84,10 +84,22 @@ __global__ void attention_kernel(AttnParams P, int64_t t0, float* sc) {
       kp[j] = a.k + key * a.k_tok_stride + kh * a.k_head_stride;
       d[j] = 0.0f;
     }
-    for (int64_t c = lane; c < a.Dk; c += 32) {
-      const float qv = q[c];
+    // Columns in chunks of 8 per lane: the chunk's loads before its adds (the same adds in the same order).
+    for (int64_t c0 = lane; c0 < a.Dk; c0 += 32 * 8) {
+      float qv[8], kv[KEYS][8];
 #pragma unroll
-      for (int j = 0; j < KEYS; ++j) d[j] = add(d[j], mul(qv, kp[j][c]));
+      for (int m = 0; m < 8; ++m) {
+        const int64_t c = c0 + 32 * m;
+        qv[m] = c < a.Dk ? q[c] : 0.0f;
+#pragma unroll
+        for (int j = 0; j < KEYS; ++j) kv[j][m] = c < a.Dk ? kp[j][c] : 0.0f;
+      }
+#pragma unroll
+      for (int m = 0; m < 8; ++m) {
+        if (c0 + 32 * m >= a.Dk) break;
+#pragma unroll
+        for (int j = 0; j < KEYS; ++j) d[j] = add(d[j], mul(qv[m], kv[j][m]));
+      }
     }
 #pragma unroll
     for (int j = 0; j < KEYS; ++j) {
@@ -104,19 +116,32 @@ __global__ void attention_kernel(AttnParams P, int64_t t0, float* sc) {
   // Output: thread x takes columns x, x + blockDim, ...; COLS of them at once, so one pass over the keys
   // serves them all (each column's sum over the keys in key order; sum is the same sequence for every
   // column).
+  // The keys come in chunks of kChunk: every load of a chunk is issued before its adds (a decode row's
+  // value loads come from L2, and one chain of adds per column would otherwise wait for each in turn).
+  constexpr int kChunk = 8;
   const float* vh = a.v + kh * a.v_head_stride;
   for (int64_t d0 = threadIdx.x; d0 < a.Dv; d0 += COLS * static_cast<int64_t>(blockDim.x)) {
     float sum = 0.0f, o[COLS];
 #pragma unroll
     for (int j = 0; j < COLS; ++j) o[j] = 0.0f;
-#pragma unroll 4
-    for (int64_t i = 0; i < nkeys; ++i) {
-      const float* vr = vh + (keys ? keys[i] : i) * a.v_tok_stride + d0;
-      const float p = s[i];
-      sum = add(sum, p);
+    for (int64_t i0 = 0; i0 < nkeys; i0 += kChunk) {
+      float pv[kChunk], vv[kChunk][COLS];
 #pragma unroll
-      for (int j = 0; j < COLS; ++j)
-        if (d0 + j * blockDim.x < a.Dv) o[j] = add(o[j], mul(p, vr[j * blockDim.x]));
+      for (int u = 0; u < kChunk; ++u) {
+        const int64_t i = min(i0 + u, nkeys - 1);  // past the end: a valid key, never added
+        const float* vr = vh + (keys ? keys[i] : i) * a.v_tok_stride + d0;
+        pv[u] = s[i];
+#pragma unroll
+        for (int j = 0; j < COLS; ++j) vv[u][j] = d0 + j * blockDim.x < a.Dv ? vr[j * blockDim.x] : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kChunk; ++u) {
+        if (i0 + u >= nkeys) break;
+        sum = add(sum, pv[u]);
+#pragma unroll
+        for (int j = 0; j < COLS; ++j)
+          if (d0 + j * blockDim.x < a.Dv) o[j] = add(o[j], mul(pv[u], vv[u][j]));
+      }
     }
 #pragma unroll
     for (int j = 0; j < COLS; ++j)
