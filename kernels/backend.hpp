@@ -287,6 +287,15 @@ class Backend {
   // g[T, H, K] from f[T, H*K] (already including dt_bias), a_log[H].
   virtual void kda_gate(const float* f, const float* a_log, int64_t T, int64_t H, int64_t K,
                         const KdaGateParams& p, float* g) = 0;
+  // KDA's gate inputs of one pass: f += dt_bias (each of T rows of H*K), g = kda_gate(f), and beta[T*H] =
+  // sigmoid(beta) in place: the bits of add_rows, kda_gate and sigmoid, which the default calls (CUDA: one
+  // launch).
+  virtual void kda_gate_beta(float* f, const float* dt_bias, const float* a_log, int64_t T, int64_t H, int64_t K,
+                             const KdaGateParams& p, float* g, float* beta) {
+    add_rows(f, dt_bias, T, H * K, f);
+    kda_gate(f, a_log, T, H, K, p, g);
+    sigmoid(beta, T * H, beta);
+  }
   // Gated delta rule, one token at a time. q,k: [T,H,K] (normalised, q pre-scaled), v: [T,H,V],
   // g: [T,H,K] log-decay, beta: [T,H]. state: [H,K,V] fp32, updated. o: [T,H,V].
   virtual void kda_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta,

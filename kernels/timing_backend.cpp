@@ -153,6 +153,10 @@ void TimingBackend::kda_gate(const float* f, const float* a, int64_t T, int64_t 
                              float* g) {
   timed("kda_gate", [&] { in_->kda_gate(f, a, T, H, K, p, g); });
 }
+void TimingBackend::kda_gate_beta(float* f, const float* bias, const float* a, int64_t T, int64_t H, int64_t K,
+                                  const KdaGateParams& p, float* g, float* beta) {
+  timed("kda_gate", [&] { in_->kda_gate_beta(f, bias, a, T, H, K, p, g, beta); });
+}
 void TimingBackend::kda_recurrent(const float* q, const float* k, const float* v, const float* g, const float* b,
                                   int64_t T, int64_t H, int64_t K, int64_t V, float* st, float* o) {
   timed("kda_recurrent", [&] { in_->kda_recurrent(q, k, v, g, b, T, H, K, V, st, o); });

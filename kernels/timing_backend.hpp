@@ -89,6 +89,8 @@ class TimingBackend final : public Backend {
   void conv1d_silu_many(const Conv1dCall* calls, size_t count, int64_t T, int64_t C, int64_t W) override;
   void kda_gate(const float* f, const float* a, int64_t T, int64_t H, int64_t K, const KdaGateParams& p,
                 float* g) override;
+  void kda_gate_beta(float* f, const float* bias, const float* a, int64_t T, int64_t H, int64_t K,
+                     const KdaGateParams& p, float* g, float* beta) override;
   void kda_recurrent(const float* q, const float* k, const float* v, const float* g, const float* b, int64_t T,
                      int64_t H, int64_t K, int64_t V, float* st, float* o) override;
   void kda_chunked(const float* q, const float* k, const float* v, const float* g, const float* b, int64_t T,

@@ -82,6 +82,9 @@ class CudaBackend final : public Backend {
   void conv1d_silu_many(const Conv1dCall* calls, size_t count, int64_t T, int64_t C, int64_t W) override;
   void conv1d_silu(const float* x, int64_t T, int64_t C, const float* w, int64_t W, float* state,
                    float* y) override;
+  // One launch under fused_ops().
+  void kda_gate_beta(float* f, const float* dt_bias, const float* a_log, int64_t T, int64_t H, int64_t K,
+                     const KdaGateParams& p, float* g, float* beta) override;
   void kda_gate(const float* f, const float* a_log, int64_t T, int64_t H, int64_t K, const KdaGateParams& p,
                 float* g) override;
   void kda_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t T,

@@ -50,20 +50,33 @@ __global__ void conv1d_silu_many_kernel(const __grid_constant__ ConvCalls calls,
   if (c < C) conv1d_silu_channel(k.x, T, C, k.w, W, k.state, k.y, c);
 }
 
+__device__ __forceinline__ float kda_gate_of(float x, float a_log, bool safe, float lower) {
+  const float a = expf(a_log);
+  if (safe) return mul(lower, sigmoidf_(mul(a, x)));
+  const float sp = x > 20.0f ? x : log1pf(expf(x));  // torch softplus, threshold 20
+  return mul(-a, sp);
+}
+
 __global__ void kda_gate_kernel(const float* f, const float* a_log, int64_t T, int64_t H, int64_t K, bool safe,
                                 float lower, float* g) {
   pdl_begin();
   const int64_t n = T * H * K;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    g[i] = kda_gate_of(f[i], a_log[(i / K) % H], safe, lower);
+}
+
+// Backend::kda_gate_beta in one launch: add_rows' add (AddRowsOp), kda_gate_kernel's gate, SigmoidOp's sigmoid.
+__global__ void kda_gate_beta_kernel(float* f, const float* bias, const float* a_log, int64_t T, int64_t H, int64_t K,
+                                     bool safe, float lower, float* g, float* beta) {
+  pdl_begin();
+  const int64_t hk = H * K, n = T * hk;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float a = expf(a_log[(i / K) % H]);
-    const float x = f[i];
-    if (safe) {
-      g[i] = mul(lower, sigmoidf_(mul(a, x)));
-    } else {
-      const float sp = x > 20.0f ? x : log1pf(expf(x));  // torch softplus, threshold 20
-      g[i] = mul(-a, sp);
-    }
+    const float x = add(f[i], bias[i % hk]);
+    f[i] = x;
+    g[i] = kda_gate_of(x, a_log[(i / K) % H], safe, lower);
+    if (i < T * H) beta[i] = sigmoidf_(beta[i]);
   }
 }
 
@@ -195,6 +208,16 @@ void CudaBackend::kda_gate(const float* f, const float* a_log, int64_t T, int64_
   const unsigned blocks = blocks_for(n, 256);
   launch_small(kda_gate_kernel, blocks < 65535u ? blocks : 65535u, 256, 0, stream_, f, a_log, T, H, K, p.safe_gate,
                p.lower_bound, g);
+}
+
+void CudaBackend::kda_gate_beta(float* f, const float* dt_bias, const float* a_log, int64_t T, int64_t H, int64_t K,
+                                const KdaGateParams& p, float* g, float* beta) {
+  const int64_t n = T * H * K;
+  if (!fused_ops() || n <= 0 || K <= 0) return Backend::kda_gate_beta(f, dt_bias, a_log, T, H, K, p, g, beta);
+  bind();
+  const unsigned blocks = blocks_for(n, 256);
+  launch_small(kda_gate_beta_kernel, blocks < 65535u ? blocks : 65535u, 256, 0, stream_, f, dt_bias, a_log, T, H, K,
+               p.safe_gate, p.lower_bound, g, beta);
 }
 
 void CudaBackend::kda_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta,

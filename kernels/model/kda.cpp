@@ -67,13 +67,11 @@ void Model::mixer_kda(int il, Ctx& c, const float* x, float* out) {
   // Decay gate g [n, H, K] from f = f_b(f_a(x)) + dt_bias.
   if (!group) be_.matmul(w.f_a, x, n, fa);
   be_.matmul(w.f_b, fa, n, t);
-  be_.add_rows(t, w.dt_bias, n, p, t);
+  if (!group) be_.matmul(w.b, x, n, beta);
   KdaGateParams gp;
   gp.safe_gate = cfg_.kda.has_lower_bound;
   gp.lower_bound = static_cast<float>(cfg_.kda.gate_lower_bound);
-  be_.kda_gate(t, w.a_log, n, h, k, gp, g);
-  if (!group) be_.matmul(w.b, x, n, beta);
-  be_.sigmoid(beta, n * h, beta);
+  be_.kda_gate_beta(t, w.dt_bias, w.a_log, n, h, k, gp, g, beta);  // t += dt_bias, g, beta = sigmoid(beta)
   // The delta rule. Decode rows always use the recurrent form (row-exact); a prompt pass the chunked one,
   // even of one row: its last pass (or a pass continuing a cached prefix) may have one, and must compute
   // the bits one pass over the whole prompt would.

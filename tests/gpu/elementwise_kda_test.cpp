@@ -275,6 +275,42 @@ TEST_F(Ops, Conv1dSiluManyGivesEachTheBitsOfItsCallAlone) {
     }
 }
 
+// Backend::kda_gate_beta (CUDA: one launch) gives f + dt_bias, the gate and sigmoid(beta) the bits of add_rows,
+// kda_gate and sigmoid one by one (the default: FERRY_FUSE=0), with and without the gate's lower bound, for
+// a decode row, a verify block and a prompt pass's rows.
+TEST_F(Ops, KdaGateBetaGivesTheBitsOfAddRowsGateAndSigmoid) {
+#if FERRY_WITH_CUDA
+  const int64_t H = 6, K = 128;
+  for (const int64_t T : {int64_t{1}, int64_t{16}, int64_t{300}})
+    for (const bool safe : {false, true}) {
+      const auto fv = random_floats(static_cast<size_t>(T * H * K), 60 + static_cast<uint32_t>(T), -25, 25);
+      const auto bv = random_floats(static_cast<size_t>(T * H), 61, -6, 6);
+      auto bias = both(random_floats(static_cast<size_t>(H * K), 62, -1, 1));
+      auto alog = both(random_floats(static_cast<size_t>(H), 63, -2, 1));
+      KdaGateParams p;
+      p.safe_gate = safe;
+      p.lower_bound = -5.0f;
+      std::vector<float> f[2], g[2], b[2];
+      for (const int fused : {0, 1}) {
+        auto ff = both(fv), bb = both(bv);
+        auto gg = poisoned_pair(static_cast<size_t>(T * H * K));
+        cuda::fused_ops_tune(fused);
+        gpu().kda_gate_beta(ff.gpu(), bias.gpu(), alog.gpu(), T, H, K, p, gg.gpu(), bb.gpu());
+        f[fused] = get(gpu(), ff.gpu(), fv.size());
+        g[fused] = get(gpu(), gg.gpu(), fv.size());
+        b[fused] = get(gpu(), bb.gpu(), bv.size());
+      }
+      cuda::fused_ops_tune(-1);
+      const std::string what = "kda_gate_beta T=" + std::to_string(T) + (safe ? " safe" : "");
+      EXPECT_TRUE(bits_equal((what + " f").c_str(), f[0], f[1]));
+      EXPECT_TRUE(bits_equal((what + " g").c_str(), g[0], g[1]));
+      EXPECT_TRUE(bits_equal((what + " beta").c_str(), b[0], b[1]));
+    }
+#else
+  GTEST_SKIP() << "no CUDA back-end in this build";
+#endif
+}
+
 // The decode delta rule with the state's columns in registers (K 64 and 128) gives the bits of the
 // shared-memory kernel, for a decode row and a verify block of 16, full and partial column tiles.
 TEST_F(Ops, KdaRecurrentRegistersGiveTheBitsOfTheSharedMemoryKernel) {
