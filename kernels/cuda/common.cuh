@@ -122,6 +122,29 @@ void launch_kernel(bool programmatic, void (*kernel)(P...), dim3 grid, dim3 bloc
   FERRY_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
 }
 
+// launch_kernel for a grid of clusters of `cluster` blocks along x (gridDim.x a multiple of it), programmatic
+// as launch_small's kernels are.
+template <class... P, class... A>
+void launch_small_cluster(unsigned cluster, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                          A&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st;
+  cudaLaunchAttribute at[2];
+  at[0].id = cudaLaunchAttributeClusterDimension;
+  at[0].val.clusterDim.x = cluster;
+  at[0].val.clusterDim.y = 1;
+  at[0].val.clusterDim.z = 1;
+  at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = at;
+  const bool after_copy = take_stream_copied(st);
+  cfg.numAttrs = pdl_for(reinterpret_cast<const void*>(kernel)) && !after_copy ? 2 : 1;
+  FERRY_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
+}
+
 // A small kernel (one that starts with pdl_begin), programmatic while pdl_small() (and, under
 // FERRY_PDL_ONLY, only if its name has one of the variable's names: pdl_for).
 template <class... P, class... A>

@@ -1,5 +1,7 @@
 // The tensor-core matmuls: x preparation, the prompt pass's plain matmul (matmul_mma.cuh) and the decode
 // steps' / verify blocks' plain matmul (matmul_dec.cuh).
+#include <cooperative_groups.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -23,6 +25,7 @@ using namespace mma;
 
 // One block per row: the row's max |x| picks k (max |x * 2^k| in [2^14, 2^15)), then hi / lo (xprep.cuh).
 constexpr int kPrepThreads = xprep::kThreads;
+constexpr int kPrepGateMaxParts = 8;  // blocks of one row in prep_gate_kernel (the portable cluster size)
 using xprep::order_pos;
 using xprep::row_scale_exp;
 
@@ -72,42 +75,64 @@ __global__ void __launch_bounds__(kPrepThreads) prep_x_reg_kernel(const float* _
 }
 
 // A gated activation (gate_act.cuh) of rows of a and b and its preparation in one pass, as act then
-// prep_x_reg_kernel: y (when not null) gets the activation's floats too.
+// prep_x_reg_kernel: y (when not null) gets the activation's floats too. A row is a cluster of blocks, block
+// (rank) p taking float4 j = p * kPrepThreads * V + t + i * kPrepThreads in v[i]: the row's max |act| is the
+// max of the blocks' maxima (distributed shared memory), and every element then goes where write_row4 puts
+// it, so the bits of the two launches. (A block per row, the version before, ran a 12,288-column row on one
+// SM: 13 us against 6 for the two launches on the H200, 2026-12-03, and 5 % slower decode 2026-12-06.)
 template <int V>
 __global__ void __launch_bounds__(kPrepThreads) prep_gate_kernel(GateAct act, const float* a, const float* b,
                                                                  int64_t cols, float* y, xprep::Out out) {
   dec::allow_dependents();
   dec::grid_dependency_wait();
-  const int64_t r = blockIdx.x;
-  const int nv = static_cast<int>(cols / 4);
+  namespace cg = cooperative_groups;
+  cg::cluster_group cl = cg::this_cluster();
+  const int parts = static_cast<int>(cl.num_blocks()), p = static_cast<int>(cl.block_rank());
+  const int64_t r = blockIdx.x / parts;
+  const int nv = static_cast<int>(cols / 4), j0 = p * kPrepThreads * V;
   const float4* ar = reinterpret_cast<const float4*>(a + r * cols);
   const float4* br = reinterpret_cast<const float4*>(b + r * cols);
   float4* yr = y ? reinterpret_cast<float4*>(y + r * cols) : nullptr;
-  // Every load first: y may alias a or b, so a load after a store to y would wait for it (the first
-  // version, loads and stores in one loop, took 13 us for a row of 12,288 on the H200 against 6 for the
-  // two launches it replaced).
+  // Every load first: y may alias a or b, so a load after a store to y would wait for it.
   float4 v[V], u[V];
 #pragma unroll
   for (int i = 0; i < V; ++i) {
-    const int j = threadIdx.x + i * kPrepThreads;
+    const int j = j0 + threadIdx.x + i * kPrepThreads;
     const bool in = j < nv;
     v[i] = in ? __ldcg(ar + j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     u[i] = in ? __ldcg(br + j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
 #pragma unroll
   for (int i = 0; i < V; ++i) {
-    if (threadIdx.x + i * kPrepThreads < nv)
+    if (j0 + threadIdx.x + i * kPrepThreads < nv)
       v[i] = make_float4(gate_value(act, v[i].x, u[i].x), gate_value(act, v[i].y, u[i].y),
                          gate_value(act, v[i].z, u[i].z), gate_value(act, v[i].w, u[i].w));
   }
   if (yr) {
 #pragma unroll
     for (int i = 0; i < V; ++i) {
-      const int j = threadIdx.x + i * kPrepThreads;
+      const int j = j0 + threadIdx.x + i * kPrepThreads;
       if (j < nv) yr[j] = v[i];
     }
   }
-  xprep::write_row4<V>(v, cols, r, out);
+  __shared__ float wmax[kPrepThreads / 32], mine[1];
+  float m = xprep::max_abs4(v);
+#pragma unroll
+  for (int o = 16; o >= 1; o >>= 1) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, o));
+  if ((threadIdx.x & 31) == 0) wmax[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float bm = wmax[0];
+    for (int w = 1; w < kPrepThreads / 32; ++w) bm = fmaxf(bm, wmax[w]);
+    mine[0] = bm;
+  }
+  cl.sync();
+  float rm = 0.0f;
+  for (int q = 0; q < parts; ++q) rm = fmaxf(rm, cl.map_shared_rank(mine, q)[0]);
+  cl.sync();  // every block has read every other's maximum: none leaves while one may still read its own
+  const int k = xprep::scale_exp(rm);
+  xprep::put_row4<V>(v, cols, r, out, k, j0);
+  if (p == 0 && threadIdx.x == 0) out.inv[r] = __int_as_float((127 - k) << 23);
 }
 
 constexpr int kPlainMW = 1;  // 128-row tiles (64 activation rows per group)
@@ -286,7 +311,8 @@ XPrep prep_x(const float* x, int64_t n, int64_t cols, void* buf, cudaStream_t st
 
 bool prep_gate_ok(const float* a, const float* b, const float* y, int64_t cols) {
   const auto al = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
-  return cols % 16 == 0 && cols <= 16 * 4 * int64_t{kPrepThreads} && al(a) && al(b) && al(y);
+  return cols > 0 && cols % 16 == 0 && cols <= kPrepGateMaxParts * 16 * 4 * int64_t{kPrepThreads} && al(a) && al(b) &&
+         al(y);
 }
 
 XPrep prep_gate(const GateAct& act, const float* a, const float* b, int64_t n, int64_t cols, float* y, void* buf,
@@ -300,18 +326,24 @@ void prep_gate_into(const GateAct& act, const float* a, const float* b, int64_t 
                     const xprep::Out& o, cudaStream_t st) {
   if (!prep_gate_ok(a, b, y, cols)) throw LimitError("cuda prep_gate: rows of " + std::to_string(cols) + " columns or unaligned");
   if (n <= 0) return;
-  const unsigned grid = static_cast<unsigned>(n);
+  // A block per kPrepThreads float4 (one each), up to kPrepGateMaxParts blocks a row; longer rows give each
+  // thread V of them.
   const int64_t nv = cols / 4;
-  if (nv <= kPrepThreads)
-    launch_small(prep_gate_kernel<1>, grid, kPrepThreads, 0, st, act, a, b, cols, y, o);
-  else if (nv <= 2 * kPrepThreads)
-    launch_small(prep_gate_kernel<2>, grid, kPrepThreads, 0, st, act, a, b, cols, y, o);
-  else if (nv <= 4 * kPrepThreads)
-    launch_small(prep_gate_kernel<4>, grid, kPrepThreads, 0, st, act, a, b, cols, y, o);
-  else if (nv <= 8 * kPrepThreads)
-    launch_small(prep_gate_kernel<8>, grid, kPrepThreads, 0, st, act, a, b, cols, y, o);
+  const int64_t parts = std::min<int64_t>(kPrepGateMaxParts, (nv + kPrepThreads - 1) / kPrepThreads);
+  const int64_t per = (nv + parts * kPrepThreads - 1) / (parts * kPrepThreads);  // float4 per thread
+  if (n > 0x7fffffff / parts) throw LimitError("cuda prep_gate: " + std::to_string(n) + " rows in one call");
+  const dim3 grid(static_cast<unsigned>(n * parts));
+  const auto c = static_cast<unsigned>(parts);
+  if (per <= 1)
+    launch_small_cluster(c, prep_gate_kernel<1>, grid, kPrepThreads, 0, st, act, a, b, cols, y, o);
+  else if (per <= 2)
+    launch_small_cluster(c, prep_gate_kernel<2>, grid, kPrepThreads, 0, st, act, a, b, cols, y, o);
+  else if (per <= 4)
+    launch_small_cluster(c, prep_gate_kernel<4>, grid, kPrepThreads, 0, st, act, a, b, cols, y, o);
+  else if (per <= 8)
+    launch_small_cluster(c, prep_gate_kernel<8>, grid, kPrepThreads, 0, st, act, a, b, cols, y, o);
   else
-    launch_small(prep_gate_kernel<16>, grid, kPrepThreads, 0, st, act, a, b, cols, y, o);
+    launch_small_cluster(c, prep_gate_kernel<16>, grid, kPrepThreads, 0, st, act, a, b, cols, y, o);
 }
 
 void launch_matmul_mma(const Weight& w, const XPrep& xp, int64_t n, float* y, cudaStream_t st) {

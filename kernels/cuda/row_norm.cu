@@ -182,22 +182,8 @@ void launch(const Call& c, int64_t rows, cudaStream_t st) {
   const int64_t parts = (c.dim + kPart - 1) / kPart;
   if (rows > 0x7fffffff / parts)
     throw LimitError("cuda row norm: " + std::to_string(rows) + " rows of " + std::to_string(c.dim) + " in one call");
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(rows * parts));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = st;
-  cudaLaunchAttribute at[2];
-  at[0].id = cudaLaunchAttributeClusterDimension;
-  at[0].val.clusterDim.x = static_cast<unsigned>(parts);
-  at[0].val.clusterDim.y = 1;
-  at[0].val.clusterDim.z = 1;
-  at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[1].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = at;
-  const bool after_copy = take_stream_copied(st);
-  cfg.numAttrs = pdl_for(reinterpret_cast<const void*>(row_norm_kernel)) && !after_copy ? 2 : 1;
-  FERRY_CUDA_CHECK(cudaLaunchKernelEx(&cfg, row_norm_kernel, c));
+  launch_small_cluster(static_cast<unsigned>(parts), row_norm_kernel, dim3(static_cast<unsigned>(rows * parts)),
+                       dim3(kThreads), 0, st, c);
 }
 
 }  // namespace ferry::cuda::rownorm

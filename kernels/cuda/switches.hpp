@@ -36,11 +36,11 @@ void attention_ilp_tune(int on);
 // as before they were fused (same bits).
 bool fused_ops();
 void fused_ops_tune(int on);
-// Of those, the gated activations fused with the preparation (gate_kept, the experts' activation; a block
-// per row): off by default (FERRY_FUSE_GATE=1 or fused_gate_tune(1) turns it on while fused_ops() holds).
-// Its first version measured slower on the H200 (2026-12-03: a block per row waited for its loads one by one
-// behind its stores, 13 us for a 12,288-column row, 126 us for a dense FFN's); the version with every load
-// first too (2026-12-06: 569.0 against 598.3 tok/s on the K3.1 slice, same bits).
+// Of those, the gated activations fused with the preparation (gate_kept, the experts' activation; a row on
+// a cluster of up to 8 blocks): off by default (FERRY_FUSE_GATE=1 or fused_gate_tune(1) turns it on while
+// fused_ops() holds). Its block-per-row versions measured slower on the H200 (2026-12-03: loads one by one
+// behind the stores, 13 us for a 12,288-column row, 126 us for a dense FFN's; 2026-12-06, loads first:
+// 569.0 against 598.3 tok/s on the K3.1 slice, same bits); the cluster version is not measured yet.
 bool fused_gate();
 void fused_gate_tune(int on);
 

@@ -94,17 +94,34 @@ __device__ __forceinline__ void write_row(const float (&v)[K], int64_t dim, int6
   if (threadIdx.x == 0) o.inv[r] = __int_as_float((127 - e) << 23);
 }
 
+// This thread's largest |element| of v.
+template <int V>
+__device__ __forceinline__ float max_abs4(const float4 (&v)[V]) {
+  float m = 0.0f;
+#pragma unroll
+  for (int i = 0; i < V; ++i)
+    m = fmaxf(m, fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)), fmaxf(fabsf(v[i].z), fabsf(v[i].w))));
+  return m;
+}
+
+// write_row4's stores for the row's k (scale_exp of its max |x|), with thread t holding float4 j = j0 + t +
+// i * kThreads in v[i] (a block's share of a row that several blocks prepare); not the row's inv.
+template <int V>
+__device__ __forceinline__ void put_row4(const float4 (&v)[V], int64_t cols, int64_t r, const Out& o, int k, int j0);
+
 // Row r (cols elements, cols % 16 == 0) prepared into o, from a block of kThreads threads where thread t
 // holds float4 j = t + i * kThreads (elements 4j .. 4j + 3) in v[i] (prep_x's register kernel and the
 // fused ones after it). Every thread of the block must call it.
 template <int V>
 __device__ __forceinline__ void write_row4(const float4 (&v)[V], int64_t cols, int64_t r, const Out& o) {
+  const int k = row_scale_exp(max_abs4(v));
+  put_row4(v, cols, r, o, k, 0);
+  if (threadIdx.x == 0) o.inv[r] = __int_as_float((127 - k) << 23);
+}
+
+template <int V>
+__device__ __forceinline__ void put_row4(const float4 (&v)[V], int64_t cols, int64_t r, const Out& o, int k, int j0) {
   const int nv = static_cast<int>(cols / 4);
-  float m = 0.0f;
-#pragma unroll
-  for (int i = 0; i < V; ++i)
-    m = fmaxf(m, fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)), fmaxf(fabsf(v[i].z), fabsf(v[i].w))));
-  const int k = row_scale_exp(m);
   const float up = __int_as_float((k + 127) << 23);
   __half* hr = o.hi + r * cols;
   __half* lr = o.lo ? o.lo + r * cols : nullptr;
@@ -122,7 +139,7 @@ __device__ __forceinline__ void write_row4(const float4 (&v)[V], int64_t cols, i
   };
 #pragma unroll
   for (int i = 0; i < V; ++i) {
-    const int j = threadIdx.x + i * kThreads;
+    const int j = j0 + threadIdx.x + i * kThreads;
     if (j >= nv) break;
     const float a[4] = {v[i].x * up, v[i].y * up, v[i].z * up, v[i].w * up};
     __half h[4], l[4];
@@ -134,7 +151,6 @@ __device__ __forceinline__ void write_row4(const float4 (&v)[V], int64_t cols, i
     put(hr, j, h[0], h[1], h[2], h[3]);
     if (lr) put(lr, j, l[0], l[1], l[2], l[3]);
   }
-  if (threadIdx.x == 0) o.inv[r] = __int_as_float((127 - k) << 23);
 }
 
 #endif  // __CUDACC__
@@ -148,9 +164,8 @@ mma::XPrep prepared(const Out& o, int64_t cols);
 }  // namespace ferry::cuda::xprep
 
 namespace ferry::cuda {
-// Whether prep_gate takes rows of cols (cols % 16 == 0, at most 16,384: a row is one block's registers, and
-// longer rows are better served by an element-wise launch over every SM, then prep_x; a dense FFN's
-// 18,432 took 126 us on one SM) at a, b and y (y may be null): 16-byte aligned.
+// Whether prep_gate takes rows of cols (cols % 16 == 0, at most 131,072: a row is a cluster of up to 8
+// blocks, each thread up to 16 float4) at a, b and y (y may be null): 16-byte aligned.
 bool prep_gate_ok(const float* a, const float* b, const float* y, int64_t cols);
 // act(a, b) of n rows of cols (gate_act.cuh) prepared into buf as prep_x would prepare the activation (and
 // written to y unless y is null): one launch.

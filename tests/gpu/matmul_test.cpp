@@ -1123,13 +1123,15 @@ TEST_F(Ops, KeptNormOutputGivesEveryMatmulTheBitsOfTheUnfusedOps) {
 
 // Backend::gate_kept (CUDA: the activation and its preparation for the decode matmuls in one launch)
 // gives the activation's bits and the matmul after it the bits of swiglu / situ / sigmoid_mul then the
-// matmul, at 1 and 16 rows, for rows the fused kernel takes (2048, 12288; 992: a q8_0 weight in rows) and
+// matmul, at 1 and 16 rows, for rows the fused kernel takes (2048, 12288, 33792; 992: a q8_0 weight in rows) and
 // unaligned ones (the ops one by one).
 TEST_F(Ops, GateKeptGivesTheBitsOfTheActivationThenTheMatmul) {
   cuda::fused_gate_tune(1);  // the fused kernel, off by default
   const GateAct acts[] = {{GateOp::swiglu}, {GateOp::situ, 1.5f, 2.0f}, {GateOp::situ, 3.0f, 0.0f},
                           {GateOp::sigmoid_mul}};
-  for (const int64_t cols : {int64_t{2048}, int64_t{12288}, int64_t{992}})
+  // Rows of 1 to 8 blocks of a cluster (992: one, 2048: two, 12288: eight, two float4 a thread) and longer
+  // (33792: eight blocks of five float4 a thread, the dense FFN's).
+  for (const int64_t cols : {int64_t{2048}, int64_t{12288}, int64_t{992}, int64_t{33792}})
     for (const int64_t shift : {int64_t{0}, int64_t{1}}) {
       const auto bytes = random_weight(WType::q8_0, 256, cols, 95);
       auto wb = both_bytes(bytes.data(), bytes.size());
