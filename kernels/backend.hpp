@@ -335,6 +335,14 @@ class Backend {
     attn_res(vs_host, nv, w, T, D, eps, out);
     rmsnorm_kept(out, norm_w, T, D, norm_eps, y);
   }
+  // p += a (T x D), then attn_res_norm whose last input vs_host[nv - 1] is p: the bits of add then
+  // attn_res_norm, which the default calls (CUDA: one launch under FERRY_FUSE_ADD=1).
+  virtual void add_attn_res_norm(float* p, const float* a, const float* const* vs_host, int64_t nv, const float* w,
+                                 int64_t T, int64_t D, float eps, float* out, const float* norm_w, float norm_eps,
+                                 float* y) {
+    add(p, a, T * D, p);
+    attn_res_norm(vs_host, nv, w, T, D, eps, out, norm_w, norm_eps, y);
+  }
   // y = act(a, b) over rows x cols (Backend::swiglu, situ or sigmoid_mul), kept as by rmsnorm_kept until
   // drop_x(y) (CUDA: one launch that also prepares y for the decode matmuls).
   virtual void gate_kept(const GateAct& act, const float* a, const float* b, int64_t rows, int64_t cols, float* y) {

@@ -182,6 +182,10 @@ void TimingBackend::attn_res_norm(const float* const* vs, int64_t nv, const floa
                                   float* out, const float* nw, float ne, float* y) {
   timed("attn_res_norm", [&] { in_->attn_res_norm(vs, nv, w, T, D, eps, out, nw, ne, y); });
 }
+void TimingBackend::add_attn_res_norm(float* p, const float* a, const float* const* vs, int64_t nv, const float* w,
+                                      int64_t T, int64_t D, float eps, float* out, const float* nw, float ne, float* y) {
+  timed("attn_res_norm", [&] { in_->add_attn_res_norm(p, a, vs, nv, w, T, D, eps, out, nw, ne, y); });
+}
 // Labelled by batch size and whether every expert has one row (a decode step's batch) or some have
 // more (prompt passes, verify blocks), so a decode batch's time is not averaged with a prompt's.
 void TimingBackend::expert_ffn(const ExpertFfnArgs& a) {

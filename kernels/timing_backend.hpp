@@ -104,6 +104,8 @@ class TimingBackend final : public Backend {
                 float* out) override;
   void attn_res_norm(const float* const* vs, int64_t nv, const float* w, int64_t T, int64_t D, float eps, float* out,
                      const float* nw, float ne, float* y) override;
+  void add_attn_res_norm(float* p, const float* a, const float* const* vs, int64_t nv, const float* w, int64_t T,
+                         int64_t D, float eps, float* out, const float* nw, float ne, float* y) override;
   void expert_ffn(const ExpertFfnArgs& a) override;
   void moe_combine(const float* y, const float* w, int64_t n, int64_t k, int64_t dim, float* acc) override;
 

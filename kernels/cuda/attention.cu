@@ -316,10 +316,28 @@ void CudaBackend::attn_res_norm(const float* const* vs_host, int64_t nv, const f
     Backend::attn_res_norm(vs_host, nv, w, T, D, eps, out, norm_w, norm_eps, y);
     return;
   }
+  res_norm_launch(nullptr, nullptr, vs_host, nv, w, T, D, eps, out, norm_w, norm_eps, y);
+}
+
+void CudaBackend::add_attn_res_norm(float* p, const float* a, const float* const* vs_host, int64_t nv, const float* w,
+                                    int64_t T, int64_t D, float eps, float* out, const float* norm_w, float norm_eps,
+                                    float* y) {
+  if (T <= 0 || nv <= 0 || !rownorm::fused_add() || !fused_ops() || !rownorm::takes(D, nv) || vs_host[nv - 1] != p) {
+    Backend::add_attn_res_norm(p, a, vs_host, nv, w, T, D, eps, out, norm_w, norm_eps, y);
+    return;
+  }
+  res_norm_launch(p, a, vs_host, nv, w, T, D, eps, out, norm_w, norm_eps, y);
+}
+
+void CudaBackend::res_norm_launch(float* add_to, const float* add_from, const float* const* vs_host, int64_t nv,
+                                  const float* w, int64_t T, int64_t D, float eps, float* out, const float* norm_w,
+                                  float norm_eps, float* y) {
   bind();
   rownorm::Call c;
   for (int64_t s = 0; s < nv; ++s) c.in.v[s] = vs_host[s];
   c.nv = static_cast<int>(nv);
+  c.add_to = add_to;
+  c.add_from = add_from;
   c.res_w = w;
   c.res_eps = eps;
   c.res_out = out;

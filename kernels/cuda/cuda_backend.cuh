@@ -100,6 +100,9 @@ class CudaBackend final : public Backend {
 
   void attn_res(const float* const* vs_host, int64_t nv, const float* w, int64_t T, int64_t D, float eps,
                 float* out) override;
+  // p += a in the same launch (rownorm::fused_add()).
+  void add_attn_res_norm(float* p, const float* a, const float* const* vs_host, int64_t nv, const float* w, int64_t T,
+                         int64_t D, float eps, float* out, const float* norm_w, float norm_eps, float* y) override;
   // attn_res, the rmsnorm of its output and the decode matmuls' preparation of y in one launch.
   void attn_res_norm(const float* const* vs_host, int64_t nv, const float* w, int64_t T, int64_t D, float eps,
                      float* out, const float* norm_w, float norm_eps, float* y) override;
@@ -128,6 +131,9 @@ class CudaBackend final : public Backend {
   mma::XPrep prep_decode(const float* x, int64_t n, int64_t cols, void* buf, XOrder order = XOrder::natural);
 
  private:
+  // attn_res_norm's cluster launch (rownorm::launch), with p += a first when add_to (= vs_host[nv - 1]) is set.
+  void res_norm_launch(float* add_to, const float* add_from, const float* const* vs_host, int64_t nv, const float* w,
+                       int64_t T, int64_t D, float eps, float* out, const float* norm_w, float norm_eps, float* y);
   void bind() const;  // make device_ current on the calling thread
   cudaStream_t queue(int q) const;  // kComputeQueue or an upload queue
   int device_ = 0;

@@ -73,6 +73,15 @@ __global__ void __launch_bounds__(kThreads) row_norm_kernel(const __grid_constan
     for (int s = 0; s < c.nv; ++s) {
       float v[kPer];
       load_part(c.in.v[s] + row, e, D, v);
+      if (c.add_to && s == c.nv - 1) {  // p += a: add's op (y = a + b), stored for the passes below
+        float a[kPer];
+        load_part(c.add_from + row, e, D, a);
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) {
+          v[k] = add(v[k], a[k]);
+          if (e[k] < D) c.add_to[row + e[k]] = v[k];
+        }
+      }
       double ss = 0.0;
 #pragma unroll
       for (int k = 0; k < kPer; ++k)
@@ -165,6 +174,7 @@ __global__ void __launch_bounds__(kThreads) row_norm_kernel(const __grid_constan
 }
 
 int g_row_cluster = -1;  // row_cluster_tune
+int g_fused_add = -1;    // fused_add_tune
 
 }  // namespace
 
@@ -173,6 +183,11 @@ bool row_cluster() {
   return switch_on(g_row_cluster, env);
 }
 void row_cluster_tune(int on) { g_row_cluster = on; }
+bool fused_add() {
+  static const bool env = env_switch("FERRY_FUSE_ADD", false);
+  return switch_on(g_fused_add, env);
+}
+void fused_add_tune(int on) { g_fused_add = on; }
 
 void launch(const Call& c, int64_t rows, cudaStream_t st) {
   if (rows <= 0) return;

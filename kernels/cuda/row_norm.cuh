@@ -36,9 +36,13 @@ struct Inputs {
 // One launch: AttnRes of nv inputs (nv > 0) into res_out (may be null), then, if norm, the rmsnorm of that
 // (or, nv == 0, of in.v[0]) into y with its rows prepared into prep (prep.hi null: not prepared).
 // y may alias in.v[0] (a norm in place); res_out and y must not alias an AttnRes input.
+// add_to (AttnRes only): add_to += add_from first, where add_to is the last input in.v[nv - 1] (its loads
+// then read the sum this thread stored).
 struct Call {
   Inputs in{};
   int nv = 0;
+  float* add_to = nullptr;
+  const float* add_from = nullptr;
   const float* res_w = nullptr;
   float res_eps = 0.0f;
   float* res_out = nullptr;
@@ -57,6 +61,11 @@ inline bool fits(int64_t dim, int64_t nv) { return dim > 0 && dim <= kMaxDim && 
 // one block (rmsnorm_kernel, attn_res_scores_kernel: the same part order, the same bits).
 bool row_cluster();
 void row_cluster_tune(int on);
+// Whether CudaBackend::add_attn_res_norm adds in the cluster kernel's launch: off by default (FERRY_FUSE_ADD=1
+// or fused_add_tune(1) turns it on while fused_ops() and row_cluster() hold); built 2026-12-06 after the
+// session's GPU time, not yet measured.
+bool fused_add();
+void fused_add_tune(int on);
 // The cluster kernel takes these rows: row_cluster() and fits().
 inline bool takes(int64_t dim, int64_t nv) { return row_cluster() && fits(dim, nv); }
 

@@ -164,13 +164,17 @@ std::vector<std::vector<float>> Model::download(const SeqSnapshot& snap) const {
   return out;
 }
 
-void Model::attn_res_norm(const std::vector<Buf>& blocks, const float* p, const Buf& w, int64_t n, float* out,
-                          const Buf& norm_w, float* y) {
+void Model::attn_res_norm(const std::vector<Buf>& blocks, float* p, const Buf& w, int64_t n, float* out,
+                          const Buf& norm_w, float* y, const float* add) {
   std::vector<const float*> vs;
   for (const Buf& b : blocks) vs.push_back(b.get());
   vs.push_back(p);
   const auto eps = static_cast<float>(cfg_.rms_eps);
-  be_.attn_res_norm(vs.data(), static_cast<int64_t>(vs.size()), w.get(), n, cfg_.hidden, eps, out, norm_w.get(), eps, y);
+  const auto nv = static_cast<int64_t>(vs.size());
+  if (add)
+    be_.add_attn_res_norm(p, add, vs.data(), nv, w.get(), n, cfg_.hidden, eps, out, norm_w.get(), eps, y);
+  else
+    be_.attn_res_norm(vs.data(), nv, w.get(), n, cfg_.hidden, eps, out, norm_w.get(), eps, y);
 }
 
 void Model::profile_mark(const char* section) {
@@ -284,6 +288,9 @@ std::vector<float> Model::forward_rows(SeqState& s, std::span<const int32_t> ids
   be_.embed(w_.embed, ids.data(), n, p);
   const bool res = cfg_.attn_res_block > 0;
   std::vector<Buf> blocks;  // AttnRes: banked raw streams
+  // p's pending addend: the last layer's FFN output, added by the next AttnRes (Backend::add_attn_res_norm)
+  // where there is one; the same adds in the same order as p += f at the layer's end.
+  const float* pending = nullptr;
   for (int il = 0; il < cfg_.n_layers; ++il) {
     const LayerWeights& L = w_.layers[static_cast<size_t>(il)];
     const bool bank = res && il % cfg_.attn_res_block == 0;
@@ -292,8 +299,11 @@ std::vector<float> Model::forward_rows(SeqState& s, std::span<const int32_t> ids
     // (Backend::rmsnorm_kept) while the mixer reads it, as for the FFN below.
     {
       if (res && !blocks.empty()) {
-        attn_res_norm(blocks, p, L.attn_res_w, n, h, L.attn_norm, xn);
+        attn_res_norm(blocks, p, L.attn_res_w, n, h, L.attn_norm, xn, pending);
+        pending = nullptr;
       } else {
+        if (pending) be_.add(p, pending, static_cast<int64_t>(nd), p);
+        pending = nullptr;
         be_.copy(h, p, nd * sizeof(float));
         be_.rmsnorm_kept(h, L.attn_norm, n, d, eps, xn);
       }
@@ -313,18 +323,21 @@ std::vector<float> Model::forward_rows(SeqState& s, std::span<const int32_t> ids
     }
     if (bank)
       be_.copy(p, a, nd * sizeof(float));
-    else
+    else if (!res)
       be_.add(p, a, static_cast<int64_t>(nd), p);
     {
       if (res)
-        attn_res_norm(blocks, p, L.mlp_res_w, n, h, L.ffn_norm, xn);
+        attn_res_norm(blocks, p, L.mlp_res_w, n, h, L.ffn_norm, xn, bank ? nullptr : a.get());  // p += a first
       else
         be_.rmsnorm_kept(p, L.ffn_norm, n, d, eps, xn);
       const KeptX kept(be_, xn);
       profile_mark(cfg_.ffn[static_cast<size_t>(il)] == Ffn::moe ? "ffn.moe" : "ffn.dense");
       ffn(il, c, xn, f);
     }
-    be_.add(p, f, static_cast<int64_t>(nd), p);
+    if (res && !opt.on_layer && il + 1 < cfg_.n_layers)
+      pending = f.get();  // the next layer's AttnRes adds it
+    else
+      be_.add(p, f, static_cast<int64_t>(nd), p);
     if (opt.on_layer) opt.on_layer(il, p, n);
   }
   s.len += n;

@@ -124,9 +124,10 @@ class Model {
   void route_start(int il, const float* x, int64_t n, std::vector<float>& scores);
   void route_finish(int il, int64_t n, std::vector<float>& scores, std::vector<int32_t>& ids, std::vector<float>& wts);
   void hint_next_layer(int il, const float* x, int64_t n);
-  // attn_res, then rmsnorm_kept(out, norm_w) into y (Backend::attn_res_norm).
-  void attn_res_norm(const std::vector<Buf>& blocks, const float* p, const Buf& w, int64_t n, float* out,
-                     const Buf& norm_w, float* y);
+  // attn_res, then rmsnorm_kept(out, norm_w) into y (Backend::attn_res_norm); with add, p += add first
+  // (Backend::add_attn_res_norm).
+  void attn_res_norm(const std::vector<Buf>& blocks, float* p, const Buf& w, int64_t n, float* out, const Buf& norm_w,
+                     float* y, const float* add = nullptr);
 
   ModelConfig cfg_;
   Backend& be_;

@@ -254,5 +254,42 @@ TEST_F(Ops, RowNormClusterGivesTheBitsOfOneBlockPerRow) {
   cuda::rownorm::row_cluster_tune(-1);
 }
 
+// Backend::add_attn_res_norm (CUDA under FERRY_FUSE_ADD=1: p += a in the cluster kernel's launch) gives p,
+// AttnRes's output and the norm's the bits of add then attn_res_norm, for 1 to 32 inputs, rows of one part
+// and of several, 1 and 5 rows; the kept y feeds a matmul as the unfused one does.
+TEST_F(Ops, AddAttnResNormGivesTheBitsOfAddThenAttnResNorm) {
+  for (const int64_t D : {1000, 7168})
+    for (const int64_t T : {1, 5})
+      for (const int64_t nv : {1, 3, 32}) {
+        const size_t nd = static_cast<size_t>(T * D);
+        const auto pv = random_floats(nd, 70 + static_cast<uint32_t>(D), -2, 2);
+        auto a = both(random_floats(nd, 71, -2, 2));
+        std::vector<Pair> blocks;
+        for (int64_t s = 0; s + 1 < nv; ++s) blocks.push_back(both(random_floats(nd, 72 + static_cast<uint32_t>(s), -2, 2)));
+        auto w = both(random_floats(static_cast<size_t>(D), 25));
+        auto nw = both(random_floats(static_cast<size_t>(D), 26, 0.5f, 1.5f));
+        std::vector<float> p[2], h[2], x[2];
+        for (const int fused : {0, 1}) {
+          cuda::rownorm::fused_add_tune(fused);
+          auto pp = both(pv);
+          auto hh = poisoned_pair(nd), xx = poisoned_pair(nd);
+          std::vector<const float*> vs;
+          for (auto& b : blocks) vs.push_back(b.gpu());
+          vs.push_back(pp.gpu());
+          gpu().add_attn_res_norm(pp.gpu(), a.gpu(), vs.data(), nv, w.gpu(), T, D, 1e-6f, hh.gpu(), nw.gpu(), 1e-5f,
+                                  xx.gpu());
+          gpu().drop_x(xx.gpu());
+          p[fused] = get(gpu(), pp.gpu(), nd);
+          h[fused] = get(gpu(), hh.gpu(), nd);
+          x[fused] = get(gpu(), xx.gpu(), nd);
+        }
+        cuda::rownorm::fused_add_tune(-1);
+        const std::string what = "D=" + std::to_string(D) + " T=" + std::to_string(T) + " nv=" + std::to_string(nv);
+        EXPECT_TRUE(bits_equal(("p " + what).c_str(), p[0], p[1])) << what;
+        EXPECT_TRUE(bits_equal(("out " + what).c_str(), h[0], h[1])) << what;
+        EXPECT_TRUE(bits_equal(("y " + what).c_str(), x[0], x[1])) << what;
+      }
+}
+
 }  // namespace
 }  // namespace ferry::test

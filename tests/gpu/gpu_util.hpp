@@ -83,6 +83,7 @@ struct AllSameBitsSwitches {
     cuda::fused_gate_tune(on);
     cuda::kda_recurrent_reg_tune(on);
     cuda::rownorm::row_cluster_tune(on);
+    cuda::rownorm::fused_add_tune(on);
   }
 #endif
 };
