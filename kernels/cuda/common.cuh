@@ -101,48 +101,49 @@ bool take_stream_copied(cudaStream_t st);
 void copy_async(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t st);
 void zero_async(void* p, size_t bytes, cudaStream_t st);
 
-// kernel<<<grid, block, smem, st>>>(args...), as a programmatic dependent of the kernel before it on st
-// when `programmatic` (the kernel must then wait, griddepcontrol.wait, before it reads or writes what the
-// kernel before touches); the launch error, if any, is thrown naming this call. The one launcher of both
-// programmatic paths: launch_small below and dec::launch_dependent (the decode matmuls).
+// kernel<<<grid, block, smem, st>>>(args...) in clusters of `cluster` blocks along x (1: no clusters; gridDim.x
+// a multiple of it), as a programmatic dependent of the kernel before it on st when `programmatic` (the
+// kernel must then wait, griddepcontrol.wait, before it reads or writes what the kernel before touches); the
+// launch error, if any, is thrown naming this call. The one launcher of every programmatic path:
+// launch_kernel, launch_small and launch_small_cluster below and dec::launch_dependent (the decode matmuls).
 template <class... P, class... A>
-void launch_kernel(bool programmatic, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
-                   A&&... args) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = st;
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = at;
-  const bool after_copy = take_stream_copied(st);
-  cfg.numAttrs = programmatic && !after_copy ? 1 : 0;
-  FERRY_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
-}
-
-// launch_kernel for a grid of clusters of `cluster` blocks along x (gridDim.x a multiple of it), programmatic
-// as launch_small's kernels are.
-template <class... P, class... A>
-void launch_small_cluster(unsigned cluster, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
-                          A&&... args) {
+void launch_kernel_in_clusters(bool programmatic, unsigned cluster, void (*kernel)(P...), dim3 grid, dim3 block,
+                               size_t smem, cudaStream_t st, A&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = st;
   cudaLaunchAttribute at[2];
-  at[0].id = cudaLaunchAttributeClusterDimension;
-  at[0].val.clusterDim.x = cluster;
-  at[0].val.clusterDim.y = 1;
-  at[0].val.clusterDim.z = 1;
-  at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[1].val.programmaticStreamSerializationAllowed = 1;
+  unsigned n = 0;
+  const bool after_copy = take_stream_copied(st);  // forgets the copy whatever this launch is
+  if (programmatic && !after_copy) {
+    at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster > 1) {
+    at[n].id = cudaLaunchAttributeClusterDimension;
+    at[n].val.clusterDim.x = cluster;
+    at[n].val.clusterDim.y = 1;
+    at[n++].val.clusterDim.z = 1;
+  }
   cfg.attrs = at;
-  const bool after_copy = take_stream_copied(st);
-  cfg.numAttrs = pdl_for(reinterpret_cast<const void*>(kernel)) && !after_copy ? 2 : 1;
+  cfg.numAttrs = n;
   FERRY_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
+}
+
+template <class... P, class... A>
+void launch_kernel(bool programmatic, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                   A&&... args) {
+  launch_kernel_in_clusters(programmatic, 1, kernel, grid, block, smem, st, std::forward<A>(args)...);
+}
+
+// launch_small for a grid of clusters of `cluster` blocks along x.
+template <class... P, class... A>
+void launch_small_cluster(unsigned cluster, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                          A&&... args) {
+  launch_kernel_in_clusters(pdl_for(reinterpret_cast<const void*>(kernel)), cluster, kernel, grid, block, smem, st,
+                            std::forward<A>(args)...);
 }
 
 // A small kernel (one that starts with pdl_begin), programmatic while pdl_small() (and, under
