@@ -333,19 +333,13 @@ void CudaBackend::res_norm_launch(float* add_to, const float* add_from, const fl
                                   const float* w, int64_t T, int64_t D, float eps, float* out, const float* norm_w,
                                   float norm_eps, float* y) {
   bind();
-  rownorm::Call c;
-  for (int64_t s = 0; s < nv; ++s) c.in.v[s] = vs_host[s];
-  c.nv = static_cast<int>(nv);
+  rownorm::Call c = rownorm::Call::attn_res(vs_host, nv, w, D, eps, out);
   c.add_to = add_to;
   c.add_from = add_from;
-  c.res_w = w;
-  c.res_eps = eps;
-  c.res_out = out;
   c.norm = true;
   c.norm_w = norm_w;
   c.norm_eps = norm_eps;
   c.y = y;
-  c.dim = D;
   c.prep = prompt_pass_ ? xprep::Out{} : keep_prepared(y, T, D);
   if (prompt_pass_) keep_x(y, T, D);
   rownorm::launch(c, T, stream_);
@@ -356,14 +350,7 @@ void CudaBackend::attn_res(const float* const* vs_host, int64_t nv, const float*
   if (T <= 0 || nv <= 0) return;
   if (rownorm::takes(D, nv)) {
     bind();
-    rownorm::Call c;
-    for (int64_t s = 0; s < nv; ++s) c.in.v[s] = vs_host[s];
-    c.nv = static_cast<int>(nv);
-    c.res_w = w;
-    c.res_eps = eps;
-    c.res_out = out;
-    c.dim = D;
-    rownorm::launch(c, T, stream_);
+    rownorm::launch(rownorm::Call::attn_res(vs_host, nv, w, D, eps, out), T, stream_);
     return;
   }
   if (nv > 4096) throw LimitError("cuda attn_res: " + std::to_string(nv) + " inputs (max 4096)");

@@ -248,14 +248,7 @@ void CudaBackend::rmsnorm(const float* x, const float* w, int64_t rows, int64_t 
     return;
   }
   if (rownorm::takes(dim, 0)) {
-    rownorm::Call c;
-    c.in.v[0] = x;
-    c.norm = true;
-    c.norm_w = w;
-    c.norm_eps = eps;
-    c.y = y;
-    c.dim = dim;
-    rownorm::launch(c, rows, stream_);
+    rownorm::launch(rownorm::Call::rmsnorm(x, w, dim, eps, y), rows, stream_);
     return;
   }
   launch_small(rmsnorm_kernel, static_cast<unsigned>(rows), kRowThreads, 0, stream_, x, w, dim, eps, y);
@@ -267,15 +260,7 @@ void CudaBackend::rmsnorm_kept(const float* x, const float* w, int64_t rows, int
   if (rows > 0 && dim > kWarpRowMax && rownorm::takes(dim, 0) && !prompt_pass_) {
     check_rows("rmsnorm", rows);
     bind();
-    rownorm::Call c;
-    c.in.v[0] = x;
-    c.norm = true;
-    c.norm_w = w;
-    c.norm_eps = eps;
-    c.y = y;
-    c.dim = dim;
-    c.prep = keep_prepared(y, rows, dim);
-    rownorm::launch(c, rows, stream_);
+    rownorm::launch(rownorm::Call::rmsnorm(x, w, dim, eps, y, keep_prepared(y, rows, dim)), rows, stream_);
     return;
   }
   rmsnorm(x, w, rows, dim, eps, y);

@@ -15,6 +15,7 @@
 #include "kernels/cuda/matmul_mma.cuh"
 #include "kernels/cuda/matmul_mma_launch.cuh"
 #include "kernels/cuda/matmul_mxt.cuh"
+#include "kernels/cuda/row_norm.cuh"
 #include "kernels/cuda/xprep.cuh"
 
 namespace ferry::cuda {
@@ -115,20 +116,7 @@ __global__ void __launch_bounds__(kPrepThreads) prep_gate_kernel(GateAct act, co
       if (j < nv) yr[j] = v[i];
     }
   }
-  __shared__ float wmax[kPrepThreads / 32], mine[1];
-  float m = xprep::max_abs4(v);
-#pragma unroll
-  for (int o = 16; o >= 1; o >>= 1) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, o));
-  if ((threadIdx.x & 31) == 0) wmax[threadIdx.x >> 5] = m;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float bm = wmax[0];
-    for (int w = 1; w < kPrepThreads / 32; ++w) bm = fmaxf(bm, wmax[w]);
-    mine[0] = bm;
-  }
-  cl.sync();
-  float rm = 0.0f;
-  for (int q = 0; q < parts; ++q) rm = fmaxf(rm, cl.map_shared_rank(mine, q)[0]);
+  const float rm = rownorm::cluster_max(cl, xprep::max_abs4(v));
   cl.sync();  // every block has read every other's maximum: none leaves while one may still read its own
   const int k = xprep::scale_exp(rm);
   xprep::put_row4<V>(v, cols, r, out, k, j0);

@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(kThreads) row_norm_kernel(const __grid_constan
   const int64_t t = blockIdx.x / parts, D = c.dim;
   __shared__ double sh[kWarps * kMaxInputs];
   __shared__ double mine_ss[kMaxInputs], mine_sc[kMaxInputs], mine_n[1], tot[kMaxInputs];
-  __shared__ float scale[kMaxInputs], prob[kMaxInputs], mine_m[1], wmax[kWarps];
+  __shared__ float scale[kMaxInputs], prob[kMaxInputs];
   int64_t e[kPer];
 #pragma unroll
   for (int k = 0; k < kPer; ++k) e[k] = p * kPart + threadIdx.x + static_cast<int64_t>(k) * kThreads;
@@ -141,31 +141,13 @@ __global__ void __launch_bounds__(kThreads) row_norm_kernel(const __grid_constan
         m = fmaxf(m, fabsf(x[k]));
       }
     }
-    if (c.prep.hi) {  // xprep::write_row's rule, with the row's max over the cluster (a max: any order)
-#pragma unroll
-      for (int o = 16; o >= 1; o >>= 1) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, o));
-      if ((threadIdx.x & 31) == 0) wmax[threadIdx.x >> 5] = m;
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        float b = wmax[0];
-        for (int w = 1; w < kWarps; ++w) b = fmaxf(b, wmax[w]);
-        mine_m[0] = b;
-      }
-      cl.sync();
-      float rm = 0.0f;
-      for (int r = 0; r < parts; ++r) rm = fmaxf(rm, cl.map_shared_rank(mine_m, r)[0]);
-      const int ex = xprep::scale_exp(rm);
+    if (c.prep.hi) {  // xprep::write_row's rule, with the row's max over the cluster
+      const int ex = xprep::scale_exp(cluster_max(cl, m));
       const float up = __int_as_float((ex + 127) << 23);
-      __half* hr = c.prep.hi + row;
-      __half* lr = c.prep.lo ? c.prep.lo + row : nullptr;
 #pragma unroll
       for (int k = 0; k < kPer; ++k) {
         if (e[k] >= D) break;
-        const float a = x[k] * up;  // exact: a power of two, inside the float range
-        const __half h = __float2half_rn(a);
-        const int64_t d = xprep::order_pos(e[k], c.prep.order);
-        hr[d] = h;
-        if (lr) lr[d] = __float2half_rn(a - __half2float(h));  // a - h is exact
+        xprep::put_one(c.prep, t, D, e[k], x[k], up);
       }
       if (p == 0 && threadIdx.x == 0) c.prep.inv[t] = __int_as_float((127 - ex) << 23);
     }

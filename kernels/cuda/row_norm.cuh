@@ -52,6 +52,30 @@ struct Call {
   float* y = nullptr;
   xprep::Out prep;
   int64_t dim = 0;
+
+  // The rmsnorm of x (rows of dim) into y, prepared into prep.
+  static Call rmsnorm(const float* x, const float* w, int64_t dim, float eps, float* y, const xprep::Out& prep = {}) {
+    Call c;
+    c.in.v[0] = x;
+    c.norm = true;
+    c.norm_w = w;
+    c.norm_eps = eps;
+    c.y = y;
+    c.prep = prep;
+    c.dim = dim;
+    return c;
+  }
+  // AttnRes of vs[0 .. nv) into out (no norm; nv <= kMaxInputs).
+  static Call attn_res(const float* const* vs, int64_t nv, const float* w, int64_t dim, float eps, float* out) {
+    Call c;
+    for (int64_t s = 0; s < nv; ++s) c.in.v[s] = vs[s];
+    c.nv = static_cast<int>(nv);
+    c.res_w = w;
+    c.res_eps = eps;
+    c.res_out = out;
+    c.dim = dim;
+    return c;
+  }
 };
 
 inline bool fits(int64_t dim, int64_t nv) { return dim > 0 && dim <= kMaxDim && nv <= kMaxInputs; }
@@ -95,9 +119,31 @@ __device__ __forceinline__ void res_softmax(const float* sc, int64_t nv, float* 
 }  // namespace ferry::cuda::rownorm
 
 #if defined(__CUDACC__)
+#include <cooperative_groups.h>
+
 #include "kernels/cuda/common.cuh"
 
 namespace ferry::cuda::rownorm {
+// The largest of every thread's m over the whole cluster, in every thread (a max: any order). Every thread
+// of every block calls it; the cluster must synchronise once more before any block leaves, since the others
+// read this block's shared memory.
+__device__ __forceinline__ float cluster_max(cooperative_groups::cluster_group& cl, float m) {
+  __shared__ float wmax[32], mine[1];
+#pragma unroll
+  for (int o = 16; o >= 1; o >>= 1) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, o));
+  if ((threadIdx.x & 31) == 0) wmax[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float b = wmax[0];
+    for (unsigned w = 1; w < blockDim.x / 32; ++w) b = fmaxf(b, wmax[w]);
+    mine[0] = b;
+  }
+  cl.sync();
+  float rm = 0.0f;
+  for (unsigned r = 0; r < cl.num_blocks(); ++r) rm = fmaxf(rm, cl.map_shared_rank(mine, r)[0]);
+  return rm;
+}
+
 template <class F>
 __device__ __forceinline__ double part_order_sum(int64_t dim, F f, double* sh) {
   double tot = 0.0;

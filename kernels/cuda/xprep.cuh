@@ -69,6 +69,15 @@ struct Out {
 };
 
 #if defined(__CUDACC__)
+// Element c of row r (dim elements) of value x prepared into o, the row's 2^k being up.
+__device__ __forceinline__ void put_one(const Out& o, int64_t r, int64_t dim, int64_t c, float x, float up) {
+  const float a = x * up;  // exact: a power of two, inside the float range
+  const __half h = __float2half_rn(a);
+  const int64_t d = r * dim + order_pos(c, o.order);
+  o.hi[d] = h;
+  if (o.lo) o.lo[d] = __float2half_rn(a - __half2float(h));  // a - h is exact
+}
+
 // Row r (dim elements) prepared into o, from a block of kThreads threads where thread t holds element
 // t + k * kThreads in v[k]. Every thread of the block must call it (row_scale_exp synchronises).
 template <int K>
@@ -79,17 +88,11 @@ __device__ __forceinline__ void write_row(const float (&v)[K], int64_t dim, int6
     if (threadIdx.x + static_cast<int64_t>(k) * kThreads < dim) m = fmaxf(m, fabsf(v[k]));
   const int e = row_scale_exp(m);
   const float up = __int_as_float((e + 127) << 23);
-  __half* hr = o.hi + r * dim;
-  __half* lr = o.lo ? o.lo + r * dim : nullptr;
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const int64_t c = threadIdx.x + static_cast<int64_t>(k) * kThreads;
     if (c >= dim) break;
-    const float a = v[k] * up;  // exact: a power of two, inside the float range
-    const __half h = __float2half_rn(a);
-    const int64_t d = order_pos(c, o.order);
-    hr[d] = h;
-    if (lr) lr[d] = __float2half_rn(a - __half2float(h));  // a - h is exact
+    put_one(o, r, dim, c, v[k], up);
   }
   if (threadIdx.x == 0) o.inv[r] = __int_as_float((127 - e) << 23);
 }
