@@ -103,7 +103,7 @@ bool pdl_for(const void* kernel) {
 }
 
 bool attention_ilp() {
-  static const bool env = env_switch("FERRY_ATTN_ILP", false);
+  static const bool env = env_switch("FERRY_ATTN_ILP", true);
   return switch_on(g_attn_ilp, env);
 }
 

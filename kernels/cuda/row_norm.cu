@@ -166,7 +166,7 @@ bool row_cluster() {
 }
 void row_cluster_tune(int on) { g_row_cluster = on; }
 bool fused_add() {
-  static const bool env = env_switch("FERRY_FUSE_ADD", false);
+  static const bool env = env_switch("FERRY_FUSE_ADD", true);
   return switch_on(g_fused_add, env);
 }
 void fused_add_tune(int on) { g_fused_add = on; }
