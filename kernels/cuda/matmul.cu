@@ -185,7 +185,9 @@ __global__ void matmul_f32_tail_kernel(const float* __restrict__ w, int64_t rows
 // columns l, l + 32, ... with separately rounded multiply and add, then warp_fold. The generic kernel's
 // order, so the bits of the CPU back-end, as before. (A kernel with one warp per row streaming through
 // shared memory was measured slower early on 2026-12-02; this one has kRow1Batch weight loads per lane in
-// flight, as many of x, and no barrier.)
+// flight, as many of x, and no barrier. Two batches in flight, the next one's loads issued before this one's
+// adds and the first batch's weights before pdl_begin: slower, 14.7 against 14.0 us per router, H100
+// 2026-12-06.)
 constexpr int kRow1Warps = 4;
 constexpr int kRow1Batch = 32;
 
@@ -553,7 +555,7 @@ void CudaBackend::matmul_group(const MatmulOut* outs, size_t count, const float*
   const int64_t cols = tiles[0]->w->cols;
   const mma::XPrep xp = prep_decode(x, n, cols, scratch(kMmaX, mma_prep_bytes(n, cols)));
   static const bool one_env = env_switch("FERRY_Q8T_ONE_LAUNCH", true);
-  static const bool split_env = env_switch("FERRY_Q8T_GROUP_SPLIT", false);
+  static const bool split_env = env_switch("FERRY_Q8T_GROUP_SPLIT", true);
   const bool one = switch_on(g_group_launch, one_env), split_too = one && switch_on(g_group_split, split_env);
   std::vector<const Weight*> joint;  // one launch for all of them
   std::vector<float*> joint_y;

@@ -139,9 +139,11 @@ void matmul_group_tune(int on);
 // environment's) turns it off. Same bits either way.
 void matmul_group_launch_tune(int on);
 // And whether the group's split q8_0 tiles (matmul_q8t_split parts > 1: matrices of few tiles) join that
-// launch, each with its own partials and counters, instead of a launch each: off, as measured no faster
-// (H200, 2026-12-02: slice decode 538.3 against 540.8 tok/s, identical hashes); FERRY_Q8T_GROUP_SPLIT=1 or
-// this knob (1 on, 0 off, -1 the environment's) turns it on. Same bits either way.
+// launch, each with its own partials and counters, instead of a launch each: on by default since the MoE's
+// latent down projection (3584x7168, 2 parts) joins its shared experts' gate / up launch (H100, 2026-12-06:
+// slice decode 518.0 against 504.4 tok/s; KDA's small projections alone, H200 2026-12-02: 538.3 against
+// 540.8, noise); FERRY_Q8T_GROUP_SPLIT=0 or this knob (1 on, 0 off, -1 the environment's) turns it off.
+// Same bits either way.
 void matmul_group_split_tune(int on);
 
 // One-row f32 matmuls (routers, MLA's per-head matrices at one row) on a kernel of their own that keeps

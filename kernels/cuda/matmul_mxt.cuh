@@ -161,6 +161,10 @@ __device__ __forceinline__ void set_math(const Set<U>& s, const __half* const x[
 // Tried 2026-12-02 and not kept: persistent blocks streaming several items each through a ring of sets
 // (loads never drain between items): 152-208 us for a 16-expert batch against 139 us for this (H200,
 // MoeBenchExpertBatchMxTiles; more registers, 4 blocks per SM instead of 5, two barriers per item).
+// Tried 2026-12-06 and not kept: 2-4 consecutive items per block, each warp's loads streaming from one item
+// into the next (the next item's first set issued while the current one's last set computes; the items'
+// warp sums reduced after the last, one barrier): a 16-expert batch 145-156 us against 121.7 for this, slice
+// decode 484 / 480 against 504 tok/s (H100, MoeBenchExpertBatchMxTiles and gpu-decode arms items2 / items4).
 // XS (one activation row): after the wait, the block copies its row of prepared x (hi then lo, p.cols halves
 // each: x_smem_bytes) into dynamic shared memory, and the warps read x there. For the down projections,
 // whose x differs per expert: consecutive blocks, which share an expert, go to different SMs, so each block
