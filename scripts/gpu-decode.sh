@@ -55,17 +55,22 @@ fi
 # (FERRY_FUSE=0: the fused ops of 2026-12-03 one by one, as before: norms that prepare the decode matmuls'
 # x, AttnRes + norm, KDA's q/k norms and convolutions; same bits), nokreg (FERRY_KDA_REG=0: the decode delta
 # rule's state in shared memory instead of registers; same bits), gate (FERRY_FUSE_GATE=1: the gated
-# activations and their preparation in one launch too, off by default; same bits).
+# activations and their preparation in one launch too, off by default; same bits), noilp / noadd
+# (FERRY_ATTN_ILP=0 / FERRY_FUSE_ADD=0: on by default since 2026-12-06), nogsplit (FERRY_Q8T_GROUP_SPLIT=0:
+# the inverse of gsplit, on by default since 2026-12-06). The arm base runs bin/ferry-base with BASE_ENV's
+# switches.
 arm_env() {
   case $1 in
     cores) echo FERRY_DEC_MMA=0;; auto) echo FERRY_DEC_MMA=auto;; dec) echo FERRY_DEC_MMA=1;; dec4) echo FERRY_DEC_MMA=1 FERRY_DEC_KB=4;;
     dec1) echo FERRY_DEC_MMA=1 FERRY_DEC_KB=1;; decnp) echo FERRY_DEC_MMA=1 FERRY_DEC_PDL=0;;
-    nosplit) echo FERRY_KSPLIT=0;; base) echo FERRY_ARM=base;; rowq8) echo FERRY_Q8T=0;; group) echo FERRY_Q8T_GROUP=1;; nogroup) echo FERRY_Q8T_GROUP=0;;
+    nosplit) echo FERRY_KSPLIT=0;; base) echo FERRY_ARM=base ${BASE_ENV:-};; rowq8) echo FERRY_Q8T=0;; group) echo FERRY_Q8T_GROUP=1;; nogroup) echo FERRY_Q8T_GROUP=0;;
     rowmx) echo FERRY_MXT=0;; onelaunch) echo FERRY_Q8T_ONE_LAUNCH=1;; row1) echo FERRY_F32_ROW1=1;;
     early) echo FERRY_Q8T_EARLY=1;; pdl) echo FERRY_PDL=1;; ilp) echo FERRY_ATTN_ILP=1;;
     next) echo "FERRY_Q8T_ONE_LAUNCH=1 FERRY_F32_ROW1=1 FERRY_Q8T_EARLY=1 FERRY_PDL=1 FERRY_ATTN_ILP=1";;
     nopdl) echo FERRY_PDL=0;; gsplit) echo FERRY_Q8T_GROUP_SPLIT=1;; xsmem) echo FERRY_MXT_XSMEM=1;;
     nofuse) echo FERRY_FUSE=0;; gate) echo FERRY_FUSE_GATE=1;; nokreg) echo FERRY_KDA_REG=0;; nocluster) echo FERRY_ROW_CLUSTER=0;; add) echo FERRY_FUSE_ADD=1;; gateadd) echo FERRY_FUSE_GATE=1 FERRY_FUSE_ADD=1;;
+    noilp) echo FERRY_ATTN_ILP=0;; noadd) echo FERRY_FUSE_ADD=0;;
+    nogsplit) echo FERRY_Q8T_GROUP_SPLIT=0;;
     pdl-*) echo FERRY_PDL=1 FERRY_PDL_ONLY=${1#pdl-};;
   esac
 }
@@ -173,7 +178,8 @@ for a in auto dec; do [ -f "$R/$a-1.hash" ] && [ -f "$R/cores-1.hash" ] && "$B/b
 [ -f "$R/pdl-1.hash" ] && echo "auto vs pdl (small kernels as programmatic dependents): must be identical:" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/pdl-1.hash" | tail -3
 [ -f "$R/ilp-1.hash" ] && echo "auto vs ilp (attention / indexer, wider loops): must be identical:" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/ilp-1.hash" | tail -3
 [ -f "$R/next-1.hash" ] && echo "auto vs next (onelaunch + row1 + early + pdl + ilp): must be identical:" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/next-1.hash" | tail -3
-for a in nopdl gsplit xsmem $(echo $ARMS | tr ' ' '\n' | grep '^pdl-'); do
+# Every other arm only changes speed: its logits must be auto's, bit for bit.
+for a in $(echo $ARMS | tr ' ' '\n' | grep -vxE 'auto|base|cores|dec.*|rowq8|nosplit|group|rowmx|onelaunch|row1|early|pdl|ilp|next|nogroup'); do
   [ -f "$R/$a-1.hash" ] && echo "auto vs $a ($(arm_env $a)): must be identical:" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/$a-1.hash" | tail -3
 done
 [ -f "$R/nogroup-1.hash" ] && echo "auto vs nogroup (x prepared per matmul): must be identical:" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/nogroup-1.hash" | tail -3
@@ -187,6 +193,8 @@ for a in dec4 dec1 decnp; do
 done
 stamp "summary"
 COPY=$(grep -ho 'device copy (read+write): [0-9]*' "$R"/bench-*.log 2>/dev/null | head -1 | grep -o '[0-9]*$')
+# Else the GPU suite's Bandwidth test of this call (gpu-call.sh's or this script's log): the floor is this card's.
+[ -n "$COPY" ] || COPY=$(grep -ho 'device_copy_rw_GBps [0-9.]*' "$OUT/gpu_tests.log" "$R/gpu_tests.log" 2>/dev/null | head -1 | grep -o '[0-9.]*$')
 python3 - "$R" "${COPY:-4175}" "${FLOOR_GB:-3.977}" $ARMS <<'PY' | tee "$OUT/decode.txt"
 import json, sys, glob
 r, copy, gb, arms = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4:]
