@@ -57,7 +57,8 @@ fi
 # rule's state in shared memory instead of registers; same bits), gate (FERRY_FUSE_GATE=1: the gated
 # activations and their preparation in one launch too, off by default; same bits), noilp / noadd
 # (FERRY_ATTN_ILP=0 / FERRY_FUSE_ADD=0: on by default since 2026-12-06), nogsplit (FERRY_Q8T_GROUP_SPLIT=0:
-# the inverse of gsplit, on by default since 2026-12-06). The arm base runs bin/ferry-base with BASE_ENV's
+# the inverse of gsplit, on by default since 2026-12-06), norowreg (FERRY_ROW_REG=0: AttnRes's inputs loaded
+# in each pass instead of once into registers, on by default since 2026-12-06; same bits). The arm base runs bin/ferry-base with BASE_ENV's
 # switches.
 arm_env() {
   case $1 in
@@ -70,7 +71,7 @@ arm_env() {
     nopdl) echo FERRY_PDL=0;; gsplit) echo FERRY_Q8T_GROUP_SPLIT=1;; xsmem) echo FERRY_MXT_XSMEM=1;;
     nofuse) echo FERRY_FUSE=0;; gate) echo FERRY_FUSE_GATE=1;; nokreg) echo FERRY_KDA_REG=0;; nocluster) echo FERRY_ROW_CLUSTER=0;; add) echo FERRY_FUSE_ADD=1;; gateadd) echo FERRY_FUSE_GATE=1 FERRY_FUSE_ADD=1;;
     noilp) echo FERRY_ATTN_ILP=0;; noadd) echo FERRY_FUSE_ADD=0;;
-    nogsplit) echo FERRY_Q8T_GROUP_SPLIT=0;;
+    nogsplit) echo FERRY_Q8T_GROUP_SPLIT=0;; norowreg) echo FERRY_ROW_REG=0;;
     pdl-*) echo FERRY_PDL=1 FERRY_PDL_ONLY=${1#pdl-};;
   esac
 }

@@ -52,8 +52,9 @@ __device__ __forceinline__ void load_part(const float* v, const int64_t (&e)[kPe
 // Block (part p of row t) = cluster rank p of row t's cluster. AttnRes: as attn_res_scores_kernel +
 // attn_res_mix_kernel did per row (the norm of each input, its score, the softmax by one thread in
 // order, the mix in increasing s); the norm: as rmsnorm_kernel did; both sums in the part order.
+// R: AttnRes inputs kept in registers (0 or 8: row_reg_inputs).
+template <int R>
 __global__ void __launch_bounds__(kThreads) row_norm_kernel(const __grid_constant__ Call c) {
-  pdl_begin();
   cg::cluster_group cl = cg::this_cluster();
   const int parts = static_cast<int>(cl.num_blocks());
   const int p = static_cast<int>(cl.block_rank());
@@ -64,43 +65,72 @@ __global__ void __launch_bounds__(kThreads) row_norm_kernel(const __grid_constan
   int64_t e[kPer];
 #pragma unroll
   for (int k = 0; k < kPer; ++k) e[k] = p * kPart + threadIdx.x + static_cast<int64_t>(k) * kThreads;
-  // Every weight first: a load after the stores below would wait for them (the outputs might alias).
+  // Every weight first, before the wait for the kernel before this one (no kernel writes a weight), and
+  // before the stores below (a load after them would wait for them: the outputs might alias).
   float nw[kPer], rw[kPer], x[kPer];
   if (c.norm && c.norm_w) load_part(c.norm_w, e, D, nw);
+  if (c.nv > 0) load_part(c.res_w, e, D, rw);
+  pdl_begin();
   const int64_t row = t * D;
   if (c.nv > 0) {
-    load_part(c.res_w, e, D, rw);
-    for (int s = 0; s < c.nv; ++s) {
-      float v[kPer];
-      load_part(c.in.v[s] + row, e, D, v);
-      if (c.add_to && s == c.nv - 1) {  // p += a: add's op (y = a + b), stored for the passes below
-        float a[kPer];
-        load_part(c.add_from + row, e, D, a);
+    // The first R inputs are loaded together, up front, and kept in registers for all three
+    // passes (one round trip to memory instead of one per input and pass); the others are loaded in each
+    // pass as they come. Where a value comes from only: the same sums in the same order.
+    float vr[R > 0 ? R : 1][kPer];
 #pragma unroll
-        for (int k = 0; k < kPer; ++k) {
-          v[k] = add(v[k], a[k]);
-          if (e[k] < D) c.add_to[row + e[k]] = v[k];
-        }
+    for (int s = 0; s < R; ++s)
+      if (s < c.nv) load_part(c.in.v[s] + row, e, D, vr[s]);
+    // p += a (add's op, y = a + b) on the last input, stored for the passes below.
+    auto add_last = [&](int s, float (&v)[kPer]) {
+      if (!c.add_to || s != c.nv - 1) return;
+      float a[kPer];
+      load_part(c.add_from + row, e, D, a);
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) {
+        v[k] = add(v[k], a[k]);
+        if (e[k] < D) c.add_to[row + e[k]] = v[k];
       }
+    };
+    auto sum_squares = [&](int s, const float (&v)[kPer]) {
       double ss = 0.0;
 #pragma unroll
       for (int k = 0; k < kPer; ++k)
         if (e[k] < D) ss += static_cast<double>(v[k]) * v[k];
       warp_tree(ss, sh, s);
+    };
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+      if (s >= c.nv) break;
+      add_last(s, vr[s]);
+      sum_squares(s, vr[s]);
+    }
+    for (int s = R; s < c.nv; ++s) {
+      float v[kPer];
+      load_part(c.in.v[s] + row, e, D, v);
+      add_last(s, v);
+      sum_squares(s, v);
     }
     cluster_totals(cl, sh, mine_ss, tot, c.nv, parts);
     if (threadIdx.x < c.nv)
       scale[threadIdx.x] = static_cast<float>(1.0 / sqrt(tot[threadIdx.x] / static_cast<double>(D) + c.res_eps));
     __syncthreads();
-    for (int s = 0; s < c.nv; ++s) {
-      float v[kPer];
-      load_part(c.in.v[s] + row, e, D, v);
+    auto score = [&](int s, const float (&v)[kPer]) {
       const float inv = scale[s];
       double sc = 0.0;
 #pragma unroll
       for (int k = 0; k < kPer; ++k)
         if (e[k] < D) sc += static_cast<double>(mul(v[k], inv)) * rw[k];
       warp_tree(sc, sh, s);
+    };
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+      if (s >= c.nv) break;
+      score(s, vr[s]);
+    }
+    for (int s = R; s < c.nv; ++s) {
+      float v[kPer];
+      load_part(c.in.v[s] + row, e, D, v);
+      score(s, v);
     }
     cluster_totals(cl, sh, mine_sc, tot, c.nv, parts);
     if (threadIdx.x < c.nv) prob[threadIdx.x] = static_cast<float>(tot[threadIdx.x]);
@@ -109,12 +139,20 @@ __global__ void __launch_bounds__(kThreads) row_norm_kernel(const __grid_constan
     __syncthreads();
 #pragma unroll
     for (int k = 0; k < kPer; ++k) x[k] = 0.0f;
-    for (int s = 0; s < c.nv; ++s) {
-      float v[kPer];
-      load_part(c.in.v[s] + row, e, D, v);
+    auto mix = [&](int s, const float (&v)[kPer]) {
       const float ps = prob[s];
 #pragma unroll
       for (int k = 0; k < kPer; ++k) x[k] = add(x[k], mul(ps, v[k]));
+    };
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+      if (s >= c.nv) break;
+      mix(s, vr[s]);
+    }
+    for (int s = R; s < c.nv; ++s) {
+      float v[kPer];
+      load_part(c.in.v[s] + row, e, D, v);
+      mix(s, v);
     }
     if (c.res_out) {
 #pragma unroll
@@ -157,6 +195,7 @@ __global__ void __launch_bounds__(kThreads) row_norm_kernel(const __grid_constan
 
 int g_row_cluster = -1;  // row_cluster_tune
 int g_fused_add = -1;    // fused_add_tune
+int g_row_reg = -1;      // row_reg_inputs_tune
 
 }  // namespace
 
@@ -170,6 +209,11 @@ bool fused_add() {
   return switch_on(g_fused_add, env);
 }
 void fused_add_tune(int on) { g_fused_add = on; }
+bool row_reg_inputs() {
+  static const bool env = env_switch("FERRY_ROW_REG", true);
+  return switch_on(g_row_reg, env);
+}
+void row_reg_inputs_tune(int on) { g_row_reg = on; }
 
 void launch(const Call& c, int64_t rows, cudaStream_t st) {
   if (rows <= 0) return;
@@ -179,7 +223,10 @@ void launch(const Call& c, int64_t rows, cudaStream_t st) {
   const int64_t parts = (c.dim + kPart - 1) / kPart;
   if (rows > 0x7fffffff / parts)
     throw LimitError("cuda row norm: " + std::to_string(rows) + " rows of " + std::to_string(c.dim) + " in one call");
-  launch_small_cluster(static_cast<unsigned>(parts), row_norm_kernel, dim3(static_cast<unsigned>(rows * parts)),
+  if (row_reg_inputs())
+    return launch_small_cluster(static_cast<unsigned>(parts), row_norm_kernel<8>,
+                                dim3(static_cast<unsigned>(rows * parts)), dim3(kThreads), 0, st, c);
+  launch_small_cluster(static_cast<unsigned>(parts), row_norm_kernel<0>, dim3(static_cast<unsigned>(rows * parts)),
                        dim3(kThreads), 0, st, c);
 }
 

@@ -90,6 +90,13 @@ void row_cluster_tune(int on);
 // bits); FERRY_FUSE_ADD=0 or fused_add_tune(0) turns it off.
 bool fused_add();
 void fused_add_tune(int on);
+// Whether the cluster kernel loads an AttnRes's first 8 inputs together, up front, and keeps them in
+// registers for its three passes (instead of loading each input in each pass, one after the other): on by
+// default (H100, 2026-12-06: AttnRes + norm 11.5-12.2 against 12.7-13.0 us, the step's row norms 129 against
+// 138 us; decode within noise, 522.2 against 521.4 tok/s); FERRY_ROW_REG=0 or row_reg_inputs_tune(0) (1 on,
+// 0 off, -1 the environment's) turns it off. Same bits.
+bool row_reg_inputs();
+void row_reg_inputs_tune(int on);
 // The cluster kernel takes these rows: row_cluster() and fits().
 inline bool takes(int64_t dim, int64_t nv) { return row_cluster() && fits(dim, nv); }
 

@@ -214,10 +214,13 @@ TEST_F(Ops, RowNormClusterGivesTheBitsOfOneBlockPerRow) {
         auto nw = both(random_floats(static_cast<size_t>(D), 24, 0.5f, 1.5f));
         std::vector<const float*> pg;
         for (auto& p : vs) pg.push_back(p.gpu());
-        // [0]: the cluster kernel, [1]: one block per row.
-        std::vector<float> y[2], yn[2], o[2], h[2], x[2];
-        for (const int one_block : {0, 1}) {
+        // [0]: the cluster kernel, [1]: one block per row, [2]: the cluster kernel with AttnRes's inputs in
+        // registers (row_reg_inputs_tune).
+        std::vector<float> y[3], yn[3], o[3], h[3], x[3];
+        for (const int variant : {0, 1, 2}) {
+          const int one_block = variant == 1 ? 1 : 0;
           cuda::rownorm::row_cluster_tune(one_block ? 0 : 1);
+          cuda::rownorm::row_reg_inputs_tune(variant == 2 ? 1 : 0);
           auto a = poisoned_pair(nd), b = poisoned_pair(nd), c = poisoned_pair(nd), d = poisoned_pair(nd),
                e = poisoned_pair(nd);
           gpu().rmsnorm(pg[0], nw.gpu(), T, D, 1e-5f, a.gpu());
@@ -225,11 +228,11 @@ TEST_F(Ops, RowNormClusterGivesTheBitsOfOneBlockPerRow) {
           gpu().attn_res(pg.data(), nv, w.gpu(), T, D, 1e-6f, c.gpu());
           gpu().attn_res_norm(pg.data(), nv, w.gpu(), T, D, 1e-6f, d.gpu(), nw.gpu(), 1e-5f, e.gpu());
           gpu().drop_x(e.gpu());
-          y[one_block] = get(gpu(), a.gpu(), nd);
-          yn[one_block] = get(gpu(), b.gpu(), nd);
-          o[one_block] = get(gpu(), c.gpu(), nd);
-          h[one_block] = get(gpu(), d.gpu(), nd);
-          x[one_block] = get(gpu(), e.gpu(), nd);
+          y[variant] = get(gpu(), a.gpu(), nd);
+          yn[variant] = get(gpu(), b.gpu(), nd);
+          o[variant] = get(gpu(), c.gpu(), nd);
+          h[variant] = get(gpu(), d.gpu(), nd);
+          x[variant] = get(gpu(), e.gpu(), nd);
           if (T > 1 && !one_block) {  // row 3 alone
             const int64_t r = 3;
             std::vector<const float*> pr;
@@ -237,8 +240,8 @@ TEST_F(Ops, RowNormClusterGivesTheBitsOfOneBlockPerRow) {
             auto ya = poisoned_pair(static_cast<size_t>(D)), oa = poisoned_pair(static_cast<size_t>(D));
             gpu().rmsnorm(pr[0], nw.gpu(), 1, D, 1e-5f, ya.gpu());
             gpu().attn_res(pr.data(), nv, w.gpu(), 1, D, 1e-6f, oa.gpu());
-            const std::vector<float> yr(y[0].begin() + r * D, y[0].begin() + (r + 1) * D);
-            const std::vector<float> orow(o[0].begin() + r * D, o[0].begin() + (r + 1) * D);
+            const std::vector<float> yr(y[variant].begin() + r * D, y[variant].begin() + (r + 1) * D);
+            const std::vector<float> orow(o[variant].begin() + r * D, o[variant].begin() + (r + 1) * D);
             EXPECT_TRUE(bits_equal("rmsnorm row alone", yr, get(gpu(), ya.gpu(), static_cast<size_t>(D)))) << D;
             EXPECT_TRUE(bits_equal("attn_res row alone", orow, get(gpu(), oa.gpu(), static_cast<size_t>(D)))) << D;
           }
@@ -250,8 +253,12 @@ TEST_F(Ops, RowNormClusterGivesTheBitsOfOneBlockPerRow) {
         EXPECT_TRUE(bits_equal(("attn_res " + what).c_str(), o[0], o[1])) << what;
         EXPECT_TRUE(bits_equal(("attn_res_norm out " + what).c_str(), h[0], h[1])) << what;
         EXPECT_TRUE(bits_equal(("attn_res_norm y " + what).c_str(), x[0], x[1])) << what;
+        EXPECT_TRUE(bits_equal(("attn_res registers " + what).c_str(), o[2], o[1])) << what;
+        EXPECT_TRUE(bits_equal(("attn_res_norm out registers " + what).c_str(), h[2], h[1])) << what;
+        EXPECT_TRUE(bits_equal(("attn_res_norm y registers " + what).c_str(), x[2], x[1])) << what;
       }
   cuda::rownorm::row_cluster_tune(-1);
+  cuda::rownorm::row_reg_inputs_tune(-1);
 }
 
 // Backend::add_attn_res_norm (CUDA under FERRY_FUSE_ADD=1: p += a in the cluster kernel's launch) gives p,
@@ -268,9 +275,10 @@ TEST_F(Ops, AddAttnResNormGivesTheBitsOfAddThenAttnResNorm) {
         for (int64_t s = 0; s + 1 < nv; ++s) blocks.push_back(both(random_floats(nd, 72 + static_cast<uint32_t>(s), -2, 2)));
         auto w = both(random_floats(static_cast<size_t>(D), 25));
         auto nw = both(random_floats(static_cast<size_t>(D), 26, 0.5f, 1.5f));
-        std::vector<float> p[2], h[2], x[2];
-        for (const int fused : {0, 1}) {
-          cuda::rownorm::fused_add_tune(fused);
+        std::vector<float> p[3], h[3], x[3];
+        for (const int fused : {0, 1, 2}) {  // 2: fused, AttnRes's inputs in registers (row_reg_inputs_tune)
+          cuda::rownorm::fused_add_tune(fused > 0);
+          cuda::rownorm::row_reg_inputs_tune(fused == 2);
           auto pp = both(pv);
           auto hh = poisoned_pair(nd), xx = poisoned_pair(nd);
           std::vector<const float*> vs;
@@ -284,10 +292,13 @@ TEST_F(Ops, AddAttnResNormGivesTheBitsOfAddThenAttnResNorm) {
           x[fused] = get(gpu(), xx.gpu(), nd);
         }
         cuda::rownorm::fused_add_tune(-1);
+        cuda::rownorm::row_reg_inputs_tune(-1);
         const std::string what = "D=" + std::to_string(D) + " T=" + std::to_string(T) + " nv=" + std::to_string(nv);
-        EXPECT_TRUE(bits_equal(("p " + what).c_str(), p[0], p[1])) << what;
-        EXPECT_TRUE(bits_equal(("out " + what).c_str(), h[0], h[1])) << what;
-        EXPECT_TRUE(bits_equal(("y " + what).c_str(), x[0], x[1])) << what;
+        for (const int v : {1, 2}) {
+          EXPECT_TRUE(bits_equal(("p " + what).c_str(), p[0], p[v])) << what << " " << v;
+          EXPECT_TRUE(bits_equal(("out " + what).c_str(), h[0], h[v])) << what << " " << v;
+          EXPECT_TRUE(bits_equal(("y " + what).c_str(), x[0], x[v])) << what << " " << v;
+        }
       }
 }
 

@@ -84,6 +84,7 @@ struct AllSameBitsSwitches {
     cuda::kda_recurrent_reg_tune(on);
     cuda::rownorm::row_cluster_tune(on);
     cuda::rownorm::fused_add_tune(on);
+    cuda::rownorm::row_reg_inputs_tune(on);
   }
 #endif
 };

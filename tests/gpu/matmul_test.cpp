@@ -100,7 +100,7 @@ TEST_F(Ops, F32OneRowKernelKeepsTheCpuBitsPlainAndPerHead) {
   for (const int on : {1, 0}) {
     cuda::matmul_f32_row1_tune(on);
     for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{896, 7168}, {40, 1056}, {67, 96}, {7, 4096}, {1000, 256},
-                                     {5, 32}, {33, 64}}) {
+                                     {5, 32}, {33, 64}, {9, 8192}, {3, 8224}, {11, 288}}) {
       const auto bytes = random_weight(WType::f32, rows, cols, 21);
       auto wb = both_bytes(bytes.data(), bytes.size());
       auto x = both(random_floats(static_cast<size_t>(cols), 22));
