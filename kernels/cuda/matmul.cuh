@@ -140,9 +140,10 @@ void matmul_group_tune(int on);
 void matmul_group_launch_tune(int on);
 // And whether the group's split q8_0 tiles (matmul_q8t_split parts > 1: matrices of few tiles) join that
 // launch, each with its own partials and counters, instead of a launch each: on by default since the MoE's
-// latent down projection (3584x7168, 2 parts) joins its shared experts' gate / up launch (H100, 2026-12-06:
-// slice decode 518.0 against 504.4 tok/s; KDA's small projections alone, H200 2026-12-02: 538.3 against
-// 540.8, noise); FERRY_Q8T_GROUP_SPLIT=0 or this knob (1 on, 0 off, -1 the environment's) turns it off.
+// latent down projection (3584x7168, 2 parts) joins its shared experts' gate / up launch, as KDA's two small
+// projections join theirs (H100, 2026-12-06: slice decode 523.9 against 511.8 tok/s; KDA's alone, H200
+// 2026-12-02: 538.3 against 540.8, noise); FERRY_Q8T_GROUP_SPLIT=0 or this knob (1 on, 0 off, -1 the
+// environment's) turns it off.
 // Same bits either way.
 void matmul_group_split_tune(int on);
 
