@@ -80,58 +80,47 @@ __global__ void __launch_bounds__(kThreads) row_norm_kernel(const __grid_constan
 #pragma unroll
     for (int s = 0; s < R; ++s)
       if (s < c.nv) load_part(c.in.v[s] + row, e, D, vr[s]);
-    // p += a (add's op, y = a + b) on the last input, stored for the passes below.
-    auto add_last = [&](int s, float (&v)[kPer]) {
-      if (!c.add_to || s != c.nv - 1) return;
-      float a[kPer];
-      load_part(c.add_from + row, e, D, a);
+    // f(s, v) for every input s in order, v from the registers or loaded now.
+    auto each_input = [&](auto&& f) {
 #pragma unroll
-      for (int k = 0; k < kPer; ++k) {
-        v[k] = add(v[k], a[k]);
-        if (e[k] < D) c.add_to[row + e[k]] = v[k];
+      for (int s = 0; s < R; ++s) {
+        if (s >= c.nv) break;
+        f(s, vr[s]);
+      }
+      for (int s = R; s < c.nv; ++s) {
+        float v[kPer];
+        load_part(c.in.v[s] + row, e, D, v);
+        f(s, v);
       }
     };
-    auto sum_squares = [&](int s, const float (&v)[kPer]) {
+    each_input([&](int s, float (&v)[kPer]) {
+      if (c.add_to && s == c.nv - 1) {  // p += a: add's op (y = a + b), stored for the passes below
+        float a[kPer];
+        load_part(c.add_from + row, e, D, a);
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) {
+          v[k] = add(v[k], a[k]);
+          if (e[k] < D) c.add_to[row + e[k]] = v[k];
+        }
+      }
       double ss = 0.0;
 #pragma unroll
       for (int k = 0; k < kPer; ++k)
         if (e[k] < D) ss += static_cast<double>(v[k]) * v[k];
       warp_tree(ss, sh, s);
-    };
-#pragma unroll
-    for (int s = 0; s < R; ++s) {
-      if (s >= c.nv) break;
-      add_last(s, vr[s]);
-      sum_squares(s, vr[s]);
-    }
-    for (int s = R; s < c.nv; ++s) {
-      float v[kPer];
-      load_part(c.in.v[s] + row, e, D, v);
-      add_last(s, v);
-      sum_squares(s, v);
-    }
+    });
     cluster_totals(cl, sh, mine_ss, tot, c.nv, parts);
     if (threadIdx.x < c.nv)
       scale[threadIdx.x] = static_cast<float>(1.0 / sqrt(tot[threadIdx.x] / static_cast<double>(D) + c.res_eps));
     __syncthreads();
-    auto score = [&](int s, const float (&v)[kPer]) {
+    each_input([&](int s, float (&v)[kPer]) {
       const float inv = scale[s];
       double sc = 0.0;
 #pragma unroll
       for (int k = 0; k < kPer; ++k)
         if (e[k] < D) sc += static_cast<double>(mul(v[k], inv)) * rw[k];
       warp_tree(sc, sh, s);
-    };
-#pragma unroll
-    for (int s = 0; s < R; ++s) {
-      if (s >= c.nv) break;
-      score(s, vr[s]);
-    }
-    for (int s = R; s < c.nv; ++s) {
-      float v[kPer];
-      load_part(c.in.v[s] + row, e, D, v);
-      score(s, v);
-    }
+    });
     cluster_totals(cl, sh, mine_sc, tot, c.nv, parts);
     if (threadIdx.x < c.nv) prob[threadIdx.x] = static_cast<float>(tot[threadIdx.x]);
     __syncthreads();
@@ -139,21 +128,11 @@ __global__ void __launch_bounds__(kThreads) row_norm_kernel(const __grid_constan
     __syncthreads();
 #pragma unroll
     for (int k = 0; k < kPer; ++k) x[k] = 0.0f;
-    auto mix = [&](int s, const float (&v)[kPer]) {
+    each_input([&](int s, float (&v)[kPer]) {
       const float ps = prob[s];
 #pragma unroll
       for (int k = 0; k < kPer; ++k) x[k] = add(x[k], mul(ps, v[k]));
-    };
-#pragma unroll
-    for (int s = 0; s < R; ++s) {
-      if (s >= c.nv) break;
-      mix(s, vr[s]);
-    }
-    for (int s = R; s < c.nv; ++s) {
-      float v[kPer];
-      load_part(c.in.v[s] + row, e, D, v);
-      mix(s, v);
-    }
+    });
     if (c.res_out) {
 #pragma unroll
       for (int k = 0; k < kPer; ++k)

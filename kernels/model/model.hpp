@@ -118,8 +118,8 @@ class Model {
   void mixer_gqa(int il, Ctx& c, const float* x, float* out);
   void indexer(int il, Ctx& c, const float* x, const float* cq, std::vector<int32_t>& sel);
   void ffn(int il, Ctx& c, const float* x, float* out);
-  void mlp(const MlpWeights& w, const float* x, int64_t n, float* out);
-  GateAct mlp_act() const;  // the dense and shared MLPs' gated activation (SiLU or SiTU)
+  // The gated MLP; `with`, when given, joins its gate / up matmul group of x (the MoE's latent projection).
+  void mlp(const MlpWeights& w, const float* x, int64_t n, float* out, const MatmulOut* with = nullptr);
   void moe(int il, Ctx& c, const float* x, float* out);
   void route(int il, const float* x, int64_t n, std::vector<int32_t>& ids, std::vector<float>& w);
   void route_start(int il, const float* x, int64_t n, std::vector<float>& scores);

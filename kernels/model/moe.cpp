@@ -1,7 +1,6 @@
 // Feed-forward blocks: dense MLP (SwiGLU or SiTU), and the mixture of experts with sigmoid routing,
 // grouped top-k, shared experts and K3's latent MoE (MODEL_SPEC.md §2, §6).
 #include <algorithm>
-#include <iterator>
 #include <map>
 #include <numeric>
 #include <vector>
@@ -11,18 +10,18 @@
 
 namespace ferry {
 
-GateAct Model::mlp_act() const {
-  if (cfg_.act == Activation::situ)
-    return {GateOp::situ, static_cast<float>(cfg_.situ_beta), static_cast<float>(cfg_.situ_linear_beta)};
-  return {};
-}
-
-void Model::mlp(const MlpWeights& w, const float* x, int64_t n, float* out) {
+void Model::mlp(const MlpWeights& w, const float* x, int64_t n, float* out, const MatmulOut* with) {
   const size_t ni = static_cast<size_t>(n * w.gate.rows);
   Buf g(be_, ni, Buf::Uninit{}), u(be_, ni, Buf::Uninit{});
-  const MatmulOut outs[] = {{&w.gate, g}, {&w.up, u}};
-  be_.matmul_group(outs, std::size(outs), x, n);
-  be_.gate_kept(mlp_act(), g, u, n, w.gate.rows, g);  // the activation kept for the down projection
+  std::vector<MatmulOut> outs;
+  if (with) outs.push_back(*with);
+  outs.push_back({&w.gate, g});
+  outs.push_back({&w.up, u});
+  be_.matmul_group(outs.data(), outs.size(), x, n);
+  GateAct act;
+  if (cfg_.act == Activation::situ)
+    act = {GateOp::situ, static_cast<float>(cfg_.situ_beta), static_cast<float>(cfg_.situ_linear_beta)};
+  be_.gate_kept(act, g, u, n, w.gate.rows, g);  // the activation kept for the down projection
   const KeptX kept(be_, g);
   be_.matmul(w.down, g, n, out);
 }
@@ -139,28 +138,16 @@ void Model::moe(int il, Ctx& c, const float* x, float* out) {
   // got ~20 us shorter: 504 against 511 tok/s on the H100 slice.)
   Buf hl, sh;
   const float* hin = x;
-  {
-    std::vector<MatmulOut> outs;
-    if (cfg_.moe.latent_dim > 0) {
-      hl = Buf(be_, static_cast<size_t>(n * in), Buf::Uninit{});
-      outs.push_back({&w.latent_down, hl});
-      hin = hl;
-    }
-    Buf g, u;
-    if (!w.shared.gate.empty()) {
-      const size_t ni = static_cast<size_t>(n * w.shared.gate.rows);
-      g = Buf(be_, ni, Buf::Uninit{});
-      u = Buf(be_, ni, Buf::Uninit{});
-      outs.push_back({&w.shared.gate, g});
-      outs.push_back({&w.shared.up, u});
-    }
-    if (!outs.empty()) be_.matmul_group(outs.data(), outs.size(), x, n);
-    if (!w.shared.gate.empty()) {
-      be_.gate_kept(mlp_act(), g, u, n, w.shared.gate.rows, g);  // kept for the down projection
-      const KeptX kept(be_, g);
-      sh = Buf(be_, static_cast<size_t>(n * d), Buf::Uninit{});
-      be_.matmul(w.shared.down, g, n, sh);
-    }
+  if (cfg_.moe.latent_dim > 0) {
+    hl = Buf(be_, static_cast<size_t>(n * in), Buf::Uninit{});
+    hin = hl;
+  }
+  const MatmulOut latent{&w.latent_down, hl};
+  if (!w.shared.gate.empty()) {
+    sh = Buf(be_, static_cast<size_t>(n * d), Buf::Uninit{});
+    mlp(w.shared, x, n, sh, cfg_.moe.latent_dim > 0 ? &latent : nullptr);
+  } else if (cfg_.moe.latent_dim > 0) {
+    be_.matmul(w.latent_down, x, n, hl);
   }
   route_finish(il, n, scores, ids, wts);
   // Group rows by expert, experts in order of first use (row-major over ranks).
