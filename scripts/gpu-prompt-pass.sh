@@ -29,7 +29,7 @@ fi
 if [ "${MEMCHECK:-1}" = 1 ] && command -v compute-sanitizer > /dev/null; then
   stamp "memcheck"
   timeout 90 compute-sanitizer --tool memcheck --leak-check no "$B/bin/ferry_test_gpu" \
-    --gtest_filter='Ops.PromptPass*:Ops.NormsOfHeadSized*:Ops.AddRows*:Ops.KdaChunked*' > "$R/memcheck.log" 2>&1
+    --gtest_filter="${MEMCHECK_FILTER:-Ops.PromptPass*:Ops.NormsOfHeadSized*:Ops.AddRows*:Ops.KdaChunked*}" > "$R/memcheck.log" 2>&1
   echo "memcheck exit $? : $(grep -E 'ERROR SUMMARY' "$R/memcheck.log" | tail -1)"
 fi
 [ "${MODEL:-1}" = 1 ] || exit 0
@@ -38,7 +38,11 @@ D=/dev/shm/ferry; M=$D/model; E=$D/experts
 slice_for_script "$M" "$E"
 IDS=$(python3 -c "import random; random.seed(7); print(','.join(str(random.randrange(0, 1024)) for _ in range(${NPROMPT:-1024})))")
 arm_env() { case $1 in cores) echo FERRY_MMA=0;; mma) echo FERRY_MMA=1;; mma1) echo FERRY_MMA_LEVELS=1;; mmaw2) echo FERRY_MMA_GROUP_MW=2;; rowq8) echo FERRY_Q8T=0;;
-  rowmx) echo FERRY_MXT=0;; esac; }  # rowmx: resident experts in rows, not mxfp4 tiles (same bits)
+  rowmx) echo FERRY_MXT=0;;  # rowmx: resident experts in rows, not mxfp4 tiles (same bits)
+  kdaold) echo FERRY_KDA_ILP=0;;  # the chunked delta rule's first version (same bits)
+  kdanocl) echo FERRY_KDA_CLUSTER=0;;  # its loads in flight without the head's cluster (same bits)
+  notile) echo FERRY_F32_TILE=0;;  # many-row f32 matmuls (routers) on the generic kernel (same bits)
+  esac; }
 ARMS=${ARMS:-"cores mma mma1"}
 for rep in $(seq 1 ${REPS:-2}); do
   for arm in $ARMS; do
@@ -49,9 +53,14 @@ for rep in $(seq 1 ${REPS:-2}); do
     python3 -c "import json;j=json.load(open('$R/$arm-$rep.json'));print('$arm','prompt_s',j['prompt_s'],'tokens',j['prompt_tokens'],'ids',j['ids'])"
   done
 done
-[ -f "$R/rowmx-1.hash" ] && [ -f "$R/mma-1.hash" ] && echo "mma vs rowmx (experts in mxfp4 tiles or rows): must be identical:" &&
-  "$B/bin/ferry" trace diff "$R/mma-1.hash" "$R/rowmx-1.hash" | tail -3
-for arm in $ARMS; do
+# Arms of the same bits as mma (the default): every logit hash must be identical.
+for a in rowmx kdaold kdanocl notile; do
+  [ -f "$R/$a-1.hash" ] && [ -f "$R/mma-1.hash" ] && echo "mma vs $a ($(arm_env $a)): must be identical:" &&
+    "$B/bin/ferry" trace diff "$R/mma-1.hash" "$R/$a-1.hash" | tail -3
+done
+[ -n "${REF_HASH:-}" ] && [ -f "$R/mma-1.hash" ] && echo "mma vs $REF_HASH: must be identical:" &&
+  "$B/bin/ferry" trace diff "$REF_HASH" "$R/mma-1.hash" | tail -3
+for arm in ${PROFILE_ARMS:-$ARMS}; do
   [ "${PROFILE:-1}" = 1 ] || continue
   env $(arm_env $arm) timeout 150 "$B/bin/ferry" run -m "$M" --backend cuda --prompt-ids "$IDS" -n 1 --ignore-eos \
     --json --profile-ops > "$R/$arm-ops.json" 2> "$R/$arm-ops.err"

@@ -30,4 +30,10 @@ void launch_kda_chunked(const float* q, const float* k, const float* v, const fl
 // the shared-memory kernel): on by default; FERRY_KDA_REG=0 or kda_recurrent_reg_tune(0) (tests,
 // benchmarks; -1 restores the environment's choice) selects the shared-memory kernel.
 void kda_recurrent_reg_tune(int on);
+// The chunked kernel's versions (kda_chunked.cu; the same bits): loads in flight ahead of their sums
+// (FERRY_KDA_ILP, on by default) and, with it, a head's column tiles as one cluster that shares A / B's
+// rows (FERRY_KDA_CLUSTER, on by default). The tune functions set them for tests and benchmarks (1 on,
+// 0 off, -1 the environment's choice).
+void kda_chunked_ilp_tune(int on);
+void kda_chunked_cluster_tune(int on);
 }  // namespace ferry::cuda

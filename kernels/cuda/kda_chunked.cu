@@ -9,72 +9,173 @@
 // token-parallel parts replace the recurrent kernel's T sequential steps per column. A and B's sums
 // over K run per warp (lanes over K, then a butterfly): their order differs from the CPU's, within the
 // GPU test's tolerance, and depends only on K, so passes of any length give the same bits.
+//
+// Two versions with the same operations in the same order (so the same bits; Ops.KdaChunked* compare
+// them), chosen by kda_chunked_ilp (FERRY_KDA_ILP, on by default):
+//   - kIlp = false, the first version: every loop as the equations read, one pair (i, j) of A / B per warp
+//     at a time. Its loads wait one by one: a pair's 3 x K/32 loads of k and q per lane come from L2
+//     (the block's 187 KB of shared memory leave L1 little room), each behind the last, and the 1,024-token
+//     pass of the K3.1 slice spent 48 ms of its 265 here (2026-12-01, 16 ms a layer: ~330 us per chunk).
+//   - kIlp = true: a warp takes a row i of A / B with its k_i, q_i and G_i in registers and J pairs
+//     (i, j..j + J - 1) at a time, their k_j and G_j loads issued together (the next J's while this J's
+//     math runs); G, kg and qg load 8 tokens' g, k, q at once; the other loops are unrolled so that their
+//     loads go out ahead of their chains. Each sum keeps its own order (the lane's d in increasing order,
+//     then the butterfly), so every value is the first version's.
+//   And when a head's column tiles fit a cluster (kda_chunked_cluster), the blocks of one head are one
+//   cluster and split A / B's rows between them (row i on rank i % Q), then copy the other ranks' rows
+//     from their shared memory: A and B depend on the head, not on the value columns, so the first
+//     version computed each of them once per column tile.
+#include <cooperative_groups.h>
+
 #include <string>
 
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/kda.cuh"
+#include "kernels/cuda/switches.hpp"
 
 namespace ferry::cuda {
 
 namespace {
 
+namespace cg = cooperative_groups;
+
 constexpr int kCT = kKdaCols;  // value columns per block
 constexpr int kChunkThreads = 256;
+constexpr int kChunkWarps = kChunkThreads / 32;
+constexpr int kPairs = 4;       // kIlp: pairs (i, j) of A / B a warp sums at once
+constexpr int kTokenBatch = 8;  // kIlp: tokens whose g, k, q a thread of G / kg / qg loads at once
 
 struct KdaArgs {
   const float *q, *k, *v, *g, *beta;
   int64_t T, H, K, V, C;
   float* state;
   float* o;
+  int tiles;    // column tiles per head: block x = head * tiles + tile
+  int cluster;  // kIlp: 1, or tiles (the head's blocks are one cluster and share A / B's rows)
 };
 
-__global__ void __launch_bounds__(kChunkThreads) kda_chunked_kernel(KdaArgs a) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  const int64_t K = a.K, C = a.C, H = a.H, V = a.V;
-  double* G = reinterpret_cast<double*>(smem_raw);      // [C][K]
-  float* S = reinterpret_cast<float*>(G + C * K);       // [K][kCT]
-  float* kg = S + K * kCT;                              // [C][K]; later the state-update weights
-  float* qg = kg + C * K;                               // [C][K]; later e^{G_n} [K]
-  float* A = qg + C * K;                                // [C][C]
-  float* B = A + C * C;                                 // [C][C]
-  float* u = B + C * C;                                 // [C][kCT]
-  const int tid = threadIdx.x, lane = tid & 31;
-  const int64_t h = blockIdx.x;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kCT;
-  float* Sg = a.state + h * K * V;
-  for (int64_t p = tid; p < K * kCT; p += kChunkThreads) {
-    const int64_t d = p / kCT, c = p % kCT;
-    S[p] = col0 + c < V ? Sg[d * V + col0 + c] : 0.0f;
-  }
-  for (int64_t t0 = 0; t0 < a.T; t0 += C) {
-    const int64_t n = min(C, a.T - t0);
-    const int64_t tk = t0 * H * K + h * K, tv = t0 * H * V + h * V;
-    const float *kc = a.k + tk, *qc = a.q + tk, *gc = a.g + tk, *vc = a.v + tv, *bc = a.beta + t0 * H + h;
-    float* oc = a.o + tv;
-    __syncthreads();  // the previous chunk is done with every buffer
-    for (int64_t d = tid; d < K; d += kChunkThreads) {
-      double prev = 0.0;
-      for (int64_t i = 0; i < n; ++i) {
-        prev += static_cast<double>(gc[i * H * K + d]);
+// kIlp's G, kg, qg of a chunk: thread d walks the n tokens in order (G's double sum), with kTokenBatch
+// tokens' loads in flight; the first version's operations.
+__device__ __forceinline__ void factors_ilp(const float* gc, const float* kc, const float* qc, int64_t HK, int64_t K,
+                                            int64_t n, double* G, float* kg, float* qg) {
+  for (int64_t d = threadIdx.x; d < K; d += kChunkThreads) {
+    double prev = 0.0;
+    for (int64_t i0 = 0; i0 < n; i0 += kTokenBatch) {
+      float gv[kTokenBatch], kv[kTokenBatch], qv[kTokenBatch];
+#pragma unroll
+      for (int t = 0; t < kTokenBatch; ++t) {
+        const int64_t i = min(i0 + t, n - 1);  // past the end: a valid token, never used
+        gv[t] = gc[i * HK + d];
+        kv[t] = kc[i * HK + d];
+        qv[t] = qc[i * HK + d];
+      }
+#pragma unroll
+      for (int t = 0; t < kTokenBatch; ++t) {
+        const int64_t i = i0 + t;
+        if (i >= n) break;
+        prev += static_cast<double>(gv[t]);
         G[i * K + d] = prev;
         const float eg = expf(static_cast<float>(prev));
-        kg[i * K + d] = kc[i * H * K + d] * eg;
-        qg[i * K + d] = qc[i * H * K + d] * eg;
+        kg[i * K + d] = kv[t] * eg;
+        qg[i * K + d] = qv[t] * eg;
       }
     }
-    __syncthreads();
-    // A and B: one warp per pair (i, j <= i), lane l summing dimensions l, l + 32, ... then a fixed
-    // xor butterfly, so a warp's loads of k and q rows are consecutive floats (a thread per pair made
-    // every load of a warp touch 32 rows: ~25 MB of L2 traffic per chunk and block, 2026-12-01).
-    for (int64_t p = tid >> 5; p < n * n; p += kChunkThreads / 32) {
-      const int64_t i = p / n, j = p % n;
-      if (j > i) continue;  // the same for the whole warp
+  }
+}
+
+// kIlp's rows of A and B (K = 32 R): the warp takes rows first, first + step, ... With row i's k, q and G
+// of its lane's dimensions d = lane + 32 r in registers, it sums kPairs pairs (i, j0 .. j0 + kPairs - 1)
+// at once, the next kPairs' k_j (global memory, L2) loading meanwhile; G_j comes from shared memory. Each
+// pair's sums are the first version's: the lane's d in increasing order, then the xor butterfly 16 .. 1.
+template <int R>
+struct PairLoads {
+  float k[kPairs][R];
+};
+
+template <int R>
+__device__ __forceinline__ void load_pairs(PairLoads<R>& p, const float* kc, int64_t HK, int64_t i, int64_t j0,
+                                           int lane) {
+#pragma unroll
+  for (int jj = 0; jj < kPairs; ++jj) {
+    const int64_t j = min(j0 + jj, i);  // past row i's last pair: a valid row, never stored
+#pragma unroll
+    for (int r = 0; r < R; ++r) p.k[jj][r] = kc[j * HK + lane + 32 * r];
+  }
+}
+
+template <int R>
+__device__ __forceinline__ void pair_rows(const double* G, const float* kc, const float* qc, int64_t HK, int64_t K,
+                                          int64_t n, int64_t C, float* A, float* B, int64_t first, int64_t step) {
+  const int lane = threadIdx.x & 31;
+  for (int64_t i = first; i < n; i += step) {
+    double gi[R];
+    float ki[R], qi[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      gi[r] = G[i * K + lane + 32 * r];
+      ki[r] = kc[i * HK + lane + 32 * r];
+      qi[r] = qc[i * HK + lane + 32 * r];
+    }
+    PairLoads<R> cur, nxt;
+    load_pairs<R>(cur, kc, HK, i, 0, lane);
+    for (int64_t j0 = 0; j0 <= i; j0 += kPairs) {
+      if (j0 + kPairs <= i) load_pairs<R>(nxt, kc, HK, i, j0 + kPairs, lane);
+      double sa[kPairs], sb[kPairs];
+#pragma unroll
+      for (int jj = 0; jj < kPairs; ++jj) {
+        const double* gj = G + min(j0 + jj, i) * K + lane;
+        sa[jj] = 0.0;
+        sb[jj] = 0.0;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const double e = static_cast<double>(expf(static_cast<float>(gi[r] - gj[32 * r])));
+          const double kj = static_cast<double>(cur.k[jj][r]) * e;
+          sa[jj] += static_cast<double>(ki[r]) * kj;
+          sb[jj] += static_cast<double>(qi[r]) * kj;
+        }
+      }
+#pragma unroll
+      for (int o = 16; o >= 1; o >>= 1)
+#pragma unroll
+        for (int jj = 0; jj < kPairs; ++jj) {
+          sa[jj] += __shfl_xor_sync(0xffffffffu, sa[jj], o);
+          sb[jj] += __shfl_xor_sync(0xffffffffu, sb[jj], o);
+        }
+#pragma unroll
+      for (int jj = 0; jj < kPairs; ++jj) {
+        const int64_t j = j0 + jj;
+        if (lane == jj && j <= i) {  // every lane holds the sums: lane jj stores pair jj
+          A[i * C + j] = j < i ? static_cast<float>(sa[jj]) : 0.0f;
+          B[i * C + j] = static_cast<float>(sb[jj]);
+        }
+      }
+      cur = nxt;
+    }
+  }
+}
+
+// kIlp's A and B of a chunk: rows on this block (all of them, or those i % Q == rank of a cluster of Q),
+// R = K / 32 registers per lane for K of 32, 64 or 128 (the register sets of K = 256 spill), else the
+// first version's loop over this block's rows.
+__device__ __forceinline__ void pairs_ilp(const double* G, const float* kc, const float* qc, int64_t HK, int64_t K,
+                                          int64_t n, int64_t C, float* A, float* B, int rank, int Q) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t first = rank + static_cast<int64_t>(Q) * warp, step = static_cast<int64_t>(Q) * kChunkWarps;
+  switch (K) {
+    case 32: return pair_rows<1>(G, kc, qc, HK, K, n, C, A, B, first, step);
+    case 64: return pair_rows<2>(G, kc, qc, HK, K, n, C, A, B, first, step);
+    case 128: return pair_rows<4>(G, kc, qc, HK, K, n, C, A, B, first, step);
+    default: break;
+  }
+  for (int64_t i = first; i < n; i += step)
+    for (int64_t j = 0; j <= i; ++j) {
       double sa = 0.0, sb = 0.0;
       for (int64_t d = lane; d < K; d += 32) {
         const double e = static_cast<double>(expf(static_cast<float>(G[i * K + d] - G[j * K + d])));
-        const double kj = static_cast<double>(kc[j * H * K + d]) * e;
-        sa += static_cast<double>(kc[i * H * K + d]) * kj;
-        sb += static_cast<double>(qc[i * H * K + d]) * kj;
+        const double kj = static_cast<double>(kc[j * HK + d]) * e;
+        sa += static_cast<double>(kc[i * HK + d]) * kj;
+        sb += static_cast<double>(qc[i * HK + d]) * kj;
       }
 #pragma unroll
       for (int o = 16; o >= 1; o >>= 1) {
@@ -86,10 +187,83 @@ __global__ void __launch_bounds__(kChunkThreads) kda_chunked_kernel(KdaArgs a) {
         B[i * C + j] = static_cast<float>(sb);
       }
     }
+}
+
+template <bool kIlp>
+__global__ void __launch_bounds__(kChunkThreads) kda_chunked_kernel(KdaArgs a) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int64_t K = a.K, C = a.C, H = a.H, V = a.V, HK = H * K;
+  double* G = reinterpret_cast<double*>(smem_raw);      // [C][K]
+  float* S = reinterpret_cast<float*>(G + C * K);       // [K][kCT]
+  float* kg = S + K * kCT;                              // [C][K]; later the state-update weights
+  float* qg = kg + C * K;                               // [C][K]; later e^{G_n} [K]
+  float* A = qg + C * K;                                // [C][C]
+  float* B = A + C * C;                                 // [C][C]
+  float* u = B + C * C;                                 // [C][kCT]
+  constexpr int kU = kIlp ? 8 : 1;  // unrolling of the loops below (kIlp: loads ahead of their chains)
+  const int tid = threadIdx.x, lane = tid & 31;
+  const int64_t h = blockIdx.x / a.tiles;
+  const int tile = static_cast<int>(blockIdx.x % a.tiles);
+  const int64_t col0 = static_cast<int64_t>(tile) * kCT;
+  const int Q = kIlp ? a.cluster : 1;
+  float* Sg = a.state + h * K * V;
+  for (int64_t p = tid; p < K * kCT; p += kChunkThreads) {
+    const int64_t d = p / kCT, c = p % kCT;
+    S[p] = col0 + c < V ? Sg[d * V + col0 + c] : 0.0f;
+  }
+  for (int64_t t0 = 0; t0 < a.T; t0 += C) {
+    const int64_t n = min(C, a.T - t0);
+    const int64_t tk = t0 * HK + h * K, tv = t0 * H * V + h * V;
+    const float *kc = a.k + tk, *qc = a.q + tk, *gc = a.g + tk, *vc = a.v + tv, *bc = a.beta + t0 * H + h;
+    float* oc = a.o + tv;
+    __syncthreads();  // the previous chunk is done with every buffer
+    if constexpr (kIlp) {
+      factors_ilp(gc, kc, qc, HK, K, n, G, kg, qg);
+    } else {
+      for (int64_t d = tid; d < K; d += kChunkThreads) {
+        double prev = 0.0;
+        for (int64_t i = 0; i < n; ++i) {
+          prev += static_cast<double>(gc[i * H * K + d]);
+          G[i * K + d] = prev;
+          const float eg = expf(static_cast<float>(prev));
+          kg[i * K + d] = kc[i * H * K + d] * eg;
+          qg[i * K + d] = qc[i * H * K + d] * eg;
+        }
+      }
+    }
+    __syncthreads();
+    if constexpr (kIlp) {
+      pairs_ilp(G, kc, qc, HK, K, n, C, A, B, Q > 1 ? tile : 0, Q);
+    } else {
+      // A and B: one warp per pair (i, j <= i), lane l summing dimensions l, l + 32, ... then a fixed
+      // xor butterfly, so a warp's loads of k and q rows are consecutive floats (a thread per pair made
+      // every load of a warp touch 32 rows: ~25 MB of L2 traffic per chunk and block, 2026-12-01).
+      for (int64_t p = tid >> 5; p < n * n; p += kChunkThreads / 32) {
+        const int64_t i = p / n, j = p % n;
+        if (j > i) continue;  // the same for the whole warp
+        double sa = 0.0, sb = 0.0;
+        for (int64_t d = lane; d < K; d += 32) {
+          const double e = static_cast<double>(expf(static_cast<float>(G[i * K + d] - G[j * K + d])));
+          const double kj = static_cast<double>(kc[j * H * K + d]) * e;
+          sa += static_cast<double>(kc[i * H * K + d]) * kj;
+          sb += static_cast<double>(qc[i * H * K + d]) * kj;
+        }
+#pragma unroll
+        for (int o = 16; o >= 1; o >>= 1) {
+          sa += __shfl_xor_sync(0xffffffffu, sa, o);
+          sb += __shfl_xor_sync(0xffffffffu, sb, o);
+        }
+        if (lane == 0) {
+          A[i * C + j] = j < i ? static_cast<float>(sa) : 0.0f;
+          B[i * C + j] = static_cast<float>(sb);
+        }
+      }
+    }
     // u_i = beta_i (v_i - S0^T kg_i) before substitution; o_i = S0^T qg_i (kept in o until the end).
     for (int64_t p = tid; p < n * kCT; p += kChunkThreads) {
       const int64_t i = p / kCT, c = p % kCT;
       float su = 0.0f, so = 0.0f;
+#pragma unroll kU
       for (int64_t d = 0; d < K; ++d) {
         su = fmaf(kg[i * K + d], S[d * kCT + c], su);
         so = fmaf(qg[i * K + d], S[d * kCT + c], so);
@@ -98,11 +272,31 @@ __global__ void __launch_bounds__(kChunkThreads) kda_chunked_kernel(KdaArgs a) {
       u[i * kCT + c] = ((live ? vc[i * H * V + col0 + c] : 0.0f) - su) * bc[i * H];
       if (live) oc[i * H * V + col0 + c] = so;
     }
-    __syncthreads();
+    if (kIlp && Q > 1) {
+      // A / B rows of the other ranks, from their shared memory; the second barrier keeps each rank's
+      // rows in place until every rank has copied them (the next chunk overwrites them).
+      cg::cluster_group cl = cg::this_cluster();
+      cl.sync();
+      for (int64_t p = tid; p < n * n; p += kChunkThreads) {
+        const int64_t i = p / n, j = p % n;
+        const int owner = static_cast<int>(i % Q);
+        if (j > i || owner == tile) continue;
+        A[i * C + j] = cl.map_shared_rank(A, owner)[i * C + j];
+        B[i * C + j] = cl.map_shared_rank(B, owner)[i * C + j];
+      }
+      cl.sync();
+    } else {
+      __syncthreads();
+    }
     if (tid < kCT) {  // forward substitution, one column per thread
+      // kIlp: beta_i of 32 tokens at a time in the warp's lanes (one load each), handed out by a shuffle,
+      // so no step waits for its beta from L2 (63 dependent loads a chunk in the first version).
+      float bl = 0.0f;
       for (int64_t i = 1; i < n; ++i) {
-        const float b = bc[i * H];
+        if (kIlp && (i == 1 || (i & 31) == 0)) bl = i - (i & 31) + lane < n ? bc[(i - (i & 31) + lane) * H] : 0.0f;
+        const float b = kIlp ? __shfl_sync(0xffffffffu, bl, static_cast<int>(i & 31)) : bc[i * H];
         float ui = u[i * kCT + tid];
+#pragma unroll kU
         for (int64_t m = 0; m < i; ++m) ui = ui - (A[i * C + m] * b) * u[m * kCT + tid];
         u[i * kCT + tid] = ui;
       }
@@ -112,11 +306,13 @@ __global__ void __launch_bounds__(kChunkThreads) kda_chunked_kernel(KdaArgs a) {
       const int64_t i = p / kCT, c = p % kCT;
       if (col0 + c >= V) continue;
       float oi = oc[i * H * V + col0 + c];
+#pragma unroll kU
       for (int64_t m = 0; m <= i; ++m) oi = fmaf(B[i * C + m], u[m * kCT + c], oi);
       oc[i * H * V + col0 + c] = oi;
     }
     // S_n = e^{G_n} S0 + sum_m (k_m e^{G_n - G_m}) u_m^T
     const double* Gn = G + (n - 1) * K;
+#pragma unroll kU
     for (int64_t p = tid; p < n * K; p += kChunkThreads) {
       const int64_t m = p / K, d = p % K;
       kg[p] = kc[m * H * K + d] * expf(static_cast<float>(Gn[d] - G[m * K + d]));
@@ -126,6 +322,7 @@ __global__ void __launch_bounds__(kChunkThreads) kda_chunked_kernel(KdaArgs a) {
     for (int64_t p = tid; p < K * kCT; p += kChunkThreads) {
       const int64_t d = p / kCT, c = p % kCT;
       float row = S[p] * qg[d];
+#pragma unroll kU
       for (int64_t m = 0; m < n; ++m) row = fmaf(kg[m * K + d], u[m * kCT + c], row);
       S[p] = row;
     }
@@ -137,7 +334,33 @@ __global__ void __launch_bounds__(kChunkThreads) kda_chunked_kernel(KdaArgs a) {
   }
 }
 
+int g_ilp = -1;      // kda_chunked_ilp_tune
+int g_cluster = -1;  // kda_chunked_cluster_tune
+
+// Whether a cluster of q blocks of `smem` bytes each can be resident at once (asked once per shape).
+bool clusters_fit(int q, size_t smem) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(q));
+  cfg.blockDim = dim3(kChunkThreads);
+  cfg.dynamicSmemBytes = smem;
+  cudaLaunchAttribute at{};
+  at.id = cudaLaunchAttributeClusterDimension;
+  at.val.clusterDim.x = static_cast<unsigned>(q);
+  at.val.clusterDim.y = at.val.clusterDim.z = 1;
+  cfg.attrs = &at;
+  cfg.numAttrs = 1;
+  int n = 0;
+  if (cudaOccupancyMaxActiveClusters(&n, kda_chunked_kernel<true>, &cfg) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+}
+
 }  // namespace
+
+void kda_chunked_ilp_tune(int on) { g_ilp = on; }
+void kda_chunked_cluster_tune(int on) { g_cluster = on; }
 
 size_t kda_chunked_smem(int64_t K, int64_t chunk) {
   return static_cast<size_t>(chunk * K) * sizeof(double) +
@@ -148,14 +371,34 @@ void launch_kda_chunked(const float* q, const float* k, const float* v, const fl
                         int64_t H, int64_t K, int64_t V, int64_t chunk, float* state, float* o, cudaStream_t st) {
   const size_t smem = kda_chunked_smem(K, chunk);
   static const bool raised = [] {
-    FERRY_CUDA_CHECK(cudaFuncSetAttribute(kda_chunked_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(kKdaChunkedMaxSmem)));
+    for (auto* kern : {kda_chunked_kernel<false>, kda_chunked_kernel<true>})
+      FERRY_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(kKdaChunkedMaxSmem)));
+    FERRY_CUDA_CHECK(cudaFuncSetAttribute(kda_chunked_kernel<true>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     return true;
   }();
   (void)raised;
-  const dim3 grid(static_cast<unsigned>(H), static_cast<unsigned>((V + kCT - 1) / kCT));
-  kda_chunked_kernel<<<grid, kChunkThreads, smem, st>>>(KdaArgs{q, k, v, g, beta, T, H, K, V, chunk, state, o});
-  FERRY_CUDA_LAUNCHED(kda_chunked_kernel);
+  static const bool ilp_env = env_switch("FERRY_KDA_ILP", true);
+  static const bool cluster_env = env_switch("FERRY_KDA_CLUSTER", true);
+  const bool ilp = switch_on(g_ilp, ilp_env);
+  const int tiles = static_cast<int>((V + kCT - 1) / kCT);
+  int cluster = 1;
+  if (ilp && tiles > 1 && tiles <= 8 && switch_on(g_cluster, cluster_env)) {
+    thread_local int fit_tiles = 0;  // the last shape asked (a model has one)
+    thread_local size_t fit_smem = 0;
+    thread_local bool fits = false;
+    if (fit_tiles != tiles || fit_smem != smem) fits = clusters_fit(tiles, smem), fit_tiles = tiles, fit_smem = smem;
+    if (fits) cluster = tiles;
+  }
+  const KdaArgs args{q, k, v, g, beta, T, H, K, V, chunk, state, o, tiles, cluster};
+  const dim3 grid(static_cast<unsigned>(H * tiles));
+  if (!ilp) {
+    kda_chunked_kernel<false><<<grid, kChunkThreads, smem, st>>>(args);
+    FERRY_CUDA_LAUNCHED(kda_chunked_kernel);
+    return;
+  }
+  launch_kernel_in_clusters(false, static_cast<unsigned>(cluster), kda_chunked_kernel<true>, grid, dim3(kChunkThreads),
+                            smem, st, args);
 }
 
 }  // namespace ferry::cuda

@@ -277,6 +277,93 @@ __global__ void __launch_bounds__(kRow1Warps * 32)
   }
 }
 
+// f32 matmuls of many rows (a prompt pass's routers: 896x7168 at 1,024 rows; MLA's per-head matrices) with
+// the generic kernel's order, so the CPU's bits: output (o, r) is lane l's sum over columns l, l + 32, ...
+// from 0 in increasing order (add(acc, mul(x, w)), no fma), then warp_fold. The generic kernel gives each
+// warp 2 outputs of 8 rows, so every product costs a load (x and the weight from shared memory, 10 loads
+// per 16 products): a prompt pass's three routers took 14 ms of the 1,024-token pass (H200, 2026-12-01,
+// ~2.8 TFLOP/s). Here a warp owns a tile of kTileO outputs x kTileR rows (64 sums per lane: 16 loads per
+// 64 products); the block's kTileWarpsO x kTileWarpsR warps share a stage of kTileK columns of x's rows and
+// the weights' rows in shared memory (16-byte loads; rows past the end read as zeros, never stored).
+constexpr int kTileO = 8, kTileR = 8, kTileWarpsO = 2, kTileWarpsR = 4, kTileK = 256;
+constexpr int kTileThreads = kTileWarpsO * kTileWarpsR * 32;
+constexpr int kTileBO = kTileO * kTileWarpsO, kTileBR = kTileR * kTileWarpsR;  // block: 16 outputs x 32 rows
+
+__global__ void __launch_bounds__(kTileThreads)
+    matmul_f32_tile_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t rows, int64_t cols, const float* x,
+                           int64_t n, float* __restrict__ y, Strides s) {
+  pdl_begin();
+  __shared__ __align__(16) float xs[kTileBR][kTileK];
+  __shared__ __align__(16) float ws[kTileBO][kTileK];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int wo = warp % kTileWarpsO, wr = warp / kTileWarpsO;
+  const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kTileBO, r0 = static_cast<int64_t>(blockIdx.y) * kTileBR;
+  const uint8_t* wz = w + blockIdx.z * s.w_head;
+  const float* xz = x + blockIdx.z * s.x_head;
+  float acc[kTileO][kTileR];
+#pragma unroll
+  for (int o = 0; o < kTileO; ++o)
+#pragma unroll
+    for (int r = 0; r < kTileR; ++r) acc[o][r] = 0.0f;
+  for (int64_t c0 = 0; c0 < cols; c0 += kTileK) {
+    const int nc = static_cast<int>(min(static_cast<int64_t>(kTileK), cols - c0));  // a multiple of 32
+    const int n4 = nc / 4;
+    __syncthreads();  // every warp is done with the previous stage
+    for (int i = threadIdx.x; i < kTileBR * n4; i += kTileThreads) {
+      const int r = i / n4, q = i - r * n4;
+      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (r0 + r < n) v = __ldcg(reinterpret_cast<const float4*>(xz + (r0 + r) * s.x_row + c0) + q);
+      *reinterpret_cast<float4*>(&xs[r][q * 4]) = v;
+    }
+    for (int i = threadIdx.x; i < kTileBO * n4; i += kTileThreads) {
+      const int o = i / n4, q = i - o * n4;
+      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (o0 + o < rows)
+        v = __ldg(reinterpret_cast<const float4*>(wz + static_cast<size_t>(o0 + o) * row_bytes) + c0 / 4 + q);
+      *reinterpret_cast<float4*>(&ws[o][q * 4]) = v;
+    }
+    __syncthreads();
+    for (int b = 0; b < nc / 32; ++b) {
+      float xv[kTileR], wv[kTileO];
+#pragma unroll
+      for (int r = 0; r < kTileR; ++r) xv[r] = xs[wr * kTileR + r][b * 32 + lane];
+#pragma unroll
+      for (int o = 0; o < kTileO; ++o) wv[o] = ws[wo * kTileO + o][b * 32 + lane];
+#pragma unroll
+      for (int o = 0; o < kTileO; ++o)
+#pragma unroll
+        for (int r = 0; r < kTileR; ++r) acc[o][r] = add(acc[o][r], mul(xv[r], wv[o]));
+    }
+  }
+#pragma unroll
+  for (int o = 0; o < kTileO; ++o)
+#pragma unroll
+    for (int r = 0; r < kTileR; ++r) {
+      const float v = warp_fold(acc[o][r]);
+      const int64_t oo = o0 + wo * kTileO + o, rr = r0 + wr * kTileR + r;
+      if (lane == 0 && oo < rows && rr < n) y[blockIdx.z * s.y_head + rr * s.y_row + oo] = v;
+    }
+}
+
+int g_f32_tile = -1;  // matmul_f32_tile_tune
+
+// Whether the tile kernel takes this call: on (FERRY_F32_TILE), 32+ rows, 16-byte loads line up.
+bool f32_tile_takes(const Weight& w, const float* x, int64_t n, const Strides& s) {
+  static const bool env = env_switch("FERRY_F32_TILE", true);
+  if (!switch_on(g_f32_tile, env) || n < 32 || w.cols % 32 != 0) return false;
+  const auto a16 = [](uintptr_t v) { return v % 16 == 0; };
+  return a16(reinterpret_cast<uintptr_t>(w.data)) && a16(reinterpret_cast<uintptr_t>(x)) && w.row_bytes() % 16 == 0 &&
+         s.w_head % 16 == 0 && s.x_row % 4 == 0 && s.x_head % 4 == 0;
+}
+
+void launch_f32_tile(const Weight& w, const float* x, int64_t n, float* y, cudaStream_t st, const Strides& s,
+                     int64_t heads) {
+  const dim3 grid(static_cast<unsigned>((w.rows + kTileBO - 1) / kTileBO), static_cast<unsigned>((n + kTileBR - 1) / kTileBR),
+                  static_cast<unsigned>(heads));
+  launch_small(matmul_f32_tile_kernel, grid, kTileThreads, 0, st, static_cast<const uint8_t*>(w.data), w.row_bytes(),
+               w.rows, w.cols, x, n, y, s);
+}
+
 int g_row1 = -1;  // matmul_f32_row1_tune
 
 bool row1_on() {
@@ -328,6 +415,7 @@ void launch_typed(const Weight& w, const float* x, int64_t n, float* y, cudaStre
                   int64_t heads = 1) {
   const int64_t m = std::min<int64_t>(n, matmul_group_rows(T));
   if (T == WType::f32 && n == 1 && row1_on()) return launch_f32_row1(w, x, y, st, s, heads);
+  if (T == WType::f32 && f32_tile_takes(w, x, n, s)) return launch_f32_tile(w, x, n, y, st, s, heads);
   if (m <= 1) return launch_group<T, 1>(w, x, n, y, st, s, heads);
   if (m <= 2) return launch_group<T, 2>(w, x, n, y, st, s, heads);
   if (m <= 4) return launch_group<T, 4>(w, x, n, y, st, s, heads);
@@ -358,6 +446,7 @@ int g_split = -1;  // matmul_ksplit_tune: -1 the rule (or FERRY_KSPLIT), 0 never
 
 void matmul_ksplit_tune(int parts) { g_split = parts; }
 void matmul_f32_row1_tune(int on) { g_row1 = on; }
+void matmul_f32_tile_tune(int on) { g_f32_tile = on; }
 
 // The rule, from the H200 sweep (docs/BENCHMARKS.md "split K", MatmulBenchSplitKSweep; graph replays,
 // one row): a split pays where a matrix has too few 16-row tiles to spread over the SMs (128x7168: 8.2 ->

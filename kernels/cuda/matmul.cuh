@@ -152,6 +152,10 @@ void matmul_group_split_tune(int on);
 // 8.7 against 28.3 us, slice decode 463 against 458 tok/s, identical hashes); FERRY_F32_ROW1=0 or this
 // knob (1 on, 0 off, -1 the environment's) turns it off. Same bits either way.
 void matmul_f32_row1_tune(int on);
+// f32 matmuls of 32+ rows (a prompt pass's routers) on a kernel of register tiles that keeps the generic
+// path's order (matmul_f32_tile_kernel, matmul.cu): on by default; FERRY_F32_TILE=0 or this knob (1 on,
+// 0 off, -1 the environment's) turns it off. Same bits either way (the CPU's).
+void matmul_f32_tile_tune(int on);
 
 // Rows per group (one weight read serves this many rows) for a weight type.
 int matmul_group_rows(WType t);

@@ -211,6 +211,39 @@ TEST_F(Ops, KdaChunkedMatchesCpu) {
   EXPECT_LE(rel_err("kda_chunked state", cs, gs), 3e-5);
 }
 
+// The chunked kernel's versions (kda_chunked.cu: the first; loads in flight; a head's column tiles on one
+// cluster sharing A / B's rows) give the same bits, output and state, for K of the register path (128, 64)
+// and of its fallback loop (96), full and partial chunks and column tiles (V = 40: two tiles, the last
+// partial), one head's tiles alone or many heads.
+TEST_F(Ops, KdaChunkedVersionsGiveTheFirstVersionsBits) {
+  struct Shape {
+    int64_t T, H, K, V;
+  };
+  for (const Shape sh : {Shape{150, 2, 128, 128}, Shape{200, 3, 64, 40}, Shape{70, 2, 96, 64}, Shape{64, 1, 128, 96}}) {
+    KdaIn in(sh.T, sh.H, sh.K, sh.V, 31);
+    std::vector<float> ref_o, ref_s;
+    for (const int version : {0, 1, 2}) {  // first, ilp, ilp + cluster
+      cuda::kda_chunked_ilp_tune(version >= 1 ? 1 : 0);
+      cuda::kda_chunked_cluster_tune(version == 2 ? 1 : 0);
+      auto q = both(in.q), k = both(in.k), v = both(in.v), g = both(in.g), b = both(in.beta), s = both(in.s0);
+      auto o = poisoned_pair(in.T * in.H * in.V);
+      gpu().kda_chunked(q.gpu(), k.gpu(), v.gpu(), g.gpu(), b.gpu(), in.T, in.H, in.K, in.V, 64, s.gpu(), o.gpu());
+      auto go = get(gpu(), o.gpu(), static_cast<size_t>(in.T * in.H * in.V));
+      auto gs = get(gpu(), s.gpu(), static_cast<size_t>(in.H * in.K * in.V));
+      if (version == 0) {
+        ref_o = go, ref_s = gs;
+        continue;
+      }
+      const std::string what = "kda_chunked v" + std::to_string(version) + " K" + std::to_string(sh.K) + " V" +
+                               std::to_string(sh.V);
+      EXPECT_TRUE(bits_equal((what + " out").c_str(), ref_o, go)) << what;
+      EXPECT_TRUE(bits_equal((what + " state").c_str(), ref_s, gs)) << what;
+    }
+  }
+  cuda::kda_chunked_ilp_tune(-1);
+  cuda::kda_chunked_cluster_tune(-1);
+}
+
 // Exactness on the GPU: 16 tokens in one call equal 16 one-token calls bit for bit.
 TEST_F(Ops, KdaRecurrentSixteenTokensEqualSixteenSteps) {
   KdaIn in(16, 2, 64, 64, 40);

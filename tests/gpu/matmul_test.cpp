@@ -90,6 +90,46 @@ TEST_F(Ops, MatmulMatchesCpuForEveryTypeAndRowCount) {
   }
 }
 
+// The f32 tile kernel (matmul_f32_tile_kernel: many rows, a prompt pass's routers) keeps the generic
+// kernel's order, so the CPU's bits: a router at 1,024 rows, tiles partial in outputs and rows (40x1056 at
+// 37 rows: 33 column blocks, a partial last stage; 67x96 at 70; 33x288 at 100), and per head (8 heads of
+// 512x128 at 40 rows, x slices with a gap inside wider rows); off, the generic kernel runs (the same check).
+TEST_F(Ops, F32TileKernelKeepsTheCpuBitsPlainAndPerHead) {
+#if FERRY_WITH_CUDA
+  struct Shape {
+    int64_t rows, cols, n;
+  };
+  for (const int on : {1, 0}) {
+    cuda::matmul_f32_tile_tune(on);
+    for (const Shape sh : {Shape{896, 7168, 1024}, Shape{40, 1056, 37}, Shape{67, 96, 70}, Shape{33, 288, 100}}) {
+      const auto bytes = random_weight(WType::f32, sh.rows, sh.cols, 41);
+      auto wb = both_bytes(bytes.data(), bytes.size());
+      auto x = both(random_floats(static_cast<size_t>(sh.n * sh.cols), 42));
+      auto y = poisoned_pair(static_cast<size_t>(sh.n * sh.rows));
+      cpu().matmul(Weight{WType::f32, sh.rows, sh.cols, wb->c}, x.cpu(), sh.n, y.cpu());
+      gpu().matmul(Weight{WType::f32, sh.rows, sh.cols, wb->g}, x.gpu(), sh.n, y.gpu());
+      const auto [c, g] = results(y);
+      const std::string what = "tile=" + std::to_string(on) + " f32 " + std::to_string(sh.rows) + "x" +
+                               std::to_string(sh.cols) + " n=" + std::to_string(sh.n);
+      EXPECT_TRUE(bits_equal(what.c_str(), c, g)) << what;
+    }
+    const int64_t heads = 8, rows = 512, cols = 128, x_head = cols + 64, n = 40;
+    const auto bytes = random_weight(WType::f32, heads * rows, cols, 43);
+    auto wb = both_bytes(bytes.data(), bytes.size());
+    HeadsLayout l{heads, rows, heads * x_head, x_head, heads * rows, rows};
+    auto x = both(random_floats(static_cast<size_t>(n * l.x_tok), 44));
+    auto y = poisoned_pair(static_cast<size_t>(n * l.y_tok));
+    cpu().matmul_heads(Weight{WType::f32, rows, cols, wb->c}, l, x.cpu(), n, y.cpu());
+    gpu().matmul_heads(Weight{WType::f32, rows, cols, wb->g}, l, x.gpu(), n, y.gpu());
+    const auto [c, g] = results(y);
+    EXPECT_TRUE(bits_equal(("tile=" + std::to_string(on) + " heads n=40").c_str(), c, g));
+  }
+  cuda::matmul_f32_tile_tune(-1);
+#else
+  GTEST_SKIP() << "no CUDA back-end in this build";
+#endif
+}
+
 // The one-row f32 kernels (matmul_f32_row1_kernel: routers and MLA's per-head matrices at one row; and
 // matmul_f32_short_kernel, several rows per warp, for rows of up to 256 columns) keep the generic kernel's
 // order, so the CPU's bits, for rows in whole batches of 32 blocks (896x7168: 7), with a partial last batch
