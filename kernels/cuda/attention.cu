@@ -149,6 +149,112 @@ __global__ void attention_kernel(AttnParams P, int64_t t0, float* sc) {
   }
 }
 
+// Dense causal attention (query t's keys are 0 .. its last visible position: no DSA selection, or one that
+// selects every visible key, as a DSA layer's while the context is at most index_topk) for QN consecutive
+// queries of one head per block. attention_kernel gives each (query, head) a block of its own, so every
+// block reads its keys' rows and values from L2 again: a 1,024-token prompt pass of the K3.1 slice's DSA
+// layer (128 heads, keys of 192 and values of 128 floats) read ~86 GB from L2 and took 25 ms (H100,
+// 2026-12-06). Here a block loads each key row and value once for its QN queries. Every score is still
+// its (query, key) warp_dot chain (lane l over columns l, l + 32, ... in order, then warp_fold) times the
+// scale, each softmax's max the max of its query's scores, and each output column its query's sums over
+// the keys in key order (sum of p, and of p * v), then o * (1 / sum): attention_kernel's operations for
+// every (query, key), so its bits, whatever QN and however the queries fall into blocks.
+constexpr int kAttnMultiQ = 8;      // queries per block
+constexpr int kAttnMultiMaxDk = 1024;  // q rows in shared memory: QN x Dk floats
+
+template <int QN>
+__global__ void __launch_bounds__(kAttnThreads) attention_multi_kernel(AttnParams P, int64_t t0, int64_t nq, float* sc) {
+  pdl_begin();
+  extern __shared__ __align__(16) float qs[];  // [QN][Dk]: the block's query rows of head h
+  __shared__ float sh[32];
+  const AttentionArgs& a = P.a;
+  const int64_t h = blockIdx.x, j0 = static_cast<int64_t>(blockIdx.y) * QN;  // first query, within the group
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  const int nqb = static_cast<int>(min(static_cast<int64_t>(QN), nq - j0));
+  const int64_t kh = h / (a.Hq / a.Hk), Dk = a.Dk;
+  int nk[QN];  // keys of each query (0 past the block's queries)
+  int maxn = 0;
+#pragma unroll
+  for (int j = 0; j < QN; ++j) {
+    const int64_t last = min(a.L - 1, a.q_pos0 + t0 + j0 + j);
+    nk[j] = j < nqb && last >= 0 ? static_cast<int>(last + 1) : 0;
+    maxn = max(maxn, nk[j]);
+  }
+  for (int64_t i = threadIdx.x; i < QN * Dk; i += blockDim.x) {  // rows past the block's queries: zeros
+    const int64_t j = i / Dk, c = i - j * Dk;
+    qs[i] = j < nqb ? a.q[(t0 + j0 + j) * a.q_tok_stride + h * a.q_head_stride + c] : 0.0f;
+  }
+  __syncthreads();
+  // Scores: warp w takes keys w, w + nw, ...; a lane loads its columns of the key row once (8 at a time)
+  // and adds their products into each query's chain.
+  for (int64_t i = warp; i < maxn; i += nw) {
+    const float* kp = a.k + i * a.k_tok_stride + kh * a.k_head_stride;
+    float d[QN];
+#pragma unroll
+    for (int j = 0; j < QN; ++j) d[j] = 0.0f;
+    for (int64_t c0 = lane; c0 < Dk; c0 += 32 * 8) {
+      float kv[8];
+#pragma unroll
+      for (int m = 0; m < 8; ++m) kv[m] = c0 + 32 * m < Dk ? kp[c0 + 32 * m] : 0.0f;
+#pragma unroll
+      for (int m = 0; m < 8; ++m) {
+        if (c0 + 32 * m >= Dk) break;
+#pragma unroll
+        for (int j = 0; j < QN; ++j) d[j] = add(d[j], mul(qs[j * Dk + c0 + 32 * m], kv[m]));
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < QN; ++j) {
+      const float v = warp_fold(d[j]);
+      if (lane == 0 && i < nk[j]) sc[((j0 + j) * a.Hq + h) * P.maxk + i] = mul(v, a.scale);
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < QN; ++j) {
+    if (j >= nqb) break;  // the same in every thread
+    float* s = sc + ((j0 + j) * a.Hq + h) * P.maxk;
+    float m = -INFINITY;
+    for (int64_t i = threadIdx.x; i < nk[j]; i += blockDim.x) m = fmaxf(m, s[i]);
+    m = block_max(m, sh);
+    for (int64_t i = threadIdx.x; i < nk[j]; i += blockDim.x) s[i] = expf(__fsub_rn(s[i], m));
+  }
+  __syncthreads();
+  // Output: thread x takes columns x, x + blockDim, ...; per chunk of 8 keys it loads their values once and
+  // every query's probabilities, then adds them into each query's chains in key order.
+  constexpr int kChunk = 8;
+  const float* vh = a.v + kh * a.v_head_stride;
+  const float* sq = sc + (j0 * a.Hq + h) * P.maxk;
+  const int64_t sstride = a.Hq * P.maxk;  // from query j to j + 1
+  for (int64_t d0 = threadIdx.x; d0 < a.Dv; d0 += blockDim.x) {
+    float sum[QN], o[QN];
+#pragma unroll
+    for (int j = 0; j < QN; ++j) sum[j] = o[j] = 0.0f;
+    for (int64_t i0 = 0; i0 < maxn; i0 += kChunk) {
+      float vv[kChunk], pv[kChunk][QN];
+#pragma unroll
+      for (int u = 0; u < kChunk; ++u) {
+        const int64_t i = min(i0 + u, static_cast<int64_t>(maxn) - 1);  // past the end: a valid key, never added
+        vv[u] = vh[i * a.v_tok_stride + d0];
+#pragma unroll
+        for (int j = 0; j < QN; ++j) pv[u][j] = i < nk[j] ? sq[j * sstride + i] : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kChunk; ++u) {
+#pragma unroll
+        for (int j = 0; j < QN; ++j)
+          if (i0 + u < nk[j]) {
+            sum[j] = add(sum[j], pv[u][j]);
+            o[j] = add(o[j], mul(pv[u][j], vv[u]));
+          }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < QN; ++j)
+      if (j < nqb) a.out[((t0 + j0 + j) * a.Hq + h) * a.Dv + d0] = nk[j] ? mul(o[j], 1.0f / sum[j]) : 0.0f;
+  }
+}
+
 // Warp per (query t, key s): score[t, s] = sum_h w[t,h] * relu(q[t,h,:] . k[s,:]), CPU order.
 // The heads' dot products of a key are independent; only their weighted sum runs in head order. So a warp
 // may compute HEADS dots at once (HEADS chains of loads and lane folds in flight instead of one: a decode
@@ -243,6 +349,7 @@ void CudaBackend::attention(const AttentionArgs& a) {
   AttnParams P;
   P.a = a;
   P.maxk = a.sel ? a.sel_k : a.L;
+  bool dense_selection = !a.sel;  // a selection of every visible key, in order, is dense too
   if (a.sel) {
     // Validate on the host (the model passes host memory; a device selection is fetched first) and
     // compact each query's valid entries, keeping their order.
@@ -265,14 +372,36 @@ void CudaBackend::attention(const AttentionArgs& a) {
       }
       counts[static_cast<size_t>(t)] = c;
     }
+    dense_selection = true;
+    for (int64_t t = 0; t < a.T && dense_selection; ++t) {
+      const int64_t last = std::min(a.L - 1, a.q_pos0 + t);
+      dense_selection = counts[static_cast<size_t>(t)] == std::max<int64_t>(last + 1, 0);
+      for (int64_t i = 0; i < counts[static_cast<size_t>(t)] && dense_selection; ++i)
+        dense_selection = keys[static_cast<size_t>(t * a.sel_k + i)] == i;
+    }
     P.keys = static_cast<const int32_t*>(stage(kKeys, keys.data(), ns * sizeof(int32_t)));
     P.counts = static_cast<const int32_t*>(stage(kCounts, counts.data(), counts.size() * sizeof(int32_t)));
   }
   const int64_t per_query = a.Hq * std::max<int64_t>(P.maxk, 1);
   const int64_t group = std::clamp<int64_t>(kAttnScratchFloats / per_query, 1, 65535);
   auto* sc = static_cast<float*>(scratch(kScores, static_cast<size_t>(std::min(group, a.T) * per_query) * sizeof(float)));
+  const bool multi = dense_selection && a.T >= 2 && a.Dk <= kAttnMultiMaxDk && attention_multi();
   for (int64_t t0 = 0; t0 < a.T; t0 += group) {
-    const dim3 grid(static_cast<unsigned>(a.Hq), static_cast<unsigned>(std::min(group, a.T - t0)));
+    const int64_t nq = std::min(group, a.T - t0);
+    if (multi) {
+      static const bool raised = [] {
+        FERRY_CUDA_CHECK(cudaFuncSetAttribute(attention_multi_kernel<kAttnMultiQ>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(kAttnMultiQ * kAttnMultiMaxDk * sizeof(float))));
+        return true;
+      }();
+      (void)raised;
+      const dim3 grid(static_cast<unsigned>(a.Hq), static_cast<unsigned>((nq + kAttnMultiQ - 1) / kAttnMultiQ));
+      launch_small(attention_multi_kernel<kAttnMultiQ>, grid, kAttnThreads,
+                   static_cast<size_t>(kAttnMultiQ * a.Dk) * sizeof(float), stream_, P, t0, nq, sc);
+      continue;
+    }
+    const dim3 grid(static_cast<unsigned>(a.Hq), static_cast<unsigned>(nq));
     if (attention_ilp())
       launch_small(attention_kernel<4, 4>, grid, kAttnThreads, 0, stream_, P, t0, sc);
     else

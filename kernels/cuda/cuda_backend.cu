@@ -108,6 +108,16 @@ bool attention_ilp() {
 }
 
 namespace {
+int g_attn_multi = -1;  // attention_multi_tune
+}  // namespace
+
+bool attention_multi() {
+  static const bool env = env_switch("FERRY_ATTN_MULTI", true);
+  return switch_on(g_attn_multi, env);
+}
+void attention_multi_tune(int on) { g_attn_multi = on; }
+
+namespace {
 int g_fused = -1;  // fused_ops_tune
 }  // namespace
 

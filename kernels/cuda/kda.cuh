@@ -35,5 +35,8 @@ void kda_recurrent_reg_tune(int on);
 // rows (FERRY_KDA_CLUSTER, on by default). The tune functions set them for tests and benchmarks (1 on,
 // 0 off, -1 the environment's choice).
 void kda_chunked_ilp_tune(int on);
+// Prompt passes' convolutions in chunks of 16 tokens, a thread per (chunk, channel) (kda.cu, same bits):
+// on by default; FERRY_CONV_CHUNKS=0 or conv1d_chunks_tune(0) walks each channel's tokens in one thread.
+void conv1d_chunks_tune(int on);
 void kda_chunked_cluster_tune(int on);
 }  // namespace ferry::cuda

@@ -41,8 +41,11 @@ namespace {
 namespace cg = cooperative_groups;
 
 constexpr int kCT = kKdaCols;  // value columns per block
-constexpr int kChunkThreads = 256;
-constexpr int kChunkWarps = kChunkThreads / 32;
+constexpr int kChunkThreads = 256;  // the first version's block
+constexpr int kIlpThreads = 512;    // kIlp's: 16 warps (128 registers each, the whole register file)
+constexpr int kIlpWarps = kIlpThreads / 32;
+template <bool kIlp>
+__host__ __device__ constexpr int chunk_threads() { return kIlp ? kIlpThreads : kChunkThreads; }
 constexpr int kPairs = 4;       // kIlp: pairs (i, j) of A / B a warp sums at once
 constexpr int kTokenBatch = 8;  // kIlp: tokens whose g, k, q a thread of G / kg / qg loads at once
 
@@ -59,7 +62,7 @@ struct KdaArgs {
 // tokens' loads in flight; the first version's operations.
 __device__ __forceinline__ void factors_ilp(const float* gc, const float* kc, const float* qc, int64_t HK, int64_t K,
                                             int64_t n, double* G, float* kg, float* qg) {
-  for (int64_t d = threadIdx.x; d < K; d += kChunkThreads) {
+  for (int64_t d = threadIdx.x; d < K; d += kIlpThreads) {
     double prev = 0.0;
     for (int64_t i0 = 0; i0 < n; i0 += kTokenBatch) {
       float gv[kTokenBatch], kv[kTokenBatch], qv[kTokenBatch];
@@ -84,9 +87,11 @@ __device__ __forceinline__ void factors_ilp(const float* gc, const float* kc, co
   }
 }
 
-// kIlp's rows of A and B (K = 32 R): the warp takes rows first, first + step, ... With row i's k, q and G
-// of its lane's dimensions d = lane + 32 r in registers, it sums kPairs pairs (i, j0 .. j0 + kPairs - 1)
-// at once, the next kPairs' k_j (global memory, L2) loading meanwhile; G_j comes from shared memory. Each
+// kIlp's A and B (K = 32 R). A row i of this rank has i / kPairs + 1 items, each kPairs pairs (i, j0 ..
+// j0 + kPairs - 1); the items of the rank's rows, in row order, go to the warps in turn (rows are of every
+// length, so whole rows per warp would leave most warps waiting for the longest). A warp holds its row's k,
+// q and G of its lane's dimensions d = lane + 32 r in registers and sums an item's pairs at once, the k_j
+// of its next item of the row (global memory, L2) loading meanwhile; G_j comes from shared memory. Each
 // pair's sums are the first version's: the lane's d in increasing order, then the xor butterfly 16 .. 1.
 template <int R>
 struct PairLoads {
@@ -105,10 +110,15 @@ __device__ __forceinline__ void load_pairs(PairLoads<R>& p, const float* kc, int
 }
 
 template <int R>
-__device__ __forceinline__ void pair_rows(const double* G, const float* kc, const float* qc, int64_t HK, int64_t K,
-                                          int64_t n, int64_t C, float* A, float* B, int64_t first, int64_t step) {
-  const int lane = threadIdx.x & 31;
-  for (int64_t i = first; i < n; i += step) {
+__device__ __forceinline__ void pair_items(const double* G, const float* kc, const float* qc, int64_t HK, int64_t K,
+                                           int64_t n, int64_t C, float* A, float* B, int rank, int Q) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int64_t q = 0;  // items (row, group of kPairs pairs) of this rank's rows before row i, in row order
+  for (int64_t i = rank; i < n; i += Q) {
+    const int64_t ng = i / kPairs + 1;  // groups j0 = 0, kPairs, ... <= i
+    int64_t g = ((warp - q) % kIlpWarps + kIlpWarps) % kIlpWarps;  // item q + g is this warp's first of row i
+    q += ng;
+    if (g >= ng) continue;
     double gi[R];
     float ki[R], qi[R];
 #pragma unroll
@@ -118,9 +128,10 @@ __device__ __forceinline__ void pair_rows(const double* G, const float* kc, cons
       qi[r] = qc[i * HK + lane + 32 * r];
     }
     PairLoads<R> cur, nxt;
-    load_pairs<R>(cur, kc, HK, i, 0, lane);
-    for (int64_t j0 = 0; j0 <= i; j0 += kPairs) {
-      if (j0 + kPairs <= i) load_pairs<R>(nxt, kc, HK, i, j0 + kPairs, lane);
+    load_pairs<R>(cur, kc, HK, i, g * kPairs, lane);
+    for (; g < ng; g += kIlpWarps) {
+      const int64_t j0 = g * kPairs;
+      if (g + kIlpWarps < ng) load_pairs<R>(nxt, kc, HK, i, j0 + kIlpWarps * kPairs, lane);
       double sa[kPairs], sb[kPairs];
 #pragma unroll
       for (int jj = 0; jj < kPairs; ++jj) {
@@ -161,13 +172,13 @@ __device__ __forceinline__ void pair_rows(const double* G, const float* kc, cons
 __device__ __forceinline__ void pairs_ilp(const double* G, const float* kc, const float* qc, int64_t HK, int64_t K,
                                           int64_t n, int64_t C, float* A, float* B, int rank, int Q) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t first = rank + static_cast<int64_t>(Q) * warp, step = static_cast<int64_t>(Q) * kChunkWarps;
   switch (K) {
-    case 32: return pair_rows<1>(G, kc, qc, HK, K, n, C, A, B, first, step);
-    case 64: return pair_rows<2>(G, kc, qc, HK, K, n, C, A, B, first, step);
-    case 128: return pair_rows<4>(G, kc, qc, HK, K, n, C, A, B, first, step);
+    case 32: return pair_items<1>(G, kc, qc, HK, K, n, C, A, B, rank, Q);
+    case 64: return pair_items<2>(G, kc, qc, HK, K, n, C, A, B, rank, Q);
+    case 128: return pair_items<4>(G, kc, qc, HK, K, n, C, A, B, rank, Q);
     default: break;
   }
+  const int64_t first = rank + static_cast<int64_t>(Q) * warp, step = static_cast<int64_t>(Q) * kIlpWarps;
   for (int64_t i = first; i < n; i += step)
     for (int64_t j = 0; j <= i; ++j) {
       double sa = 0.0, sb = 0.0;
@@ -190,7 +201,8 @@ __device__ __forceinline__ void pairs_ilp(const double* G, const float* kc, cons
 }
 
 template <bool kIlp>
-__global__ void __launch_bounds__(kChunkThreads) kda_chunked_kernel(KdaArgs a) {
+__global__ void __launch_bounds__(chunk_threads<kIlp>()) kda_chunked_kernel(KdaArgs a) {
+  constexpr int kNT = chunk_threads<kIlp>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int64_t K = a.K, C = a.C, H = a.H, V = a.V, HK = H * K;
   double* G = reinterpret_cast<double*>(smem_raw);      // [C][K]
@@ -207,7 +219,7 @@ __global__ void __launch_bounds__(kChunkThreads) kda_chunked_kernel(KdaArgs a) {
   const int64_t col0 = static_cast<int64_t>(tile) * kCT;
   const int Q = kIlp ? a.cluster : 1;
   float* Sg = a.state + h * K * V;
-  for (int64_t p = tid; p < K * kCT; p += kChunkThreads) {
+  for (int64_t p = tid; p < K * kCT; p += kNT) {
     const int64_t d = p / kCT, c = p % kCT;
     S[p] = col0 + c < V ? Sg[d * V + col0 + c] : 0.0f;
   }
@@ -220,7 +232,7 @@ __global__ void __launch_bounds__(kChunkThreads) kda_chunked_kernel(KdaArgs a) {
     if constexpr (kIlp) {
       factors_ilp(gc, kc, qc, HK, K, n, G, kg, qg);
     } else {
-      for (int64_t d = tid; d < K; d += kChunkThreads) {
+      for (int64_t d = tid; d < K; d += kNT) {
         double prev = 0.0;
         for (int64_t i = 0; i < n; ++i) {
           prev += static_cast<double>(gc[i * H * K + d]);
@@ -238,7 +250,7 @@ __global__ void __launch_bounds__(kChunkThreads) kda_chunked_kernel(KdaArgs a) {
       // A and B: one warp per pair (i, j <= i), lane l summing dimensions l, l + 32, ... then a fixed
       // xor butterfly, so a warp's loads of k and q rows are consecutive floats (a thread per pair made
       // every load of a warp touch 32 rows: ~25 MB of L2 traffic per chunk and block, 2026-12-01).
-      for (int64_t p = tid >> 5; p < n * n; p += kChunkThreads / 32) {
+      for (int64_t p = tid >> 5; p < n * n; p += kNT / 32) {
         const int64_t i = p / n, j = p % n;
         if (j > i) continue;  // the same for the whole warp
         double sa = 0.0, sb = 0.0;
@@ -260,7 +272,7 @@ __global__ void __launch_bounds__(kChunkThreads) kda_chunked_kernel(KdaArgs a) {
       }
     }
     // u_i = beta_i (v_i - S0^T kg_i) before substitution; o_i = S0^T qg_i (kept in o until the end).
-    for (int64_t p = tid; p < n * kCT; p += kChunkThreads) {
+    for (int64_t p = tid; p < n * kCT; p += kNT) {
       const int64_t i = p / kCT, c = p % kCT;
       float su = 0.0f, so = 0.0f;
 #pragma unroll kU
@@ -277,7 +289,7 @@ __global__ void __launch_bounds__(kChunkThreads) kda_chunked_kernel(KdaArgs a) {
       // rows in place until every rank has copied them (the next chunk overwrites them).
       cg::cluster_group cl = cg::this_cluster();
       cl.sync();
-      for (int64_t p = tid; p < n * n; p += kChunkThreads) {
+      for (int64_t p = tid; p < n * n; p += kNT) {
         const int64_t i = p / n, j = p % n;
         const int owner = static_cast<int>(i % Q);
         if (j > i || owner == tile) continue;
@@ -287,6 +299,17 @@ __global__ void __launch_bounds__(kChunkThreads) kda_chunked_kernel(KdaArgs a) {
       cl.sync();
     } else {
       __syncthreads();
+    }
+    // S_n = e^{G_n} S0 + sum_m (k_m e^{G_n - G_m}) u_m^T: its weights (kg, qg are free once u and o's first
+    // part are formed) by the other warps while warp 0 substitutes (kIlp), else after o.
+    const double* Gn = G + (n - 1) * K;
+    if (kIlp && tid >= 32) {
+#pragma unroll kU
+      for (int64_t p = tid - 32; p < n * K; p += kNT - 32) {
+        const int64_t m = p / K, d = p % K;
+        kg[p] = kc[m * H * K + d] * expf(static_cast<float>(Gn[d] - G[m * K + d]));
+      }
+      for (int64_t d = tid - 32; d < K; d += kNT - 32) qg[d] = expf(static_cast<float>(Gn[d]));
     }
     if (tid < kCT) {  // forward substitution, one column per thread
       // kIlp: beta_i of 32 tokens at a time in the warp's lanes (one load each), handed out by a shuffle,
@@ -302,7 +325,7 @@ __global__ void __launch_bounds__(kChunkThreads) kda_chunked_kernel(KdaArgs a) {
       }
     }
     __syncthreads();
-    for (int64_t p = tid; p < n * kCT; p += kChunkThreads) {
+    for (int64_t p = tid; p < n * kCT; p += kNT) {
       const int64_t i = p / kCT, c = p % kCT;
       if (col0 + c >= V) continue;
       float oi = oc[i * H * V + col0 + c];
@@ -310,16 +333,15 @@ __global__ void __launch_bounds__(kChunkThreads) kda_chunked_kernel(KdaArgs a) {
       for (int64_t m = 0; m <= i; ++m) oi = fmaf(B[i * C + m], u[m * kCT + c], oi);
       oc[i * H * V + col0 + c] = oi;
     }
-    // S_n = e^{G_n} S0 + sum_m (k_m e^{G_n - G_m}) u_m^T
-    const double* Gn = G + (n - 1) * K;
-#pragma unroll kU
-    for (int64_t p = tid; p < n * K; p += kChunkThreads) {
-      const int64_t m = p / K, d = p % K;
-      kg[p] = kc[m * H * K + d] * expf(static_cast<float>(Gn[d] - G[m * K + d]));
+    if constexpr (!kIlp) {
+      for (int64_t p = tid; p < n * K; p += kNT) {
+        const int64_t m = p / K, d = p % K;
+        kg[p] = kc[m * H * K + d] * expf(static_cast<float>(Gn[d] - G[m * K + d]));
+      }
+      for (int64_t d = tid; d < K; d += kNT) qg[d] = expf(static_cast<float>(Gn[d]));
+      __syncthreads();
     }
-    for (int64_t d = tid; d < K; d += kChunkThreads) qg[d] = expf(static_cast<float>(Gn[d]));
-    __syncthreads();
-    for (int64_t p = tid; p < K * kCT; p += kChunkThreads) {
+    for (int64_t p = tid; p < K * kCT; p += kNT) {
       const int64_t d = p / kCT, c = p % kCT;
       float row = S[p] * qg[d];
 #pragma unroll kU
@@ -328,7 +350,7 @@ __global__ void __launch_bounds__(kChunkThreads) kda_chunked_kernel(KdaArgs a) {
     }
   }
   __syncthreads();
-  for (int64_t p = tid; p < K * kCT; p += kChunkThreads) {
+  for (int64_t p = tid; p < K * kCT; p += kNT) {
     const int64_t d = p / kCT, c = p % kCT;
     if (col0 + c < V) Sg[d * V + col0 + c] = S[p];
   }
@@ -341,7 +363,7 @@ int g_cluster = -1;  // kda_chunked_cluster_tune
 bool clusters_fit(int q, size_t smem) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(q));
-  cfg.blockDim = dim3(kChunkThreads);
+  cfg.blockDim = dim3(kIlpThreads);
   cfg.dynamicSmemBytes = smem;
   cudaLaunchAttribute at{};
   at.id = cudaLaunchAttributeClusterDimension;
@@ -397,7 +419,7 @@ void launch_kda_chunked(const float* q, const float* k, const float* v, const fl
     FERRY_CUDA_LAUNCHED(kda_chunked_kernel);
     return;
   }
-  launch_kernel_in_clusters(false, static_cast<unsigned>(cluster), kda_chunked_kernel<true>, grid, dim3(kChunkThreads),
+  launch_kernel_in_clusters(false, static_cast<unsigned>(cluster), kda_chunked_kernel<true>, grid, dim3(kIlpThreads),
                             smem, st, args);
 }
 

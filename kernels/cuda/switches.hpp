@@ -30,6 +30,12 @@ bool pdl_for(const void* kernel);
 // decode 501.5 against 494.3 tok/s, same bits); FERRY_ATTN_ILP=0 or attention_ilp_tune(0) turns it off.
 bool attention_ilp();
 void attention_ilp_tune(int on);
+// Whether dense causal attention of several queries (prompt passes, verify blocks) runs 8 queries of a head
+// per block, each key row and value loaded once for the 8 (attention.cu attention_multi_kernel): on by
+// default; FERRY_ATTN_MULTI=0 or attention_multi_tune(0) gives every (query, head) a block of its own.
+// Same bits either way.
+bool attention_multi();
+void attention_multi_tune(int on);
 
 // Whether the fused ops run fused (CudaBackend's rmsnorm_kept, attn_res_norm, l2norm_qk, conv1d_silu_many:
 // the norms prepare their output for the decode matmuls, which skip their own preparation; each fused op

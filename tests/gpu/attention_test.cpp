@@ -100,6 +100,56 @@ INSTANTIATE_TEST_SUITE_P(
                       AttnCase{"attention dsa selection", 5, 90, 8, 1, 72, 64, 85, true, true}),
     [](const auto& info) { return std::to_string(info.index); });
 
+// Dense causal attention of several queries runs 8 queries of a head per block (attention_multi_kernel)
+// with the bits of a block per query: a prompt pass of K3.1's MLA shape (keys 192, values 128), a chunk
+// that continues a cached prefix with GQA heads (queries not a multiple of 8), MQA latent rows (head stride
+// 0, 576-wide keys), a DSA selection of every visible key (dense: the multi kernel) and one of a subset
+// (the one-query kernel either way).
+TEST_F(Ops, AttentionOfEightQueriesPerBlockGivesTheBitsOfABlockPerQuery) {
+#if FERRY_WITH_CUDA
+  struct Case {
+    const char* name;
+    int64_t T, L, Hq, Hk, Dk, Dv, pos0;
+    bool latent;
+    int sel;  // 0 none, 1 every visible key, 2 a subset
+  };
+  for (const Case& p : {Case{"mla prefill", 37, 37, 4, 4, 192, 128, 0, false, 0},
+                       Case{"gqa chunk after a prefix", 21, 50, 8, 2, 64, 64, 29, false, 0},
+                       Case{"mqa latent", 13, 13, 4, 1, 576, 512, 0, true, 0},
+                       Case{"dsa every key", 19, 19, 4, 4, 72, 64, 0, false, 1},
+                       Case{"dsa subset", 19, 19, 4, 4, 72, 64, 0, false, 2}}) {
+    const int64_t kts = p.latent ? p.Dk : p.Hk * p.Dk, vts = p.latent ? p.Dk : p.Hk * p.Dv;
+    auto q = both(random_floats(p.T * p.Hq * p.Dk, 11));
+    auto k = both(random_floats(p.L * kts, 12));
+    auto v = p.latent ? Pair{} : both(random_floats(p.L * vts, 13));
+    const int64_t sk = 32;
+    std::vector<int32_t> sel(static_cast<size_t>(p.T * sk), -1);
+    for (int64_t t = 0; t < p.T; ++t)
+      for (int64_t i = 0, c = 0; i <= p.pos0 + t; ++i)
+        if (p.sel == 1 || i % 3 != 1) sel[static_cast<size_t>(t * sk + c++)] = static_cast<int32_t>(i);
+    std::vector<float> res[2];
+    for (const int multi : {0, 1}) {
+      cuda::attention_multi_tune(multi);
+      auto out = poisoned_pair(p.T * p.Hq * p.Dv);
+      AttentionArgs a;
+      a.q = q.gpu(); a.q_tok_stride = p.Hq * p.Dk; a.q_head_stride = p.Dk;
+      a.k = k.gpu(); a.k_tok_stride = kts; a.k_head_stride = p.latent ? 0 : p.Dk;
+      a.v = p.latent ? a.k : v.gpu(); a.v_tok_stride = p.latent ? kts : vts; a.v_head_stride = p.latent ? 0 : p.Dv;
+      a.out = out.gpu();
+      a.T = p.T; a.L = p.L; a.Hq = p.Hq; a.Hk = p.Hk; a.Dk = p.Dk; a.Dv = p.Dv; a.q_pos0 = p.pos0;
+      a.scale = 0.125f;
+      if (p.sel) { a.sel = sel.data(); a.sel_k = sk; }
+      gpu().attention(a);
+      res[multi] = get(gpu(), out.gpu(), out.g.size());
+    }
+    EXPECT_TRUE(bits_equal((std::string(p.name) + ": 8 queries per block vs 1").c_str(), res[0], res[1])) << p.name;
+  }
+  cuda::attention_multi_tune(-1);
+#else
+  GTEST_SKIP() << "no CUDA back-end in this build";
+#endif
+}
+
 // The indexer's scores are computed in the CPU's exact order, and the selection is the CPU's own code:
 // the selected positions are identical in both tie modes, also when exact ties (all-negative dots
 // giving score 0) are everywhere, and whether `sel` is host or device memory.

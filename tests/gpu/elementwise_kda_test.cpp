@@ -308,6 +308,52 @@ TEST_F(Ops, Conv1dSiluManyGivesEachTheBitsOfItsCallAlone) {
     }
 }
 
+// A prompt pass's convolutions in chunks of 16 tokens (a thread per chunk and channel) give the bits of one
+// thread walking each channel, outputs and carried states: 100 tokens (a partial last chunk), a partial
+// block of channels, the width of K3.1 (4, the compiled kernel) and others (3, 1: the runtime kernel), one
+// call and three; an in-place call takes the serial kernel (the same check).
+TEST_F(Ops, ConvolutionInChunksOfTokensGivesTheBitsOfOneWalkPerChannel) {
+#if FERRY_WITH_CUDA
+  const int64_t T = 100, C = 300;
+  for (const int64_t W : {int64_t{4}, int64_t{3}, int64_t{1}})
+    for (const size_t count : {size_t{1}, size_t{3}})
+      for (const bool in_place : {false, true}) {
+        std::vector<float> res[2][2];  // [chunks][y, state] of every call, concatenated
+        for (const int chunks : {0, 1}) {
+          cuda::conv1d_chunks_tune(chunks);
+          std::vector<Pair> xs, ws, st, ys;
+          std::vector<Backend::Conv1dCall> calls;
+          for (size_t i = 0; i < count; ++i) {
+            const auto u = static_cast<uint32_t>(i);
+            xs.push_back(both(random_floats(static_cast<size_t>(T * C), 170 + u)));
+            ws.push_back(both(random_floats(static_cast<size_t>(C * W), 180 + u)));
+            st.push_back(both(random_floats(static_cast<size_t>(std::max<int64_t>(W - 1, 1) * C), 190 + u)));
+            ys.push_back(poisoned_pair(static_cast<size_t>(T * C)));
+          }
+          for (size_t i = 0; i < count; ++i)
+            calls.push_back({xs[i].gpu(), ws[i].gpu(), st[i].gpu(), in_place ? xs[i].gpu() : ys[i].gpu()});
+          if (count == 1)
+            gpu().conv1d_silu(calls[0].x, T, C, calls[0].w, W, calls[0].state, calls[0].y);
+          else
+            gpu().conv1d_silu_many(calls.data(), calls.size(), T, C, W);
+          for (size_t i = 0; i < count; ++i) {
+            const auto y = get(gpu(), calls[i].y, static_cast<size_t>(T * C));
+            const auto sv = get(gpu(), st[i].gpu(), st[i].g.size());
+            res[chunks][0].insert(res[chunks][0].end(), y.begin(), y.end());
+            res[chunks][1].insert(res[chunks][1].end(), sv.begin(), sv.end());
+          }
+        }
+        const std::string what = "conv chunks W=" + std::to_string(W) + " n=" + std::to_string(count) +
+                                 (in_place ? " in place" : "");
+        EXPECT_TRUE(bits_equal((what + " y").c_str(), res[0][0], res[1][0])) << what;
+        EXPECT_TRUE(bits_equal((what + " state").c_str(), res[0][1], res[1][1])) << what;
+      }
+  cuda::conv1d_chunks_tune(-1);
+#else
+  GTEST_SKIP() << "no CUDA back-end in this build";
+#endif
+}
+
 // Backend::kda_gate_beta (CUDA: one launch) gives f + dt_bias, the gate and sigmoid(beta) the bits of add_rows,
 // kda_gate and sigmoid one by one (the default: FERRY_FUSE=0), with and without the gate's lower bound, for
 // a decode row, a verify block and a prompt pass's rows.

@@ -80,11 +80,13 @@ struct AllSameBitsSwitches {
     cuda::matmul_f32_row1_tune(on);
     cuda::matmul_f32_tile_tune(on);
     cuda::attention_ilp_tune(on);
+    cuda::attention_multi_tune(on);
     cuda::fused_ops_tune(on);
     cuda::fused_gate_tune(on);
     cuda::kda_recurrent_reg_tune(on);
     cuda::kda_chunked_ilp_tune(on);
     cuda::kda_chunked_cluster_tune(on);
+    cuda::conv1d_chunks_tune(on);
     cuda::rownorm::row_cluster_tune(on);
     cuda::rownorm::fused_add_tune(on);
     cuda::rownorm::row_reg_inputs_tune(on);

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# One device call for prompt-pass work (issue 14 item 2), building nothing (`bash scripts/gpu-bundle.sh` here,
+# carry [".bundle"]): scripts/gpu-prompt-pass.sh (the GPU tests, memcheck over MEMCHECK_FILTER, the 1,024-token
+# pass of the K3.1 slice per arm in ARMS, op profiles of PROFILE_ARMS), then, on the same slice:
+#   PNCU=REGEX  Nsight Compute (full set) of the first launch of the kernels matching REGEX in that pass:
+#               $OUT/pncu-details.txt (PNCU_KEEP=1 also returns the report, pncu.ncu-rep);
+#   DECODE_REF=HASH  the resident decode (gpu-decode.sh, arm auto, one run) with its logits compared to HASH
+#               (a file in the tree): the prompt-pass work must leave decode's bits alone.
+set -uo pipefail
+source "$(dirname "$0")/gpu-env.sh"
+exec > >(tee "$OUT/prompt-call.log") 2>&1
+KEEP_SLICE=1 bash "$(dirname "$0")/gpu-prompt-pass.sh" > /dev/null 2>&1
+echo "gpu-prompt-pass exit $?"
+grep -vE '^\[gpu-op\]' "$OUT/prompt-pass.log" | grep -E 'PASSED|FAILED|memcheck exit|prompt_s|identical|differ|must be|ops: busy|^  [a-z]|prompt pass of' | head -90
+M=/dev/shm/ferry/model
+if [ -n "${PNCU:-}" ] && command -v ncu > /dev/null; then
+  IDS=$(python3 -c "import random; random.seed(7); print(','.join(str(random.randrange(0, 1024)) for _ in range(${NPROMPT:-1024})))")
+  timeout 300 ncu --set full --import-source yes --kernel-name regex:"$PNCU" --launch-count 1 -o "$OUT/pncu" \
+    "$B/bin/ferry" run -m "$M" --backend cuda --prompt-ids "$IDS" -n 1 --ignore-eos > "$OUT/pncu-run.log" 2>&1
+  echo "ncu exit $?"
+  ncu -i "$OUT/pncu.ncu-rep" --page details > "$OUT/pncu-details.txt" 2>&1
+  # The report itself (several MB) only with PNCU_KEEP=1: the CLI's source page gave no per-line metrics.
+  [ "${PNCU_KEEP:-0}" = 1 ] || rm -f "$OUT/pncu.ncu-rep"
+  grep -E 'Duration|Issued Warp|No Eligible|Warp Cycles Per Issued|Registers Per|Achieved Occ|Stall|stall' "$OUT/pncu-details.txt" | head -30
+fi
+if [ -n "${DECODE_REF:-}" ]; then
+  TESTS=0 MEMCHECK=0 REUSE_SLICE=1 ARMS=auto REPS=${DECODE_REPS:-1} PROFILE=0 REF_HASH="$PWD/$DECODE_REF" bash "$(dirname "$0")/gpu-decode.sh" > /dev/null 2>&1
+  echo "gpu-decode exit $?"
+  grep -vE '^\[' "$OUT/decode.log" | grep -E 'decode steady|identical|must be|differ|x the floor' | head
+fi
+rm -rf /dev/shm/ferry
