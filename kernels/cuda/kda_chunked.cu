@@ -12,19 +12,23 @@
 //
 // Two versions with the same operations in the same order (so the same bits; Ops.KdaChunked* compare
 // them), chosen by kda_chunked_ilp (FERRY_KDA_ILP, on by default):
-//   - kIlp = false, the first version: every loop as the equations read, one pair (i, j) of A / B per warp
-//     at a time. Its loads wait one by one: a pair's 3 x K/32 loads of k and q per lane come from L2
-//     (the block's 187 KB of shared memory leave L1 little room), each behind the last, and the 1,024-token
-//     pass of the K3.1 slice spent 48 ms of its 265 here (2026-12-01, 16 ms a layer: ~330 us per chunk).
-//   - kIlp = true: a warp takes a row i of A / B with its k_i, q_i and G_i in registers and J pairs
-//     (i, j..j + J - 1) at a time, their k_j and G_j loads issued together (the next J's while this J's
-//     math runs); G, kg and qg load 8 tokens' g, k, q at once; the other loops are unrolled so that their
-//     loads go out ahead of their chains. Each sum keeps its own order (the lane's d in increasing order,
-//     then the butterfly), so every value is the first version's.
-//   And when a head's column tiles fit a cluster (kda_chunked_cluster), the blocks of one head are one
-//   cluster and split A / B's rows between them (row i on rank i % Q), then copy the other ranks' rows
-//     from their shared memory: A and B depend on the head, not on the value columns, so the first
-//     version computed each of them once per column tile.
+//   - kIlp = false, the first version (8 warps): every loop as the equations read, one pair (i, j) of A / B
+//     per warp at a time, its 3 x K/32 loads of k and q per lane waiting one by one on L2 (the block's 188 KB
+//     of shared memory leave L1 little room). The 1,024-token pass of the K3.1 slice spent 56.8 ms here
+//     (H100, 2026-12-06; 48 ms on the H200 on 2026-12-01).
+//   - kIlp = true (16 warps: 128 registers each, the whole register file): A / B's rows in items of 4 pairs
+//     (i, j0 .. j0 + 3), handed to the warps in turn, a warp holding its row's k_i, q_i and G_i in
+//     registers and loading its next item's k_j while this one's math runs; G, kg and qg load 8 tokens'
+//     g, k, q at once; the forward substitution gets each beta by a shuffle (no dependent L2 load per
+//     step) while the other 15 warps compute the state update's weights; the other loops are unrolled so
+//     that their loads go out ahead of their chains. Each sum keeps its own order (the lane's d in
+//     increasing order, then the butterfly; each chain over m or d in increasing order), so every value is
+//     the first version's. 20.2 ms for the same pass (H100, 2026-12-06; Nsight of the 8-warp step of it:
+//     issue-bound, 1.0 warp instruction per SM and cycle, a third of the stalls at barriers).
+//   And when a head's column tiles fit a cluster (kda_chunked_cluster, FERRY_KDA_CLUSTER), the blocks of one
+//   head are one cluster and split A / B's rows between them (row i on rank i % Q), then copy the other
+//   ranks' rows from their shared memory: A and B depend on the head, not on the value columns, so the
+//   first version computed each of them once per column tile (-1 to -3 ms of the pass).
 #include <cooperative_groups.h>
 
 #include <string>
