@@ -25,17 +25,18 @@ void Model::indexer(int il, Ctx& c, const float* x, const float* cq, std::vector
   const RopeParams rp{inv_freq_.data(), dr, rope_attention_factor_, false};
   if (!inv_freq_.empty()) be_.rope(kdst, n, 1, di, di, 0, c.pos.data(), rp);
   const int64_t topk = cfg_.index_topk;
-  sel.assign(static_cast<size_t>(n * topk), -1);
   // Query t sees the keys 0 .. pos0 + t. While that is at most topk keys for every query (contexts up to
   // index_topk = 2,048 for K3.1), the selection is every visible key whatever the scores, in both tie modes
   // (by position: n = visible; torch's top-k of the whole row takes all pos0 + n entries and drops none that
-  // is visible): the same selection, without the query side, the score kernel and the host round trip that
-  // reads the scores.
+  // is visible): dense causal attention, the same keys in the same order (so the same bits: tests
+  // Attention.SelectionOfAllVisibleEqualsDenseBitwise, Ops.AttentionWithEveryVisibleKeySelectedHasTheDenseBits).
+  // So no selection at all (sel empty): no query side, no score kernel, no host round trip for the scores,
+  // and no [n, topk] list for the back-end to check and stage (8 MB for a 1,024-token pass).
   if (c.pos0 + n <= topk) {
-    for (int64_t t = 0; t < n; ++t)
-      for (int64_t i = 0; i <= c.pos0 + t; ++i) sel[static_cast<size_t>(t * topk + i)] = static_cast<int32_t>(i);
+    sel.clear();
     return;
   }
+  sel.assign(static_cast<size_t>(n * topk), -1);
   Buf q(be_, static_cast<size_t>(n * hi * di), Buf::Uninit{}), wts(be_, static_cast<size_t>(n * hi), Buf::Uninit{});
   be_.matmul(w.idx_wq_b, cq, n, q);
   if (!inv_freq_.empty()) be_.rope(q, n, hi, hi * di, di, 0, c.pos.data(), rp);

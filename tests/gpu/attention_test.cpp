@@ -150,6 +150,36 @@ TEST_F(Ops, AttentionOfEightQueriesPerBlockGivesTheBitsOfABlockPerQuery) {
 #endif
 }
 
+// A DSA selection of every visible key, in order, gives dense causal attention's bits (the model passes no
+// selection while the context fits index_topk): a decode row (attention_kernel) and a prompt pass of 19
+// rows (attention_multi_kernel), with 4 key/value heads.
+TEST_F(Ops, AttentionWithEveryVisibleKeySelectedHasTheDenseBits) {
+  for (const int64_t T : {int64_t{1}, int64_t{19}}) {
+    const int64_t L = 40, Hq = 8, Hk = 4, Dk = 72, Dv = 64, pos0 = L - T, sk = 48;
+    auto q = both(random_floats(T * Hq * Dk, 21));
+    auto k = both(random_floats(L * Hk * Dk, 22));
+    auto v = both(random_floats(L * Hk * Dv, 23));
+    std::vector<int32_t> sel(static_cast<size_t>(T * sk), -1);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i <= pos0 + t; ++i) sel[static_cast<size_t>(t * sk + i)] = static_cast<int32_t>(i);
+    std::vector<float> res[2];
+    for (const int selected : {0, 1}) {
+      auto out = poisoned_pair(T * Hq * Dv);
+      AttentionArgs a;
+      a.q = q.gpu(); a.q_tok_stride = Hq * Dk; a.q_head_stride = Dk;
+      a.k = k.gpu(); a.k_tok_stride = Hk * Dk; a.k_head_stride = Dk;
+      a.v = v.gpu(); a.v_tok_stride = Hk * Dv; a.v_head_stride = Dv;
+      a.out = out.gpu();
+      a.T = T; a.L = L; a.Hq = Hq; a.Hk = Hk; a.Dk = Dk; a.Dv = Dv; a.q_pos0 = pos0;
+      a.scale = 0.125f;
+      if (selected) { a.sel = sel.data(); a.sel_k = sk; }
+      gpu().attention(a);
+      res[selected] = get(gpu(), out.gpu(), out.g.size());
+    }
+    EXPECT_TRUE(bits_equal(("every key selected vs dense, T=" + std::to_string(T)).c_str(), res[0], res[1]));
+  }
+}
+
 // The indexer's scores are computed in the CPU's exact order, and the selection is the CPU's own code:
 // the selected positions are identical in both tie modes, also when exact ties (all-negative dots
 // giving score 0) are everywhere, and whether `sel` is host or device memory.
