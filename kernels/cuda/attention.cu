@@ -159,7 +159,8 @@ __global__ void attention_kernel(AttnParams P, int64_t t0, float* sc) {
 // scale, each softmax's max the max of its query's scores, and each output column its query's sums over
 // the keys in key order (sum of p, and of p * v), then o * (1 / sum): attention_kernel's operations for
 // every (query, key), so its bits, whatever QN and however the queries fall into blocks.
-constexpr int kAttnMultiQ = 8;      // queries per block
+// Queries per block: 8 by default, 16 under attention_multi_queries() (FERRY_ATTN_MULTI=16: not measured
+// yet; half the key and value loads again, twice the registers of sums: kChunk keys per load round then 4).
 constexpr int kAttnMultiMaxDk = 1024;  // q rows in shared memory: QN x Dk floats
 
 template <int QN>
@@ -222,7 +223,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_multi_kernel(AttnParam
   __syncthreads();
   // Output: thread x takes columns x, x + blockDim, ...; per chunk of 8 keys it loads their values once and
   // every query's probabilities, then adds them into each query's chains in key order.
-  constexpr int kChunk = 8;
+  constexpr int kChunk = QN >= 16 ? 4 : 8;
   const float* vh = a.v + kh * a.v_head_stride;
   const float* sq = sc + (j0 * a.Hq + h) * P.maxk;
   const int64_t sstride = a.Hq * P.maxk;  // from query j to j + 1
@@ -327,7 +328,27 @@ __global__ void attn_res_mix_kernel(const float* const* vs, int64_t nv, const fl
   out[t * D + d] = o;
 }
 
+// attention_multi_kernel<QN> for queries [t0, t0 + nq) of the launch group (QN: 8 or 16).
+template <int QN>
+void launch_attention_multi_q(const AttnParams& P, int64_t t0, int64_t nq, float* sc, cudaStream_t st) {
+  static const bool raised = [] {
+    FERRY_CUDA_CHECK(cudaFuncSetAttribute(attention_multi_kernel<QN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(QN * kAttnMultiMaxDk * sizeof(float))));
+    return true;
+  }();
+  (void)raised;
+  const dim3 grid(static_cast<unsigned>(P.a.Hq), static_cast<unsigned>((nq + QN - 1) / QN));
+  launch_small(attention_multi_kernel<QN>, grid, kAttnThreads, static_cast<size_t>(QN * P.a.Dk) * sizeof(float), st, P,
+               t0, nq, sc);
+}
+
+void launch_attention_multi(int qn, const AttnParams& P, int64_t t0, int64_t nq, float* sc, cudaStream_t st) {
+  if (qn >= 16) return launch_attention_multi_q<16>(P, t0, nq, sc, st);
+  launch_attention_multi_q<8>(P, t0, nq, sc, st);
+}
+
 }  // namespace
+
 
 void CudaBackend::rope(float* x, int64_t T, int64_t n_heads, int64_t tok_stride, int64_t head_stride, int64_t offset,
                        const int32_t* pos_host, const RopeParams& rope) {
@@ -385,20 +406,11 @@ void CudaBackend::attention(const AttentionArgs& a) {
   const int64_t per_query = a.Hq * std::max<int64_t>(P.maxk, 1);
   const int64_t group = std::clamp<int64_t>(kAttnScratchFloats / per_query, 1, 65535);
   auto* sc = static_cast<float*>(scratch(kScores, static_cast<size_t>(std::min(group, a.T) * per_query) * sizeof(float)));
-  const bool multi = dense_selection && a.T >= 2 && a.Dk <= kAttnMultiMaxDk && attention_multi();
+  const int multi = dense_selection && a.T >= 2 && a.Dk <= kAttnMultiMaxDk ? attention_multi_queries() : 0;
   for (int64_t t0 = 0; t0 < a.T; t0 += group) {
     const int64_t nq = std::min(group, a.T - t0);
     if (multi) {
-      static const bool raised = [] {
-        FERRY_CUDA_CHECK(cudaFuncSetAttribute(attention_multi_kernel<kAttnMultiQ>,
-                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              static_cast<int>(kAttnMultiQ * kAttnMultiMaxDk * sizeof(float))));
-        return true;
-      }();
-      (void)raised;
-      const dim3 grid(static_cast<unsigned>(a.Hq), static_cast<unsigned>((nq + kAttnMultiQ - 1) / kAttnMultiQ));
-      launch_small(attention_multi_kernel<kAttnMultiQ>, grid, kAttnThreads,
-                   static_cast<size_t>(kAttnMultiQ * a.Dk) * sizeof(float), stream_, P, t0, nq, sc);
+      launch_attention_multi(multi, P, t0, nq, sc, stream_);
       continue;
     }
     const dim3 grid(static_cast<unsigned>(a.Hq), static_cast<unsigned>(nq));

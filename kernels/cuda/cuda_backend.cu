@@ -111,9 +111,15 @@ namespace {
 int g_attn_multi = -1;  // attention_multi_tune
 }  // namespace
 
-bool attention_multi() {
-  static const bool env = env_switch("FERRY_ATTN_MULTI", true);
-  return switch_on(g_attn_multi, env);
+int attention_multi_queries() {
+  static const int env = [] {
+    const char* v = std::getenv("FERRY_ATTN_MULTI");
+    if (!v) return 8;
+    const int q = std::atoi(v);
+    return q == 0 ? 0 : q >= 16 ? 16 : 8;  // "1" and other values: on, 8 queries per block
+  }();
+  if (g_attn_multi < 0) return env;
+  return g_attn_multi == 0 ? 0 : g_attn_multi >= 16 ? 16 : 8;
 }
 void attention_multi_tune(int on) { g_attn_multi = on; }
 

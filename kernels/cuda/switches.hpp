@@ -32,9 +32,11 @@ bool attention_ilp();
 void attention_ilp_tune(int on);
 // Whether dense causal attention of several queries (prompt passes, verify blocks) runs 8 queries of a head
 // per block, each key row and value loaded once for the 8 (attention.cu attention_multi_kernel): on by
-// default; FERRY_ATTN_MULTI=0 or attention_multi_tune(0) gives every (query, head) a block of its own.
-// Same bits either way.
-bool attention_multi();
+// default (H100, 2026-12-06: the DSA layer's 1,024-token prompt attention 14.1 against 25.1 ms);
+// FERRY_ATTN_MULTI=0 or attention_multi_tune(0) gives every (query, head) a block of its own, =16 or
+// attention_multi_tune(16) takes 16 queries per block (not measured yet). Same bits in every case.
+// attention_multi_queries(): 0 (off), 8 or 16.
+int attention_multi_queries();
 void attention_multi_tune(int on);
 
 // Whether the fused ops run fused (CudaBackend's rmsnorm_kept, attn_res_norm, l2norm_qk, conv1d_silu_many:

@@ -100,8 +100,8 @@ INSTANTIATE_TEST_SUITE_P(
                       AttnCase{"attention dsa selection", 5, 90, 8, 1, 72, 64, 85, true, true}),
     [](const auto& info) { return std::to_string(info.index); });
 
-// Dense causal attention of several queries runs 8 queries of a head per block (attention_multi_kernel)
-// with the bits of a block per query: a prompt pass of K3.1's MLA shape (keys 192, values 128), a chunk
+// Dense causal attention of several queries runs 8 (or 16) queries of a head per block
+// (attention_multi_kernel) with the bits of a block per query: a prompt pass of K3.1's MLA shape (keys 192, values 128), a chunk
 // that continues a cached prefix with GQA heads (queries not a multiple of 8), MQA latent rows (head stride
 // 0, 576-wide keys), a DSA selection of every visible key (dense: the multi kernel) and one of a subset
 // (the one-query kernel either way).
@@ -127,9 +127,9 @@ TEST_F(Ops, AttentionOfEightQueriesPerBlockGivesTheBitsOfABlockPerQuery) {
     for (int64_t t = 0; t < p.T; ++t)
       for (int64_t i = 0, c = 0; i <= p.pos0 + t; ++i)
         if (p.sel == 1 || i % 3 != 1) sel[static_cast<size_t>(t * sk + c++)] = static_cast<int32_t>(i);
-    std::vector<float> res[2];
-    for (const int multi : {0, 1}) {
-      cuda::attention_multi_tune(multi);
+    std::vector<float> res[3];  // a block per query, 8 queries per block, 16
+    for (const int multi : {0, 1, 2}) {
+      cuda::attention_multi_tune(multi == 2 ? 16 : multi);
       auto out = poisoned_pair(p.T * p.Hq * p.Dv);
       AttentionArgs a;
       a.q = q.gpu(); a.q_tok_stride = p.Hq * p.Dk; a.q_head_stride = p.Dk;
@@ -143,6 +143,7 @@ TEST_F(Ops, AttentionOfEightQueriesPerBlockGivesTheBitsOfABlockPerQuery) {
       res[multi] = get(gpu(), out.gpu(), out.g.size());
     }
     EXPECT_TRUE(bits_equal((std::string(p.name) + ": 8 queries per block vs 1").c_str(), res[0], res[1])) << p.name;
+    EXPECT_TRUE(bits_equal((std::string(p.name) + ": 16 queries per block vs 1").c_str(), res[0], res[2])) << p.name;
   }
   cuda::attention_multi_tune(-1);
 #else
