@@ -4,7 +4,10 @@
 // bit-identical to kernels/cpu/dot.hpp) times the scale; the softmax max is exact; then each thread
 // owns output dims and sums p_i = exp(s_i - max) and p_i * v_i in increasing key order, as the CPU
 // does: a query's result depends only on the keys it sees, never on T or L beyond them. Only expf
-// differs from the CPU's std::exp.
+// differs from the CPU's std::exp. Dense causal attention of several queries (no selection, or one of
+// every visible key) runs 8 (or 16) queries of a head per block, each key row and value loaded once for
+// them, every (query, key) with the same operations in the same order (attention.cu
+// attention_multi_kernel, switches.hpp attention_multi_queries).
 //
 // indexer_topk: the scores are computed on the GPU in the CPU's exact order (bit-identical: dots in
 // dot.hpp order, heads summed in increasing h, separately rounded), copied to the host, and selected
