@@ -6,6 +6,7 @@
 #include <string>
 
 #include "io/errors.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 #include "kernels/model/kept_x.hpp"
 #include "kernels/model/model_ctx.hpp"
 

@@ -22,6 +22,10 @@
 
 namespace ferry {
 
+namespace cpu {
+class ThreadPool;
+}  // namespace cpu
+
 // Per-sequence state: attention caches, KDA recurrent state and convolution history.
 struct LayerState {
   Buf conv_q, conv_k, conv_v;  // KDA: previous W-1 inputs [W-1, P]
@@ -141,6 +145,8 @@ class Model {
   float attn_scale_ = 1.0f;
   IndexerTies indexer_ties_ = IndexerTies::by_position;                // softmax scale of MLA / GQA
   std::vector<std::vector<float>> score_bias_host_;  // per layer, router correction bias
+  // Host threads for the routing of many rows (route_finish), made on first use.
+  std::unique_ptr<cpu::ThreadPool> route_pool_;
   int64_t prefill_chunk_ = 0;
   bool profile_on_ = false;
   std::map<std::string, ProfileEntry> profile_;

@@ -1,14 +1,23 @@
 // Feed-forward blocks: dense MLP (SwiGLU or SiTU), and the mixture of experts with sigmoid routing,
 // grouped top-k, shared experts and K3's latent MoE (MODEL_SPEC.md §2, §6).
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <numeric>
+#include <thread>
 #include <vector>
 
+#include "kernels/cpu/thread_pool.hpp"
 #include "kernels/model/kept_x.hpp"
 #include "kernels/model/model_ctx.hpp"
+#include "kernels/model/top_k.hpp"
 
 namespace ferry {
+
+namespace {
+constexpr int64_t kRouteParallelRows = 64;  // rows from which route_finish fans out over host threads
+constexpr unsigned kRouteThreads = 8;       // at most this many (the readers and hashers need cores too)
+}  // namespace
 
 void Model::mlp(const MlpWeights& w, const float* x, int64_t n, float* out, const MatmulOut* with) {
   const size_t ni = static_cast<size_t>(n * w.gate.rows);
@@ -64,40 +73,50 @@ void Model::route_finish(int il, int64_t n, std::vector<float>& s, std::vector<i
   const auto& bias = score_bias_host_[static_cast<size_t>(il)];
   ids.assign(static_cast<size_t>(n * k), 0);
   wts.assign(static_cast<size_t>(n * k), 0.0f);
-  std::vector<float> choice(static_cast<size_t>(e));
-  std::vector<int32_t> order(static_cast<size_t>(e));
   const int64_t ng = cfg_.moe.n_group, per = e / std::max<int64_t>(ng, 1);
-  for (int64_t t = 0; t < n; ++t) {
-    const float* st = s.data() + t * e;
-    for (int64_t j = 0; j < e; ++j) choice[static_cast<size_t>(j)] = st[j] + bias[static_cast<size_t>(j)];
-    if (ng > 1 && cfg_.moe.topk_group < ng) {
-      // Group score = sum of the group's two best choice scores; keep the topk_group best groups.
-      std::vector<std::pair<float, int64_t>> gs;
-      for (int64_t g = 0; g < ng; ++g) {
-        std::vector<float> v(choice.begin() + g * per, choice.begin() + (g + 1) * per);
-        std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<>());
-        gs.push_back({v[0] + v[1], g});
+  const bool grouped = ng > 1 && cfg_.moe.topk_group < ng;
+  // Rows [b, end): each row's selection and weights from its own scores only, so the rows may run on any
+  // threads in any split (route_rows_parallel) with the same results.
+  const auto rows = [&](int64_t b, int64_t end) {
+    std::vector<float> choice(static_cast<size_t>(grouped ? e : 0));
+    for (int64_t t = b; t < end; ++t) {
+      const float* st = s.data() + t * e;
+      int32_t* out = ids.data() + t * k;
+      if (grouped) {
+        for (int64_t j = 0; j < e; ++j) choice[static_cast<size_t>(j)] = st[j] + bias[static_cast<size_t>(j)];
+        // Group score = sum of the group's two best choice scores; keep the topk_group best groups.
+        std::vector<std::pair<float, int64_t>> gs;
+        for (int64_t g = 0; g < ng; ++g) {
+          std::vector<float> v(choice.begin() + g * per, choice.begin() + (g + 1) * per);
+          std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<>());
+          gs.push_back({v[0] + v[1], g});
+        }
+        std::stable_sort(gs.begin(), gs.end(), [](auto& a, auto& c) { return a.first > c.first; });
+        std::vector<bool> keep(static_cast<size_t>(ng), false);
+        for (int64_t g = 0; g < cfg_.moe.topk_group; ++g) keep[static_cast<size_t>(gs[static_cast<size_t>(g)].second)] = true;
+        for (int64_t j = 0; j < e; ++j)
+          if (!keep[static_cast<size_t>(j / per)]) choice[static_cast<size_t>(j)] = -INFINITY;
+        top_k_desc(choice.data(), nullptr, e, k, out);
+      } else {
+        top_k_desc(st, bias.data(), e, k, out);
       }
-      std::stable_sort(gs.begin(), gs.end(), [](auto& a, auto& b) { return a.first > b.first; });
-      std::vector<bool> keep(static_cast<size_t>(ng), false);
-      for (int64_t g = 0; g < cfg_.moe.topk_group; ++g) keep[static_cast<size_t>(gs[static_cast<size_t>(g)].second)] = true;
-      for (int64_t j = 0; j < e; ++j)
-        if (!keep[static_cast<size_t>(j / per)]) choice[static_cast<size_t>(j)] = -INFINITY;
+      double sum = 0;
+      for (int64_t j = 0; j < k; ++j) sum += st[out[j]];
+      for (int64_t j = 0; j < k; ++j) {
+        float wt = st[out[j]];
+        if (cfg_.moe.renormalize && k > 1) wt = static_cast<float>(wt / (sum + 1e-20));
+        wts[static_cast<size_t>(t * k + j)] = static_cast<float>(wt * cfg_.moe.routed_scale);
+      }
     }
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-      const float ca = choice[static_cast<size_t>(a)], cb = choice[static_cast<size_t>(b)];
-      return ca > cb || (ca == cb && a < b);
-    });
-    double sum = 0;
-    for (int64_t j = 0; j < k; ++j) sum += st[order[static_cast<size_t>(j)]];
-    for (int64_t j = 0; j < k; ++j) {
-      const int32_t id = order[static_cast<size_t>(j)];
-      float wt = st[id];
-      if (cfg_.moe.renormalize && k > 1) wt = static_cast<float>(wt / (sum + 1e-20));
-      ids[static_cast<size_t>(t * k + j)] = id;
-      wts[static_cast<size_t>(t * k + j)] = static_cast<float>(wt * cfg_.moe.routed_scale);
-    }
+  };
+  // A prompt pass's rows (1,024 x 896 scores: ~3-5 ms a layer on one core) on a few host threads; the
+  // device waits for them (the shared experts queued before cover only part of it).
+  if (n >= kRouteParallelRows) {
+    if (!route_pool_) route_pool_ = std::make_unique<cpu::ThreadPool>(
+        static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1u, kRouteThreads)));
+    route_pool_->parallel_for(n, rows, kRouteParallelRows / 4);
+  } else {
+    rows(0, n);
   }
 }
 
