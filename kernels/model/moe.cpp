@@ -16,6 +16,7 @@ namespace ferry {
 
 namespace {
 constexpr int64_t kRouteParallelRows = 64;  // rows from which route_finish fans out over host threads
+static_assert(kRouteParallelRows > ExpertSource::kMaxHintRows, "the predictor's routing stays on its thread");
 constexpr unsigned kRouteThreads = 8;       // at most this many (the readers and hashers need cores too)
 }  // namespace
 
@@ -110,7 +111,9 @@ void Model::route_finish(int il, int64_t n, std::vector<float>& s, std::vector<i
     }
   };
   // A prompt pass's rows (1,024 x 896 scores: ~3-5 ms a layer on one core) on a few host threads; the
-  // device waits for them (the shared experts queued before cover only part of it).
+  // device waits for them (the shared experts queued before cover only part of it). Only the model's
+  // thread gets here: the router prefetch's predictor (hint_next_layer, another thread) routes at most
+  // ExpertSource::kMaxHintRows = 16 rows, below kRouteParallelRows.
   if (n >= kRouteParallelRows) {
     if (!route_pool_) route_pool_ = std::make_unique<cpu::ThreadPool>(
         static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1u, kRouteThreads)));
