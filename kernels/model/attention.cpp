@@ -98,10 +98,10 @@ void Model::mixer_mla(int il, Ctx& c, const float* x, float* out) {
     Buf kf(be_, static_cast<size_t>(len * h * qk), Buf::Uninit{});
     be_.copy2d(st.latent, lw, cl, r, len, r);
     be_.matmul(w.kv_b, cl, len, kv);
-    for (int64_t hh = 0; hh < h; ++hh) {
-      be_.copy2d(kv.get() + hh * (dn + dv), h * (dn + dv), kf.get() + hh * qk, h * qk, len, dn);
-      be_.copy2d(st.latent.get() + r, lw, kf.get() + hh * qk + dn, h * qk, len, dr);
-    }
+    // Keys [L, H, dn+dr]: every (position, head)'s nope part in one copy (rows of kv and kf are (position,
+    // head) pairs alike), then the shared rope part into each head's slot.
+    be_.copy2d(kv, dn + dv, kf, qk, len * h, dn);
+    for (int64_t hh = 0; hh < h; ++hh) be_.copy2d(st.latent.get() + r, lw, kf.get() + hh * qk + dn, h * qk, len, dr);
     aa.q = q; aa.q_tok_stride = h * qk; aa.q_head_stride = qk;
     aa.k = kf; aa.k_tok_stride = h * qk; aa.k_head_stride = qk;
     aa.v = kv.get() + dn; aa.v_tok_stride = h * (dn + dv); aa.v_head_stride = dn + dv;
