@@ -41,10 +41,11 @@ arm_env() { case $1 in cores) echo FERRY_MMA=0;; mma) echo FERRY_MMA=1;; mma1) e
   rowmx) echo FERRY_MXT=0;;  # rowmx: resident experts in rows, not mxfp4 tiles (same bits)
   kdaold) echo FERRY_KDA_ILP=0;;  # the chunked delta rule's first version (same bits)
   kdanocl) echo FERRY_KDA_CLUSTER=0;;  # its loads in flight without the head's cluster (same bits)
-  noattnq) echo FERRY_ATTN_MULTI=0;;
-  attnq16) echo FERRY_ATTN_MULTI=16;;  # 16 queries per block (same bits)  # dense attention of a prompt pass with a block per (query, head) (same bits)
-  notile) echo FERRY_F32_TILE=0;;
-  noconv) echo FERRY_CONV_CHUNKS=0;;  # prompt convolutions one walk per channel (same bits)  # many-row f32 matmuls (routers) on the generic kernel (same bits)
+  noattnq) echo FERRY_ATTN_MULTI=0;;  # dense attention of a prompt pass with a block per (query, head) (same bits)
+  attnq16) echo FERRY_ATTN_MULTI=16;;  # 16 queries per block (same bits)
+  kdablk) echo FERRY_KDA_BLOCK=1;;  # the delta rule's u / o and state update in register blocks (same bits)
+  notile) echo FERRY_F32_TILE=0;;  # many-row f32 matmuls (routers) on the generic kernel (same bits)
+  noconv) echo FERRY_CONV_CHUNKS=0;;  # prompt convolutions one walk per channel (same bits)
   esac; }
 ARMS=${ARMS:-"cores mma mma1"}
 for rep in $(seq 1 ${REPS:-2}); do
@@ -57,7 +58,7 @@ for rep in $(seq 1 ${REPS:-2}); do
   done
 done
 # Arms of the same bits as mma (the default): every logit hash must be identical.
-for a in rowmx kdaold kdanocl notile noattnq noconv attnq16; do
+for a in rowmx kdaold kdanocl notile noattnq noconv attnq16 kdablk; do
   [ -f "$R/$a-1.hash" ] && [ -f "$R/mma-1.hash" ] && echo "mma vs $a ($(arm_env $a)): must be identical:" &&
     "$B/bin/ferry" trace diff "$R/mma-1.hash" "$R/$a-1.hash" | tail -3
 done

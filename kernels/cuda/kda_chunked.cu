@@ -204,7 +204,61 @@ __device__ __forceinline__ void pairs_ilp(const double* G, const float* kc, cons
     }
 }
 
-template <bool kIlp>
+// kBlk (FERRY_KDA_BLOCK, off until measured): u / o = S0^T kg / qg with a thread on two rows i0, i0 + half
+// of one column c (S's loads shared by the two, kg / qg read as float4), and the state update with a
+// thread on 4 consecutive d of one column (u's load shared by the four, kg as float4); 32-bit indices.
+// Every chain keeps its order (d, or m, increasing), so the same bits. Needs K % 4 == 0 and C % 4 == 0
+// (float4 rows of kg / qg); the caller checks.
+__device__ __forceinline__ void uo_blocked(const float* kg, const float* qg, const float* S, float* u, int K, int n,
+                                           int64_t H, int64_t V, int64_t col0, const float* vc, const float* bc,
+                                           float* oc, int tid, int nt) {
+  const int half = (n + 1) / 2;
+  for (int p = tid; p < half * kCT; p += nt) {
+    const int i0 = p / kCT, c = p % kCT, i1 = i0 + half;
+    const bool two = i1 < n;
+    const float4* k0 = reinterpret_cast<const float4*>(kg + i0 * K);
+    const float4* q0 = reinterpret_cast<const float4*>(qg + i0 * K);
+    const float4* k1 = reinterpret_cast<const float4*>(kg + (two ? i1 : i0) * K);
+    const float4* q1 = reinterpret_cast<const float4*>(qg + (two ? i1 : i0) * K);
+    const float* sc = S + c;
+    float su0 = 0.0f, so0 = 0.0f, su1 = 0.0f, so1 = 0.0f;
+#pragma unroll 2
+    for (int d4 = 0; d4 < K / 4; ++d4) {
+      const float4 a0 = k0[d4], b0 = q0[d4], a1 = k1[d4], b1 = q1[d4];
+      const float s0 = sc[(4 * d4) * kCT], s1 = sc[(4 * d4 + 1) * kCT], s2 = sc[(4 * d4 + 2) * kCT],
+                  s3 = sc[(4 * d4 + 3) * kCT];
+      su0 = fmaf(a0.x, s0, su0), so0 = fmaf(b0.x, s0, so0), su1 = fmaf(a1.x, s0, su1), so1 = fmaf(b1.x, s0, so1);
+      su0 = fmaf(a0.y, s1, su0), so0 = fmaf(b0.y, s1, so0), su1 = fmaf(a1.y, s1, su1), so1 = fmaf(b1.y, s1, so1);
+      su0 = fmaf(a0.z, s2, su0), so0 = fmaf(b0.z, s2, so0), su1 = fmaf(a1.z, s2, su1), so1 = fmaf(b1.z, s2, so1);
+      su0 = fmaf(a0.w, s3, su0), so0 = fmaf(b0.w, s3, so0), su1 = fmaf(a1.w, s3, su1), so1 = fmaf(b1.w, s3, so1);
+    }
+    const bool live = col0 + c < V;
+    u[i0 * kCT + c] = ((live ? vc[i0 * H * V + col0 + c] : 0.0f) - su0) * bc[i0 * H];
+    if (live) oc[i0 * H * V + col0 + c] = so0;
+    if (two) {
+      u[i1 * kCT + c] = ((live ? vc[i1 * H * V + col0 + c] : 0.0f) - su1) * bc[i1 * H];
+      if (live) oc[i1 * H * V + col0 + c] = so1;
+    }
+  }
+}
+
+__device__ __forceinline__ void state_blocked(const float* kg, const float* qg, const float* u, float* S, int K, int n,
+                                              int tid, int nt) {
+  for (int p = tid; p < (K / 4) * kCT; p += nt) {
+    const int d = 4 * (p / kCT), c = p % kCT;
+    float r0 = S[d * kCT + c] * qg[d], r1 = S[(d + 1) * kCT + c] * qg[d + 1];
+    float r2 = S[(d + 2) * kCT + c] * qg[d + 2], r3 = S[(d + 3) * kCT + c] * qg[d + 3];
+#pragma unroll 4
+    for (int m = 0; m < n; ++m) {
+      const float4 kk = *reinterpret_cast<const float4*>(kg + m * K + d);
+      const float uu = u[m * kCT + c];
+      r0 = fmaf(kk.x, uu, r0), r1 = fmaf(kk.y, uu, r1), r2 = fmaf(kk.z, uu, r2), r3 = fmaf(kk.w, uu, r3);
+    }
+    S[d * kCT + c] = r0, S[(d + 1) * kCT + c] = r1, S[(d + 2) * kCT + c] = r2, S[(d + 3) * kCT + c] = r3;
+  }
+}
+
+template <bool kIlp, bool kBlk = false>
 __global__ void __launch_bounds__(chunk_threads<kIlp>()) kda_chunked_kernel(KdaArgs a) {
   constexpr int kNT = chunk_threads<kIlp>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -276,7 +330,10 @@ __global__ void __launch_bounds__(chunk_threads<kIlp>()) kda_chunked_kernel(KdaA
       }
     }
     // u_i = beta_i (v_i - S0^T kg_i) before substitution; o_i = S0^T qg_i (kept in o until the end).
-    for (int64_t p = tid; p < n * kCT; p += kNT) {
+    const bool blk = kBlk && K % 4 == 0 && C % 4 == 0;
+    if (blk)
+      uo_blocked(kg, qg, S, u, static_cast<int>(K), static_cast<int>(n), H, V, col0, vc, bc, oc, tid, kNT);
+    for (int64_t p = blk ? n * kCT : tid; p < n * kCT; p += kNT) {
       const int64_t i = p / kCT, c = p % kCT;
       float su = 0.0f, so = 0.0f;
 #pragma unroll kU
@@ -345,7 +402,8 @@ __global__ void __launch_bounds__(chunk_threads<kIlp>()) kda_chunked_kernel(KdaA
       for (int64_t d = tid; d < K; d += kNT) qg[d] = expf(static_cast<float>(Gn[d]));
       __syncthreads();
     }
-    for (int64_t p = tid; p < K * kCT; p += kNT) {
+    if (blk) state_blocked(kg, qg, u, S, static_cast<int>(K), static_cast<int>(n), tid, kNT);
+    for (int64_t p = blk ? K * kCT : tid; p < K * kCT; p += kNT) {
       const int64_t d = p / kCT, c = p % kCT;
       float row = S[p] * qg[d];
 #pragma unroll kU
@@ -361,6 +419,7 @@ __global__ void __launch_bounds__(chunk_threads<kIlp>()) kda_chunked_kernel(KdaA
 }
 
 int g_ilp = -1;      // kda_chunked_ilp_tune
+int g_block = -1;    // kda_chunked_block_tune
 int g_cluster = -1;  // kda_chunked_cluster_tune
 
 // Whether a cluster of q blocks of `smem` bytes each can be resident at once (asked once per shape).
@@ -386,6 +445,7 @@ bool clusters_fit(int q, size_t smem) {
 }  // namespace
 
 void kda_chunked_ilp_tune(int on) { g_ilp = on; }
+void kda_chunked_block_tune(int on) { g_block = on; }
 void kda_chunked_cluster_tune(int on) { g_cluster = on; }
 
 size_t kda_chunked_smem(int64_t K, int64_t chunk) {
@@ -397,10 +457,11 @@ void launch_kda_chunked(const float* q, const float* k, const float* v, const fl
                         int64_t H, int64_t K, int64_t V, int64_t chunk, float* state, float* o, cudaStream_t st) {
   const size_t smem = kda_chunked_smem(K, chunk);
   static const bool raised = [] {
-    for (auto* kern : {kda_chunked_kernel<false>, kda_chunked_kernel<true>})
+    for (auto* kern : {kda_chunked_kernel<false>, kda_chunked_kernel<true>, kda_chunked_kernel<true, true>})
       FERRY_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(kKdaChunkedMaxSmem)));
-    FERRY_CUDA_CHECK(cudaFuncSetAttribute(kda_chunked_kernel<true>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    for (auto* kern : {kda_chunked_kernel<true>, kda_chunked_kernel<true, true>})
+      FERRY_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     return true;
   }();
   (void)raised;
@@ -423,7 +484,10 @@ void launch_kda_chunked(const float* q, const float* k, const float* v, const fl
     FERRY_CUDA_LAUNCHED(kda_chunked_kernel);
     return;
   }
-  launch_kernel_in_clusters(false, static_cast<unsigned>(cluster), kda_chunked_kernel<true>, grid, dim3(kIlpThreads),
+  static const bool block_env = env_switch("FERRY_KDA_BLOCK", false);
+  launch_kernel_in_clusters(false, static_cast<unsigned>(cluster),
+                            switch_on(g_block, block_env) ? kda_chunked_kernel<true, true> : kda_chunked_kernel<true>,
+                            grid, dim3(kIlpThreads),
                             smem, st, args);
 }
 

@@ -212,19 +212,22 @@ TEST_F(Ops, KdaChunkedMatchesCpu) {
 }
 
 // The chunked kernel's versions (kda_chunked.cu: the first; loads in flight; a head's column tiles on one
-// cluster sharing A / B's rows) give the same bits, output and state, for K of the register path (128, 64)
-// and of its fallback loop (96), full and partial chunks and column tiles (V = 40: two tiles, the last
-// partial), one head's tiles alone or many heads.
+// cluster sharing A / B's rows; register blocks for u / o and the state) give the same bits, output and
+// state, for K of the register path (128, 64) and of its fallback loop (96, 36; 30 also outside the register
+// blocks' K % 4), full and partial chunks and column tiles (V = 40: two tiles, the last partial), one head's
+// tiles alone or many heads.
 TEST_F(Ops, KdaChunkedVersionsGiveTheFirstVersionsBits) {
   struct Shape {
     int64_t T, H, K, V;
   };
-  for (const Shape sh : {Shape{150, 2, 128, 128}, Shape{200, 3, 64, 40}, Shape{70, 2, 96, 64}, Shape{64, 1, 128, 96}}) {
+  for (const Shape sh : {Shape{150, 2, 128, 128}, Shape{200, 3, 64, 40}, Shape{70, 2, 96, 64}, Shape{64, 1, 128, 96},
+                         Shape{70, 2, 36, 40}, Shape{40, 1, 30, 33}}) {
     KdaIn in(sh.T, sh.H, sh.K, sh.V, 31);
     std::vector<float> ref_o, ref_s;
-    for (const int version : {0, 1, 2}) {  // first, ilp, ilp + cluster
+    for (const int version : {0, 1, 2, 3}) {  // first, ilp, ilp + cluster, ilp + cluster + register blocks
       cuda::kda_chunked_ilp_tune(version >= 1 ? 1 : 0);
-      cuda::kda_chunked_cluster_tune(version == 2 ? 1 : 0);
+      cuda::kda_chunked_cluster_tune(version >= 2 ? 1 : 0);
+      cuda::kda_chunked_block_tune(version == 3 ? 1 : 0);
       auto q = both(in.q), k = both(in.k), v = both(in.v), g = both(in.g), b = both(in.beta), s = both(in.s0);
       auto o = poisoned_pair(in.T * in.H * in.V);
       gpu().kda_chunked(q.gpu(), k.gpu(), v.gpu(), g.gpu(), b.gpu(), in.T, in.H, in.K, in.V, 64, s.gpu(), o.gpu());
@@ -242,6 +245,7 @@ TEST_F(Ops, KdaChunkedVersionsGiveTheFirstVersionsBits) {
   }
   cuda::kda_chunked_ilp_tune(-1);
   cuda::kda_chunked_cluster_tune(-1);
+  cuda::kda_chunked_block_tune(-1);
 }
 
 // Exactness on the GPU: 16 tokens in one call equal 16 one-token calls bit for bit.
