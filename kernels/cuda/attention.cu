@@ -349,7 +349,6 @@ void launch_attention_multi(int qn, const AttnParams& P, int64_t t0, int64_t nq,
 
 }  // namespace
 
-
 void CudaBackend::rope(float* x, int64_t T, int64_t n_heads, int64_t tok_stride, int64_t head_stride, int64_t offset,
                        const int32_t* pos_host, const RopeParams& rope) {
   const int64_t half = rope.dim / 2;
@@ -370,16 +369,18 @@ void CudaBackend::attention(const AttentionArgs& a) {
   AttnParams P;
   P.a = a;
   P.maxk = a.sel ? a.sel_k : a.L;
-  bool dense_selection = !a.sel;  // a selection of every visible key, in order, is dense too
   if (a.sel) {
     // Validate on the host (the model passes host memory; a device selection is fetched first) and
-    // compact each query's valid entries, keeping their order.
+    // compact each query's valid entries, keeping their order. A selection of every visible key, in order,
+    // is dense attention: it is not staged, and the kernels run as without a selection (the same keys in
+    // the same order, so the same bits).
     const size_t ns = static_cast<size_t>(a.T * a.sel_k);
     std::vector<int32_t> sel(ns), keys(ns, 0), counts(static_cast<size_t>(a.T), 0);
     if (is_device_pointer(a.sel))
       download(sel.data(), a.sel, ns * sizeof(int32_t));
     else
       std::copy_n(a.sel, ns, sel.begin());
+    bool dense = true;
     for (int64_t t = 0; t < a.T; ++t) {
       const int64_t last = std::min(a.L - 1, a.q_pos0 + t);
       int32_t c = 0;
@@ -389,24 +390,21 @@ void CudaBackend::attention(const AttentionArgs& a) {
         if (s > last)
           throw LimitError("cuda attention: selected key position " + std::to_string(s) + " of query " +
                            std::to_string(t) + " is beyond its last visible position " + std::to_string(last));
+        dense = dense && s == c;
         keys[static_cast<size_t>(t * a.sel_k + c++)] = s;
       }
       counts[static_cast<size_t>(t)] = c;
+      dense = dense && c == std::max<int64_t>(last + 1, 0);
     }
-    dense_selection = true;
-    for (int64_t t = 0; t < a.T && dense_selection; ++t) {
-      const int64_t last = std::min(a.L - 1, a.q_pos0 + t);
-      dense_selection = counts[static_cast<size_t>(t)] == std::max<int64_t>(last + 1, 0);
-      for (int64_t i = 0; i < counts[static_cast<size_t>(t)] && dense_selection; ++i)
-        dense_selection = keys[static_cast<size_t>(t * a.sel_k + i)] == i;
+    if (!dense) {
+      P.keys = static_cast<const int32_t*>(stage(kKeys, keys.data(), ns * sizeof(int32_t)));
+      P.counts = static_cast<const int32_t*>(stage(kCounts, counts.data(), counts.size() * sizeof(int32_t)));
     }
-    P.keys = static_cast<const int32_t*>(stage(kKeys, keys.data(), ns * sizeof(int32_t)));
-    P.counts = static_cast<const int32_t*>(stage(kCounts, counts.data(), counts.size() * sizeof(int32_t)));
   }
   const int64_t per_query = a.Hq * std::max<int64_t>(P.maxk, 1);
   const int64_t group = std::clamp<int64_t>(kAttnScratchFloats / per_query, 1, 65535);
   auto* sc = static_cast<float*>(scratch(kScores, static_cast<size_t>(std::min(group, a.T) * per_query) * sizeof(float)));
-  const int multi = dense_selection && a.T >= 2 && a.Dk <= kAttnMultiMaxDk ? attention_multi_queries() : 0;
+  const int multi = !P.keys && a.T >= 2 && a.Dk <= kAttnMultiMaxDk ? attention_multi_queries() : 0;
   for (int64_t t0 = 0; t0 < a.T; t0 += group) {
     const int64_t nq = std::min(group, a.T - t0);
     if (multi) {

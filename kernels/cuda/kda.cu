@@ -56,10 +56,10 @@ __global__ void conv1d_silu_many_kernel(const __grid_constant__ ConvCalls calls,
 // pass of the K3.1 slice spent 5.9 ms in 9 convolutions, H100 2026-12-06). Every output is the same sum of
 // the same products in the same order (the history holds the same inputs), so the same bits. Only for
 // calls whose y does not overlap their x (a chunk's history is the inputs of the chunk before, which an
-// in-place call overwrites) and T >= kMaxConvWidth (the new state is x's last W - 1 rows; chunk 0's thread
-// writes it after reading the old one, so no other thread reads the state).
+// in-place call overwrites) and 2+ chunks (so T >= W - 1: the new state is x's last W - 1 rows; chunk 0's
+// thread writes it after reading the old one, so no other thread reads the state).
 constexpr int kConvTokens = 16;
-static_assert(kConvTokens >= kMaxConvWidth - 1, "a chunk's history lies in the chunk before");
+static_assert(kConvTokens >= kMaxConvWidth - 1, "a chunk's history lies in the chunk before, the state in x");
 
 template <int W>  // W > 0: the kernel width at compile time (the history in registers); 0: runtime
 __global__ void conv1d_silu_chunks_kernel(const __grid_constant__ ConvCalls calls, int64_t T, int64_t C, int wrt) {
@@ -238,7 +238,7 @@ int g_conv_chunks = -1;  // conv1d_chunks_tune
 // call's y overlapping its x.
 bool conv_chunks_take(const Backend::Conv1dCall* calls, size_t count, int64_t T, int64_t C) {
   static const bool env = env_switch("FERRY_CONV_CHUNKS", true);
-  if (!switch_on(g_conv_chunks, env) || T < 2 * kConvTokens || T < kMaxConvWidth) return false;
+  if (!switch_on(g_conv_chunks, env) || T < 2 * kConvTokens) return false;
   for (size_t i = 0; i < count; ++i) {
     const float *x = calls[i].x, *y = calls[i].y;
     if (y < x + T * C && x < y + T * C) return false;

@@ -170,6 +170,29 @@ __device__ __forceinline__ void pair_items(const double* G, const float* kc, con
   }
 }
 
+// Pair (i, j <= i) of A and B by one warp, the first version's order (every version's: pair_items keeps it
+// with its loads hoisted): lane l sums dimensions l, l + 32, ... in double, then the xor butterfly 16 .. 1;
+// lane 0 stores (A's diagonal is 0).
+__device__ __forceinline__ void pair_sums(const double* G, const float* kc, const float* qc, int64_t HK, int64_t K,
+                                          int64_t C, float* A, float* B, int64_t i, int64_t j, int lane) {
+  double sa = 0.0, sb = 0.0;
+  for (int64_t d = lane; d < K; d += 32) {
+    const double e = static_cast<double>(expf(static_cast<float>(G[i * K + d] - G[j * K + d])));
+    const double kj = static_cast<double>(kc[j * HK + d]) * e;
+    sa += static_cast<double>(kc[i * HK + d]) * kj;
+    sb += static_cast<double>(qc[i * HK + d]) * kj;
+  }
+#pragma unroll
+  for (int o = 16; o >= 1; o >>= 1) {
+    sa += __shfl_xor_sync(0xffffffffu, sa, o);
+    sb += __shfl_xor_sync(0xffffffffu, sb, o);
+  }
+  if (lane == 0) {
+    A[i * C + j] = j < i ? static_cast<float>(sa) : 0.0f;
+    B[i * C + j] = static_cast<float>(sb);
+  }
+}
+
 // kIlp's A and B of a chunk: rows on this block (all of them, or those i % Q == rank of a cluster of Q),
 // R = K / 32 registers per lane for K of 32, 64 or 128 (the register sets of K = 256 spill), else the
 // first version's loop over this block's rows.
@@ -184,24 +207,7 @@ __device__ __forceinline__ void pairs_ilp(const double* G, const float* kc, cons
   }
   const int64_t first = rank + static_cast<int64_t>(Q) * warp, step = static_cast<int64_t>(Q) * kIlpWarps;
   for (int64_t i = first; i < n; i += step)
-    for (int64_t j = 0; j <= i; ++j) {
-      double sa = 0.0, sb = 0.0;
-      for (int64_t d = lane; d < K; d += 32) {
-        const double e = static_cast<double>(expf(static_cast<float>(G[i * K + d] - G[j * K + d])));
-        const double kj = static_cast<double>(kc[j * HK + d]) * e;
-        sa += static_cast<double>(kc[i * HK + d]) * kj;
-        sb += static_cast<double>(qc[i * HK + d]) * kj;
-      }
-#pragma unroll
-      for (int o = 16; o >= 1; o >>= 1) {
-        sa += __shfl_xor_sync(0xffffffffu, sa, o);
-        sb += __shfl_xor_sync(0xffffffffu, sb, o);
-      }
-      if (lane == 0) {
-        A[i * C + j] = j < i ? static_cast<float>(sa) : 0.0f;
-        B[i * C + j] = static_cast<float>(sb);
-      }
-    }
+    for (int64_t j = 0; j <= i; ++j) pair_sums(G, kc, qc, HK, K, C, A, B, i, j, lane);
 }
 
 // kBlk (FERRY_KDA_BLOCK, off until measured): u / o = S0^T kg / qg with a thread on two rows i0, i0 + half
@@ -310,23 +316,7 @@ __global__ void __launch_bounds__(chunk_threads<kIlp>()) kda_chunked_kernel(KdaA
       // every load of a warp touch 32 rows: ~25 MB of L2 traffic per chunk and block, 2026-12-01).
       for (int64_t p = tid >> 5; p < n * n; p += kNT / 32) {
         const int64_t i = p / n, j = p % n;
-        if (j > i) continue;  // the same for the whole warp
-        double sa = 0.0, sb = 0.0;
-        for (int64_t d = lane; d < K; d += 32) {
-          const double e = static_cast<double>(expf(static_cast<float>(G[i * K + d] - G[j * K + d])));
-          const double kj = static_cast<double>(kc[j * H * K + d]) * e;
-          sa += static_cast<double>(kc[i * H * K + d]) * kj;
-          sb += static_cast<double>(qc[i * H * K + d]) * kj;
-        }
-#pragma unroll
-        for (int o = 16; o >= 1; o >>= 1) {
-          sa += __shfl_xor_sync(0xffffffffu, sa, o);
-          sb += __shfl_xor_sync(0xffffffffu, sb, o);
-        }
-        if (lane == 0) {
-          A[i * C + j] = j < i ? static_cast<float>(sa) : 0.0f;
-          B[i * C + j] = static_cast<float>(sb);
-        }
+        if (j <= i) pair_sums(G, kc, qc, HK, K, C, A, B, i, j, lane);  // the same for the whole warp
       }
     }
     // u_i = beta_i (v_i - S0^T kg_i) before substitution; o_i = S0^T qg_i (kept in o until the end).

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <numeric>
 #include <thread>
 #include <vector>
 
@@ -77,7 +76,7 @@ void Model::route_finish(int il, int64_t n, std::vector<float>& s, std::vector<i
   const int64_t ng = cfg_.moe.n_group, per = e / std::max<int64_t>(ng, 1);
   const bool grouped = ng > 1 && cfg_.moe.topk_group < ng;
   // Rows [b, end): each row's selection and weights from its own scores only, so the rows may run on any
-  // threads in any split (route_rows_parallel) with the same results.
+  // threads in any split (the pool below) with the same results.
   const auto rows = [&](int64_t b, int64_t end) {
     std::vector<float> choice(static_cast<size_t>(grouped ? e : 0));
     for (int64_t t = b; t < end; ++t) {
