@@ -114,6 +114,7 @@ class CudaBackend final : public Backend {
   // safe: a later op's copy into a slot runs after every earlier kernel that read it).
   enum Slot {
     kIds, kPos, kFreq, kKeys, kCounts, kScores, kPtrs, kMoeAct, kMoeWts, kResScores, kMmaX,
+    kMoeTabs,                 // a prompt pass's wave of expert tables (moe.cu, WaveLaunch)
     kSplitPart, kSplitCount,  // a split-K matmul's partials and its counters (splitk.cuh)
     kKeptX,                   // the prepared rows of the kept x (rmsnorm_kept)
     kNumSlots

@@ -40,6 +40,6 @@ void kda_chunked_ilp_tune(int on);
 void conv1d_chunks_tune(int on);
 void kda_chunked_cluster_tune(int on);
 // With the ILP version, u / o and the state update with register blocks (two rows, four dimensions) and
-// float4 loads (FERRY_KDA_BLOCK=1; off until measured on the GPU; the same bits).
+// float4 loads (on by default; FERRY_KDA_BLOCK=0 turns it off; the same bits).
 void kda_chunked_block_tune(int on);
 }  // namespace ferry::cuda

@@ -96,6 +96,11 @@ void matmul_q8t_split_tune(int parts);
 // last block is resident (its first weight loads then overlap this kernel's last wave): off until measured
 // on the GPU (FERRY_Q8T_EARLY=1, or this knob: 1 on, 0 off, -1 the environment's). Same bits either way.
 void matmul_q8t_early_tune(int on);
+// 16-row tiles per warp of the q8_0-tiles prompt kernel: 1 (128-row blocks) or 2 (256); -1 the rule of
+// matmul_q8t.cu (2 where the call fills the SMs) or the environment's (FERRY_Q8T_PROMPT_MW). Speed only:
+// the same bits.
+void matmul_q8t_prompt_mw_tune(int mw);
+int sm_count();  // the current device's SMs (read once)
 namespace mma {
 struct XPrep;
 }

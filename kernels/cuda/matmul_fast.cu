@@ -33,6 +33,9 @@ __global__ void __launch_bounds__(kTileRows / kO * 32, min_blocks<F, NR>())
 int g_spread = 0;  // matmul_fast_tune: 0 = default, 1 = one item per block, 2 = a grid of resident blocks
 int g_depth = 0;   // 0 = default, 1 = deep, 2 = shallow
 
+
+}  // namespace
+
 int sm_count() {
   static const int n = [] {
     int dev = 0, v = 0;
@@ -42,8 +45,6 @@ int sm_count() {
   }();
   return n;
 }
-
-}  // namespace
 
 // Defaults measured on the H200 (2026-12-01, MatmulBenchDepthAndSpreadSweep and
 // MoeBenchExpertBatchBandwidth): shallow stages (more blocks per SM) are faster or equal for every

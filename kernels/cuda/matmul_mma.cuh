@@ -34,6 +34,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/matmul_mma_launch.cuh"
@@ -157,6 +158,7 @@ struct Item {
   int c, r0, z;      // the problem's coordinates
   int k0, k1;        // columns [k0, k1): all of them, or a part of a split K (decode kernel only: splitk.cuh)
   int part, parts;   // which part (parts == 1: no split)
+  int tab = 0;       // the table of a prompt pass's wave launch (moe_grouped.cu WaveTc)
 };
 
 // The tensor-core paths' plain matmul (the prompt kernel, matmul_dec.cuh, matmul_q8t.cuh): item j = (row group j / ntiles, weight tile of bm rows j % ntiles),
@@ -203,6 +205,54 @@ struct PlainTc {
   __device__ int* counter(const Item& it) const { return sk.cnt + it.c; }
 };
 
+// One quant block b of a stage against the group's first NT n8 tiles (x rows 8 j .. 8 j + 7 of the group
+// in the stage at xs): per level every B fragment is loaded first (ldmatrix x4 per pair jp of n8 tiles:
+// (rows 16jp..+7, k lo 8), (same rows, k hi 8), (rows 16jp+8.., k lo), (.., k hi)), then the mma run k16
+// step by step, each step over all (m, n8) tiles: the MW x NT accumulators' chains are independent, so
+// their mma issue back to back instead of each waiting on its predecessor's result. Each chain keeps its
+// order (hi's steps 0, 1, then lo's), and its block sum enters acc by one fma, blocks in K order: the
+// bits do not depend on NT (a tail group's n8 tiles past its rows are not computed).
+template <int L, int MW, int NT, int BN>
+__device__ __forceinline__ void block_math(const uint32_t (&a)[MW][2][4], const float (&d)[MW][2], const uint8_t* xs,
+                                           int b, int lane, float (&acc)[MW][BN / 8][4]) {
+  const int q = lane >> 3;
+  constexpr int NJ = (NT + 1) / 2;  // pairs of n8 tiles to load
+  float sum[MW][NT][4];
+#pragma unroll
+  for (int m = 0; m < MW; ++m)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) sum[m][j][i] = 0.0f;
+#pragma unroll
+  for (int lv = 0; lv < L; ++lv) {
+    uint32_t bx[NJ][2][4];
+#pragma unroll
+    for (int jp = 0; jp < NJ; ++jp) {
+      const int row = 16 * jp + 8 * (q >> 1) + (lane & 7);
+#pragma unroll
+      for (int s = 0; s < 2; ++s)
+        ldmatrix_x4(bx[jp][s], xs + lv * BN * kXStride + row * kXStride + (32 * b + 16 * s + 8 * (q & 1)) * 2);
+    }
+#pragma unroll
+    for (int s = 0; s < 2; ++s)
+#pragma unroll
+      for (int m = 0; m < MW; ++m)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+          mma16816(sum[m][j], a[m][s], bx[j >> 1][s][2 * (j & 1)], bx[j >> 1][s][2 * (j & 1) + 1], sum[m][j]);
+  }
+#pragma unroll
+  for (int m = 0; m < MW; ++m)
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      acc[m][j][0] = fmaf(sum[m][j][0], d[m][0], acc[m][j][0]);
+      acc[m][j][1] = fmaf(sum[m][j][1], d[m][0], acc[m][j][1]);
+      acc[m][j][2] = fmaf(sum[m][j][2], d[m][1], acc[m][j][2]);
+      acc[m][j][3] = fmaf(sum[m][j][3], d[m][1], acc[m][j][3]);
+    }
+}
+
 // Item it of problem p: out[r][row0 + i] for i < nrows, r < nr. The problem gives the prepared rows
 // (p.xp, p.xrow(it, r): a row index into it) and the output rows (p.yrow(it, r)).
 template <class F, int BN, int S, int L, int MW, class P>
@@ -215,7 +265,6 @@ __device__ __forceinline__ void item_body(const P& p, const Item& it, uint8_t* s
   constexpr int kGRows = F::kTiled ? kBM / 16 : kBM;
   constexpr int kSlot = kGPer * 16;                               // bytes per weight row / tile in a stage
   constexpr int KW = (kGRows * kGPer + kThreads - 1) / kThreads;  // weight granules per thread
-  constexpr int KX = (L * BN * (kK / 8) + kThreads - 1) / kThreads;  // x granules per thread
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int nst = p.cols / kK;
   __shared__ int64_t xrow[BN];
@@ -227,46 +276,57 @@ __device__ __forceinline__ void item_body(const P& p, const Item& it, uint8_t* s
   // those bytes are copied (the window never reaches past the matrix: matmul_mma_supported). x granule
   // j is 8 halves of row (j / 16) % BN of level j / (16 BN).
   // Tiled: granule i is granule i % kGPer of tile i / kGPer's unit (the tile at 16 rows' bytes).
-  const uint8_t* wrow[KW];
-  int wdst[KW], wg16[KW];
+  // (32-bit offsets from it.w, kNone: nothing to copy; the granule's place is recomputed per stage, which
+  // keeps registers for the mma.)
+  constexpr uint32_t kNone = 0xffffffffu;
+  uint32_t woff[KW];
 #pragma unroll
   for (int k = 0; k < KW; ++k) {
     const int i = threadIdx.x + k * kThreads, r = i / kGPer;
     const int row = F::kTiled ? 16 * r : r;
-    wrow[k] = i < kGRows * kGPer && row < it.nrows ? it.w + static_cast<size_t>(row) * p.row_bytes : nullptr;
-    wg16[k] = (i - r * kGPer) * 16;
-    wdst[k] = r * kSlot + wg16[k];
+    woff[k] = i < kGRows * kGPer && row < it.nrows ? static_cast<uint32_t>(row * p.row_bytes) : kNone;
   }
-  const __half* xsrc[KX];
-  int xdst[KX];
+  // x granule j = threadIdx.x + k * kThreads: the column q = j % 16 is the same for every k, the row and
+  // level repeat every BN * 16 / kThreads granules (kXR pointers, the lo level at lo_off from hi).
+  static_assert((BN * (kK / 8)) % kThreads == 0, "x granules per level");
+  constexpr int kXR = BN * (kK / 8) / kThreads;
+  const int xq = threadIdx.x % (kK / 8), xr0 = threadIdx.x / (kK / 8);
+  const __half* xsrc[kXR];
 #pragma unroll
-  for (int k = 0; k < KX; ++k) {
-    const int j = threadIdx.x + k * kThreads, lv = j / (BN * (kK / 8)), rem = j - lv * BN * (kK / 8);
-    const int r = rem / (kK / 8), q = rem - r * (kK / 8);
-    xsrc[k] = j < L * BN * (kK / 8) && r < it.nr ? (lv ? p.xp.lo : p.xp.hi) + xrow[r] * p.xp.stride + q * 8 : nullptr;
-    xdst[k] = lv * BN * kXStride + r * kXStride + q * 16;
+  for (int k = 0; k < kXR; ++k) {
+    const int r = xr0 + k * (kThreads / (kK / 8));
+    xsrc[k] = r < it.nr ? p.xp.hi + xrow[r] * p.xp.stride + xq * 8 : nullptr;
   }
+  const int64_t lo_off = L == 2 ? p.xp.lo - p.xp.hi : 0;
+  const int xdst0 = xr0 * kXStride + xq * 16;
   auto load = [&](int st, int c) {
     uint8_t* base = smem + st * SB;
     if constexpr (F::kTiled) {
       const size_t off = static_cast<size_t>(c) * F::kTileBytes;
 #pragma unroll
-      for (int k = 0; k < KW; ++k)
-        if (wrow[k]) cp_async16(base + wdst[k], wrow[k] + off + wg16[k]);
+      for (int k = 0; k < KW; ++k) {
+        if (woff[k] == kNone) continue;
+        const int i = threadIdx.x + k * kThreads, r = i / kGPer, g16 = (i - r * kGPer) * 16;
+        cp_async16(base + r * kSlot + g16, it.w + woff[k] + off + g16);
+      }
     } else {
       const size_t off = static_cast<size_t>(c) * F::kRaw;
 #pragma unroll
       for (int k = 0; k < KW; ++k) {
-        if (!wrow[k]) continue;
-        const uint8_t* src = wrow[k] + off;
+        if (woff[k] == kNone) continue;
+        const int i = threadIdx.x + k * kThreads, r = i / kGPer, g16 = (i - r * kGPer) * 16;
+        const uint8_t* src = it.w + woff[k] + off;
         const int o = static_cast<int>(reinterpret_cast<uintptr_t>(src) & 15u);
-        if (wg16[k] < o + F::kRaw) cp_async16(base + wdst[k], src - o + wg16[k]);
+        if (g16 < o + F::kRaw) cp_async16(base + r * kSlot + g16, src - o + g16);
       }
     }
-    uint8_t* xs = base + kWB + 16;
+    uint8_t* xs = base + kWB + 16 + xdst0;
 #pragma unroll
-    for (int k = 0; k < KX; ++k)
-      if (xsrc[k]) cp_async16(xs + xdst[k], xsrc[k] + static_cast<int64_t>(c) * kK);
+    for (int lv = 0; lv < L; ++lv)
+#pragma unroll
+      for (int k = 0; k < kXR; ++k)
+        if (xsrc[k])
+          cp_async16(xs + (lv * BN + k * (kThreads / (kK / 8))) * kXStride, xsrc[k] + lv * lo_off + static_cast<int64_t>(c) * kK);
   };
   // Where this warp's rows g and g + 8 of its m16 tile m start in their windows: (row address + stage
   // offset) & 15. Warp w holds rows 16 MW w + 16 m + (g, g + 8).
@@ -288,6 +348,7 @@ __device__ __forceinline__ void item_body(const P& p, const Item& it, uint8_t* s
       for (int i = 0; i < 4; ++i) acc[m][j][i] = 0.0f;
   const int ntiles = (it.nr + 7) / 8;   // n8 tiles with rows
   const bool active = wr0 < it.nrows;   // this warp's weight rows hold any
+  static_assert(BN % 16 == 0 && BN / 8 <= 8, "block_math's dispatch takes 1 .. 8 n8 tiles");
 
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
@@ -303,54 +364,45 @@ __device__ __forceinline__ void item_body(const P& p, const Item& it, uint8_t* s
     const uint8_t* base = smem + (c % S) * SB;
     const uint8_t* xs = base + kWB + 16;
     const unsigned so = F::kTiled ? 0u : static_cast<unsigned>(c) * F::kBlockBytes * 4;
+    // The stage's 4 quant blocks against NT n8 tiles (one basic block: the next block's A fragments
+    // decode while this one's mma run).
+    auto stage = [&](auto nt) {
+      constexpr int NT = decltype(nt)::value;
+      // MW = 2: one quant block at a time (unrolled, the compiler keeps several blocks' A fragments live
+      // and spills).
+#pragma unroll(MW == 1 ? 4 : 1)
+      for (int b = 0; b < 4; ++b) {
+        // A fragments of the warp's MW m16 tiles for quant block b, and their rows' block scales.
+        uint32_t a[MW][2][4];
+        float d[MW][2];
 #pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      // A fragments of the warp's MW m16 tiles for quant block b, and their rows' block scales.
-      uint32_t a[MW][2][4];
-      float d[MW][2];
-#pragma unroll
-      for (int m = 0; m < MW; ++m) {
-        uint32_t af[2][2][2];  // [row g / g + 8][step][k lo / hi]
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if constexpr (F::kTiled)
-            d[m][h] = F::frag_tile(base + (MW * warp + m) * kSlot, h, g, b, t, af[h]);
-          else
-            d[m][h] = F::frag(base + (wr0 + 16 * m + 8 * h + g) * kSlot, static_cast<int>((ra[m][h] + so) & 15u), b,
-                              t, af[h]);
-        }
-#pragma unroll
-        for (int s = 0; s < 2; ++s)
-          a[m][s][0] = af[0][s][0], a[m][s][1] = af[1][s][0], a[m][s][2] = af[0][s][1], a[m][s][3] = af[1][s][1];
-      }
-#pragma unroll
-      for (int jp = 0; jp < BN / 16; ++jp) {
-        if (2 * jp >= ntiles) break;
-        // ldmatrix x4: (rows 16jp..+7, k lo 8), (same rows, k hi 8), (rows 16jp+8.., k lo), (.., k hi).
-        const int q = lane >> 3;
-        const int row = 16 * jp + 8 * (q >> 1) + (lane & 7);
-        uint32_t bx[L][2][4];
-#pragma unroll
-        for (int lv = 0; lv < L; ++lv)
-#pragma unroll
-          for (int s = 0; s < 2; ++s)
-            ldmatrix_x4(bx[lv][s], xs + lv * BN * kXStride + row * kXStride + (32 * b + 16 * s + 8 * (q & 1)) * 2);
-#pragma unroll
-        for (int m = 0; m < MW; ++m)
+        for (int m = 0; m < MW; ++m) {
+          uint32_t af[2][2][2];  // [row g / g + 8][step][k lo / hi]
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const int j = 2 * jp + h;
-            float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-            for (int lv = 0; lv < L; ++lv)
-#pragma unroll
-              for (int s = 0; s < 2; ++s) mma16816(sum, a[m][s], bx[lv][s][2 * h], bx[lv][s][2 * h + 1], sum);
-            acc[m][j][0] = fmaf(sum[0], d[m][0], acc[m][j][0]);
-            acc[m][j][1] = fmaf(sum[1], d[m][0], acc[m][j][1]);
-            acc[m][j][2] = fmaf(sum[2], d[m][1], acc[m][j][2]);
-            acc[m][j][3] = fmaf(sum[3], d[m][1], acc[m][j][3]);
+            if constexpr (F::kTiled)
+              d[m][h] = F::frag_tile(base + (MW * warp + m) * kSlot, h, g, b, t, af[h]);
+            else
+              d[m][h] = F::frag(base + (wr0 + 16 * m + 8 * h + g) * kSlot, static_cast<int>((ra[m][h] + so) & 15u), b,
+                                t, af[h]);
           }
+#pragma unroll
+          for (int s = 0; s < 2; ++s)
+            a[m][s][0] = af[0][s][0], a[m][s][1] = af[1][s][0], a[m][s][2] = af[0][s][1], a[m][s][3] = af[1][s][1];
+        }
+        block_math<L, MW, NT, BN>(a, d, xs, b, lane, acc);
       }
+    };
+    switch (ntiles) {  // the item's n8 tiles with rows: uniform over the block
+      case 1: stage(std::integral_constant<int, 1>{}); break;
+      case 2: stage(std::integral_constant<int, 2>{}); break;
+      case 3: stage(std::integral_constant<int, 3>{}); break;
+      case 4: stage(std::integral_constant<int, 4>{}); break;
+      case 5: if constexpr (BN >= 40) stage(std::integral_constant<int, 5>{}); break;
+      case 6: if constexpr (BN >= 48) stage(std::integral_constant<int, 6>{}); break;
+      case 7: if constexpr (BN >= 56) stage(std::integral_constant<int, 7>{}); break;
+      case 8: if constexpr (BN >= 64) stage(std::integral_constant<int, 8>{}); break;
+      default: break;
     }
   }
   cp_async_wait<0>();

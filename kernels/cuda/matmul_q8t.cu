@@ -82,30 +82,49 @@ void launch_n(mma::PlainTc p, cudaStream_t st) {
     dec::launch_dependent(q8t_kernel<NRA, false>, static_cast<unsigned>(items), 0, st, p);
 }
 
-template <int S, int L>
+template <int S, int L, int MW>
 __global__ void __launch_bounds__(mma::kThreads, 1) q8t_prompt_kernel(const __grid_constant__ mma::PlainTc p) {
   extern __shared__ __align__(16) uint8_t smem[];
-  prompt_body<S, L>(p, p.item(blockIdx.x), smem);
+  prompt_body<S, L, MW>(p, p.item(blockIdx.x), smem);
 }
 
-template <int L>
+template <int L, int MW>
 void launch_prompt_l(mma::PlainTc p, cudaStream_t st) {
-  constexpr int S = L == 2 ? 3 : 5;  // 171 / 185 KB of stages: one block of 8 warps per SM
-  constexpr size_t smem = static_cast<size_t>(prompt_stage_bytes<L>()) * S;
+  // Stages: one block of 8 warps per SM (MW 1: 171 / 185 KB; MW 2: 222 / 216 KB).
+  constexpr int S = MW == 1 ? (L == 2 ? 3 : 5) : (L == 2 ? 3 : 4);
+  constexpr size_t smem = static_cast<size_t>(prompt_stage_bytes<L, MW>()) * S;
   static const bool once = [] {
-    FERRY_CUDA_CHECK(cudaFuncSetAttribute(q8t_prompt_kernel<S, L>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    FERRY_CUDA_CHECK(cudaFuncSetAttribute(q8t_prompt_kernel<S, L, MW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
     return true;
   }();
   (void)once;
   p.group = kPromptRows;
-  p.bm = mma::tile_rows(1);
+  p.bm = mma::tile_rows(MW);
   p.ntiles = (p.rows + p.bm - 1) / p.bm;
-  p.groups_fastest = true;  // a 128-row tile's row groups together: the tile is read from HBM once
+  p.groups_fastest = true;  // a tile's row groups together: the tile is read from HBM once
   const int64_t items = static_cast<int64_t>(p.ntiles) * ((p.n + kPromptRows - 1) / kPromptRows);
   if (items > (int64_t{1} << 31) - 1) throw LimitError("cuda matmul: " + std::to_string(items) + " tiles in one call");
-  q8t_prompt_kernel<S, L><<<static_cast<unsigned>(items), mma::kThreads, smem, st>>>(p);
+  q8t_prompt_kernel<S, L, MW><<<static_cast<unsigned>(items), mma::kThreads, smem, st>>>(p);
   FERRY_CUDA_LAUNCHED(q8t_prompt_kernel);
+}
+
+// 16-row tiles per warp of the prompt kernel (speed only: the same bits). By default 2 (256-row blocks)
+// where the matrix has more than 128 rows and the call still gives every SM a block (H100, 1,024-token
+// pass of the K3.1 slice, 2026-12-06: 142.5-142.9 ms against 149.4-150.1 with 1; 12288x7168 16.6 against
+// 20.7 ms, 3584x7168 at 224 blocks 1.23 against 1.49; but 128x7168 0.66 against 0.58, one tile either way,
+// and a 16-token prompt's pass 33 against 20 ms with half the blocks), else 1. FERRY_Q8T_PROMPT_MW=1 / 2 or
+// matmul_q8t_prompt_mw_tune(1 / 2) fixes it.
+int g_q8t_prompt_mw = -1;
+int q8t_prompt_mw(int64_t rows, int64_t n) {
+  static const int env = [] {
+    const char* v = std::getenv("FERRY_Q8T_PROMPT_MW");
+    return v && std::string(v) == "1" ? 1 : v && std::string(v) == "2" ? 2 : 0;
+  }();
+  const int fixed = g_q8t_prompt_mw > 0 ? g_q8t_prompt_mw : env;
+  if (fixed) return fixed;
+  const int64_t blocks2 = (rows + 255) / 256 * ((n + kPromptRows - 1) / kPromptRows);
+  return rows > 128 && blocks2 >= sm_count() ? 2 : 1;
 }
 
 int g_q8t_parts = -1;  // matmul_q8t_split_tune
@@ -199,6 +218,7 @@ void launch_q8t_pack(const Weight& w, void* scratch, size_t scratch_bytes, cudaS
 
 void matmul_q8t_split_tune(int parts) { g_q8t_parts = parts; }
 void matmul_q8t_early_tune(int on) { g_q8t_early = on; }
+void matmul_q8t_prompt_mw_tune(int mw) { g_q8t_prompt_mw = mw; }
 
 // Measured on the H200 (MatmulBenchQ8Tiles, one row, 2026-12-02): matrices of 384 tiles (6,144 rows) and
 // more run fastest unsplit (a split only adds partials: 7168x7168 21.3 us unsplit, 25.5 in 3 parts);
@@ -273,8 +293,9 @@ void launch_matmul_q8t_prompt(const Weight& w, const mma::XPrep& xp, int64_t n, 
   mma::PlainTc p{static_cast<const uint8_t*>(w.data), w.row_bytes(), static_cast<int>(w.rows),
                  static_cast<int>(w.cols), xp, y, n, 0, 0, 0};
   if (n > (int64_t{1} << 30)) throw LimitError("cuda matmul: " + std::to_string(n) + " rows in one call");
-  if (xp.lo) return launch_prompt_l<2>(p, st);
-  launch_prompt_l<1>(p, st);
+  const bool mw2 = q8t_prompt_mw(w.rows, n) == 2;
+  if (xp.lo) return mw2 ? launch_prompt_l<2, 2>(p, st) : launch_prompt_l<2, 1>(p, st);
+  mw2 ? launch_prompt_l<1, 2>(p, st) : launch_prompt_l<1, 1>(p, st);
 }
 
 }  // namespace ferry::cuda

@@ -37,6 +37,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/matmul_dec.cuh"
 #include "kernels/cuda/matmul_mma.cuh"
@@ -178,68 +179,83 @@ constexpr int kPromptK = mma::kK;  // 128 columns per stage
 constexpr int kPromptWarpBytes = 4 * 512 + 8 * 16;  // a warp's 16-row tile per stage: quants, scales
 constexpr int kPromptXStride = kPromptK * 2 + 64;  // bytes per (level, row) of x in a stage
 
-template <int L>
+// MW: 16-row tiles per warp (1: 128 weight rows a block; 2: 256, each B fragment read from shared memory
+// then serves two tiles' mma). The order of every output's operations is the same for both.
+template <int L, int MW>
 __host__ __device__ constexpr int prompt_stage_bytes() {
-  return mma::kWarps * kPromptWarpBytes + L * kPromptRows * kPromptXStride;
+  return mma::kWarps * MW * kPromptWarpBytes + L * kPromptRows * kPromptXStride;
 }
 
-template <int S, int L, class P>
+template <int S, int L, int MW, class P>
 __device__ __forceinline__ void prompt_body(const P& p, const mma::Item& it, uint8_t* smem) {
   constexpr int BN = kPromptRows;
-  constexpr int SB = prompt_stage_bytes<L>();
+  constexpr int SB = prompt_stage_bytes<L, MW>();
   constexpr int kThr = mma::kThreads;
-  constexpr int kWG = kPromptWarpBytes / 16;                             // 136 granules per warp tile
-  constexpr int KW = (mma::kWarps * kWG + kThr - 1) / kThr;             // weight granules per thread
-  constexpr int KX = (L * BN * (kPromptK / 8) + kThr - 1) / kThr;       // x granules per thread
+  constexpr int kTiles = mma::kWarps * MW;                               // 16-row tiles a block
+  constexpr int kWG = kPromptWarpBytes / 16;                             // 136 granules per 16-row tile
+  constexpr int KW = (kTiles * kWG + kThr - 1) / kThr;                  // weight granules per thread
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int nst = p.cols / kPromptK;
   __shared__ int64_t xrow[BN];
   if (threadIdx.x < BN) xrow[threadIdx.x] = threadIdx.x < it.nr ? p.xrow(it, threadIdx.x) : -1;
   __syncthreads();
   const size_t tile_bytes = p.row_bytes * kRows;
-  // This thread's weight copies: granule i = threadIdx.x + k * kThr is granule i % kWG of warp tile
-  // i / kWG: a quant granule (< 128) or the scales of row pair g = i % kWG - 128. Source of stage c:
-  // wsrc[k] + (c / 2) * kUnitBytes + (c % 2) * (quant ? 2048 : 16).
-  const uint8_t* wsrc[KW];
-  int wdst[KW];
-  bool wq[KW];
+  // This thread's weight copies: granule i = threadIdx.x + k * kThr is granule i % kWG of 16-row tile
+  // i / kWG (warp w's tiles are MW w .. MW w + MW - 1): a quant granule (< 128) or the scales of row pair
+  // g = i % kWG - 128. Its source in stage c is it.w + woff[k] + (c / 2) * kUnitBytes + (c % 2) * (quant ?
+  // 2048 : 16); woff's bit 0 marks a quant granule, kNone a granule with nothing to copy. 32-bit offsets and
+  // destinations recomputed per stage keep the registers for the mma (two tiles a warp need them).
+  constexpr uint32_t kNone = 0xffffffffu;
+  uint32_t woff[KW];
 #pragma unroll
   for (int k = 0; k < KW; ++k) {
     const int i = threadIdx.x + k * kThr, w = i / kWG, r = i - w * kWG;
-    wq[k] = r < 128;
-    wsrc[k] = i < mma::kWarps * kWG && w * kRows < it.nrows
-                  ? it.w + static_cast<size_t>(w) * tile_bytes + (r < 128 ? r * 16 : 4096 + (r - 128) * 32)
-                  : nullptr;
-    wdst[k] = w * kPromptWarpBytes + r * 16;
+    woff[k] = i < kTiles * kWG && w * kRows < it.nrows
+                  ? static_cast<uint32_t>(w * tile_bytes) + (r < 128 ? r * 16 + 1u : 4096u + (r - 128) * 32)
+                  : kNone;
   }
-  const __half* xsrc[KX];
-  int xdst[KX];
+  // x granule j = threadIdx.x + k * kThr: level j / (BN * 16), row (j / 16) % BN, columns 8 (j % 16) ..:
+  // the column q and the destination step are the same for every k, the row and level repeat every
+  // BN * 16 / kThr granules.
+  static_assert((BN * (kPromptK / 8)) % kThr == 0 && kThr % (kPromptK / 8) == 0, "x granules per level");
+  constexpr int kXR = BN * (kPromptK / 8) / kThr;  // granules per thread and level
+  const int xq = threadIdx.x % (kPromptK / 8), xr0 = threadIdx.x / (kPromptK / 8);
+  const __half* xsrc[kXR];
 #pragma unroll
-  for (int k = 0; k < KX; ++k) {
-    const int j = threadIdx.x + k * kThr, lv = j / (BN * (kPromptK / 8)), rem = j - lv * BN * (kPromptK / 8);
-    const int r = rem / (kPromptK / 8), q = rem - r * (kPromptK / 8);
-    xsrc[k] = j < L * BN * (kPromptK / 8) && r < it.nr ? (lv ? p.xp.lo : p.xp.hi) + xrow[r] * p.xp.stride + q * 8
-                                                         : nullptr;
-    xdst[k] = (lv * BN + r) * kPromptXStride + q * 16;
+  for (int k = 0; k < kXR; ++k) {
+    const int r = xr0 + k * (kThr / (kPromptK / 8));
+    xsrc[k] = r < it.nr ? p.xp.hi + xrow[r] * p.xp.stride + xq * 8 : nullptr;
   }
+  const int64_t lo_off = L == 2 ? p.xp.lo - p.xp.hi : 0;  // elements from a row's hi to its lo
+  const int xdst0 = xr0 * kPromptXStride + xq * 16;
   auto load = [&](int st, int c) {
     uint8_t* base = smem + st * SB;
     const size_t unit = static_cast<size_t>(c >> 1) * kUnitBytes;
 #pragma unroll
-    for (int k = 0; k < KW; ++k)
-      if (wsrc[k]) cp_async16(base + wdst[k], wsrc[k] + unit + (c & 1) * (wq[k] ? 2048 : 16));
-    uint8_t* xs = base + mma::kWarps * kPromptWarpBytes;
+    for (int k = 0; k < KW; ++k) {
+      if (woff[k] == kNone) continue;
+      const int i = threadIdx.x + k * kThr, w = i / kWG, r = i - w * kWG;
+      const uint32_t o = woff[k];
+      cp_async16(base + w * kPromptWarpBytes + r * 16, it.w + (o & ~1u) + unit + (c & 1) * (o & 1u ? 2048 : 16));
+    }
+    uint8_t* xs = base + kTiles * kPromptWarpBytes + xdst0;
 #pragma unroll
-    for (int k = 0; k < KX; ++k)
-      if (xsrc[k]) cp_async16(xs + xdst[k], xsrc[k] + static_cast<int64_t>(c) * kPromptK);
+    for (int lv = 0; lv < L; ++lv)
+#pragma unroll
+      for (int k = 0; k < kXR; ++k)
+        if (xsrc[k])
+          cp_async16(xs + (lv * BN + k * (kThr / (kPromptK / 8))) * kPromptXStride,
+                     xsrc[k] + lv * lo_off + static_cast<int64_t>(c) * kPromptK);
   };
-  float acc[BN / 8][4];
+  float acc[MW][BN / 8][4];
 #pragma unroll
-  for (int j = 0; j < BN / 8; ++j)
+  for (int m = 0; m < MW; ++m)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) acc[j][i] = 0.0f;
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[m][j][i] = 0.0f;
   const int ntiles = (it.nr + 7) / 8;
-  const bool active = warp * kRows < it.nrows;
+  const bool active = warp * MW * kRows < it.nrows;
 
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
@@ -253,48 +269,90 @@ __device__ __forceinline__ void prompt_body(const P& p, const mma::Item& it, uin
     cp_async_commit();
     if (!active) continue;
     const uint8_t* base = smem + (c % S) * SB;
-    const uint8_t* ws = base + warp * kPromptWarpBytes;
-    const uint8_t* xs = base + mma::kWarps * kPromptWarpBytes + g * kPromptXStride + 16 * t;
+    const uint8_t* ws = base + warp * MW * kPromptWarpBytes;
+    const uint8_t* xs = base + kTiles * kPromptWarpBytes + g * kPromptXStride + 16 * t;
+    // The stage against NJ n8 tiles: per quant block every B fragment is read first, then the mma run
+    // level by level and k16 step by step over all NJ tiles, so the NJ accumulators' chains issue back to
+    // back instead of each mma waiting on its predecessor's result (one tile a warp: the whole stage is one
+    // basic block). Each chain keeps its order (hi's steps 0, 1, then lo's): the bits depend neither on NJ
+    // nor on MW.
+    auto stage = [&](auto nj) {
+      constexpr int NJ = decltype(nj)::value;
+      // Two tiles a warp: one quant block at a time (unrolled, the compiler keeps several blocks' A
+      // fragments live and spills).
+#pragma unroll(MW == 1 ? 4 : 1)
+      for (int b = 0; b < 4; ++b) {
+        uint32_t a[MW][2][4];
+        float2 d[MW];
 #pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      const uint4 q = *reinterpret_cast<const uint4*>(ws + b * 512 + lane * 16);
-      uint32_t a[2][4];
+        for (int m = 0; m < MW; ++m) {
+          const uint8_t* wm = ws + m * kPromptWarpBytes;
+          const uint4 q = *reinterpret_cast<const uint4*>(wm + b * 512 + lane * 16);
 #pragma unroll
-      for (int s = 0; s < 2; ++s) {
-        const uint32_t w0 = word(q, 2 * s), w1 = word(q, 2 * s + 1);
-        a[s][0] = biased_pair(w0, 0x5140u);
-        a[s][1] = biased_pair(w0, 0x7362u);
-        a[s][2] = biased_pair(w1, 0x5140u);
-        a[s][3] = biased_pair(w1, 0x7362u);
-      }
-      const uint32_t sw = *reinterpret_cast<const uint32_t*>(ws + 2048 + g * 16 + b * 4);
-      const float2 d = __half22float2(*reinterpret_cast<const __half2*>(&sw));  // rows g, g + 8
+          for (int s = 0; s < 2; ++s) {
+            const uint32_t w0 = word(q, 2 * s), w1 = word(q, 2 * s + 1);
+            a[m][s][0] = biased_pair(w0, 0x5140u);
+            a[m][s][1] = biased_pair(w0, 0x7362u);
+            a[m][s][2] = biased_pair(w1, 0x5140u);
+            a[m][s][3] = biased_pair(w1, 0x7362u);
+          }
+          const uint32_t sw = *reinterpret_cast<const uint32_t*>(wm + 2048 + g * 16 + b * 4);
+          d[m] = __half22float2(*reinterpret_cast<const __half2*>(&sw));  // rows g, g + 8
+        }
+        float sum[MW][NJ][4];
 #pragma unroll
-      for (int j = 0; j < BN / 8; ++j) {
-        if (j >= ntiles) break;
-        float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int m = 0; m < MW; ++m)
+#pragma unroll
+          for (int j = 0; j < NJ; ++j) sum[m][j][0] = sum[m][j][1] = sum[m][j][2] = sum[m][j][3] = 0.0f;
 #pragma unroll
         for (int lv = 0; lv < L; ++lv) {
-          const uint4 bx = *reinterpret_cast<const uint4*>(xs + (lv * BN + 8 * j) * kPromptXStride + b * 64);
-          mma::mma16816(sum, a[0], bx.x, bx.y, sum);
-          mma::mma16816(sum, a[1], bx.z, bx.w, sum);
+          uint4 bx[NJ];
+#pragma unroll
+          for (int j = 0; j < NJ; ++j)
+            bx[j] = *reinterpret_cast<const uint4*>(xs + (lv * BN + 8 * j) * kPromptXStride + b * 64);
+#pragma unroll
+          for (int m = 0; m < MW; ++m)
+#pragma unroll
+            for (int j = 0; j < NJ; ++j) mma::mma16816(sum[m][j], a[m][0], bx[j].x, bx[j].y, sum[m][j]);
+#pragma unroll
+          for (int m = 0; m < MW; ++m)
+#pragma unroll
+            for (int j = 0; j < NJ; ++j) mma::mma16816(sum[m][j], a[m][1], bx[j].z, bx[j].w, sum[m][j]);
         }
-        acc[j][0] = fmaf(sum[0], d.x, acc[j][0]);
-        acc[j][1] = fmaf(sum[1], d.x, acc[j][1]);
-        acc[j][2] = fmaf(sum[2], d.y, acc[j][2]);
-        acc[j][3] = fmaf(sum[3], d.y, acc[j][3]);
+#pragma unroll
+        for (int m = 0; m < MW; ++m)
+#pragma unroll
+          for (int j = 0; j < NJ; ++j) {
+            acc[m][j][0] = fmaf(sum[m][j][0], d[m].x, acc[m][j][0]);
+            acc[m][j][1] = fmaf(sum[m][j][1], d[m].x, acc[m][j][1]);
+            acc[m][j][2] = fmaf(sum[m][j][2], d[m].y, acc[m][j][2]);
+            acc[m][j][3] = fmaf(sum[m][j][3], d[m].y, acc[m][j][3]);
+          }
       }
+    };
+    static_assert(BN == 64, "the dispatch below takes 1 .. 8 n8 tiles");
+    switch (ntiles) {  // the item's n8 tiles with rows: uniform over the block
+      case 1: stage(std::integral_constant<int, 1>{}); break;
+      case 2: stage(std::integral_constant<int, 2>{}); break;
+      case 3: stage(std::integral_constant<int, 3>{}); break;
+      case 4: stage(std::integral_constant<int, 4>{}); break;
+      case 5: stage(std::integral_constant<int, 5>{}); break;
+      case 6: stage(std::integral_constant<int, 6>{}); break;
+      case 7: stage(std::integral_constant<int, 7>{}); break;
+      default: stage(std::integral_constant<int, 8>{}); break;
     }
   }
   cp_async_wait<0>();
   if (active) {
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j)
+    for (int m = 0; m < MW; ++m)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r = 8 * j + 2 * t + (i & 1), row = warp * kRows + g + 8 * (i >> 1);
-        if (r < it.nr && row < it.nrows) p.yrow(it, r)[it.row0 + row] = acc[j][i] * p.xp.inv[xrow[r]];
-      }
+      for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int r = 8 * j + 2 * t + (i & 1), row = (warp * MW + m) * kRows + g + 8 * (i >> 1);
+          if (r < it.nr && row < it.nrows) p.yrow(it, r)[it.row0 + row] = acc[m][j][i] * p.xp.inv[xrow[r]];
+        }
   }
   __syncthreads();
 }

@@ -202,7 +202,19 @@ void ffn_wave_tc(CudaBackend& be, const ExpertFfnArgs& a, const Launch* ls, size
   const int in = static_cast<int>(a.in), inter = static_cast<int>(a.inter);
   const WType type = a.calls[0].gate.type;
   const WLayout layout = a.calls[0].gate.layout;  // one for the batch: grouped_tc_ok
+  // A prompt pass's wave: its tables in device memory, one launch for gate / up and one for down
+  // (moe_wave(); the same items, so the same bits).
+  WaveLaunch wl;
+  const bool wave = prompt && moe_wave();
+  if (wave) {
+    std::vector<GroupTable> tabs(nls);
+    for (size_t i = 0; i < nls; ++i) tabs[i] = ls[i].t;
+    tabulate_wave(tabs.data(), static_cast<int>(nls), wl);
+    wl.dev = static_cast<const GroupTable*>(be.stage(CudaBackend::kMoeTabs, tabs.data(), nls * sizeof(GroupTable)));
+    launch_wave_gate_up_mma(wl, type, layout, xp, in, inter, s.g, s.u, st);
+  }
   for (const Launch& l : Span{ls, nls}) {
+    if (wave) break;
     if (prompt)
       launch_grouped_gate_up_mma(l.t, type, layout, xp, in, inter, s.g, s.u, st);
     else
@@ -218,6 +230,7 @@ void ffn_wave_tc(CudaBackend& be, const ExpertFfnArgs& a, const Launch* ls, size
     expert_act(be, a.act, s.g, s.u, rows * a.inter);
     ap = prep_x(s.g, rows, inter, act_buf, st, !prompt, order);
   }
+  if (wave) return launch_wave_down_mma(wl, type, layout, ap, in, inter, a.y, st);
   for (const Launch& l : Span{ls, nls}) {
     if (prompt)
       launch_grouped_down_mma(l.t, type, layout, ap, in, inter, a.y, st);

@@ -16,6 +16,8 @@
 #include "kernels/cuda/matmul_mma.cuh"
 #include "kernels/cuda/matmul_mxt.cuh"
 #include "kernels/cuda/moe.cuh"
+#include "kernels/cuda/switches.hpp"
+#include "io/errors.hpp"
 
 namespace ferry::cuda {
 
@@ -372,6 +374,139 @@ void launch_grouped_down_mma(const GroupTable& t, WType type, WLayout layout, co
                              int inter, float* y, cudaStream_t st) {
   GroupTc a{t, 2, row_bytes_of(type, inter), in, inter, act, {y, nullptr}, 0, 0, 0, 0};
   launch_mma(a, type, layout, 1, st);
+}
+
+// ---- a prompt pass's wave in one launch per step (moe.cuh WaveLaunch) ----------------------------------
+namespace {
+
+// Item j of the wave: table k with start[k] <= j < start[k + 1], then that table's item j - start[k] in
+// GroupTc's decomposition (z-major, row groups, tiles). The tables are read from device memory.
+struct WaveTc {
+  const GroupTable* tabs;
+  int ntab;
+  int start[kWaveTables + 1];  // first item of each table
+  int which;
+  size_t row_bytes;
+  int rows, cols;
+  mma::XPrep xp;
+  float* y[2];
+  int ntiles;
+  int group;
+  int bm;
+  __device__ mma::Item item(int64_t j) const {
+    int lo = 0, hi = ntab;  // the last k with start[k] <= j
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) / 2;
+      if (start[mid] <= j) lo = mid; else hi = mid;
+    }
+    const GroupTable& t = tabs[lo];
+    mma::Item it;
+    const int nb = t.bstart[t.ncalls];
+    const int per_z = nb * ntiles;
+    const int rem0 = static_cast<int>(j - start[lo]);
+    it.z = rem0 / per_z;
+    const int rem = rem0 - it.z * per_z;
+    const int yb = rem / ntiles, tile = rem - yb * ntiles;
+    const int c = t.piece[yb];
+    it.c = c;
+    it.tab = lo;
+    it.r0 = (yb - t.bstart[c]) * group;
+    it.nr = min(group, t.m[c] - it.r0);
+    it.row0 = tile * bm;
+    it.nrows = min(bm, rows - it.row0);
+    it.w = t.w[c][which + it.z] + static_cast<size_t>(it.row0) * row_bytes;
+    it.k0 = 0;
+    it.k1 = cols;
+    it.part = 0;
+    it.parts = 1;
+    return it;
+  }
+  __device__ int64_t xrow(const mma::Item& it, int r) const {
+    const GroupTable& t = tabs[it.tab];
+    const int i = t.loc[it.c] + it.r0 + r;
+    return which == 0 ? static_cast<int64_t>(t.src[i]) : static_cast<int64_t>(t.base) + i;
+  }
+  __device__ float* yrow(const mma::Item& it, int r) const {
+    const GroupTable& t = tabs[it.tab];
+    const int i = t.loc[it.c] + it.r0 + r;
+    return which == 0 ? y[it.z] + (static_cast<int64_t>(t.base) + i) * rows : y[0] + static_cast<int64_t>(t.dst[i]) * rows;
+  }
+};
+
+template <class F, int S, int L, int MW>
+__global__ void __launch_bounds__(mma::kThreads, 2) wave_mma_kernel(const __grid_constant__ WaveTc a) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  mma::item_body<F, kMmaBN, S, L, MW>(a, a.item(blockIdx.x), smem);
+}
+
+template <class F, int L, int MW>
+void launch_wave_f(WaveTc& a, const WaveLaunch& w, int nz, cudaStream_t st) {
+  constexpr int S = kMmaStages;
+  constexpr size_t smem = static_cast<size_t>(mma::stage_bytes<F, kMmaBN, L, MW>()) * S;
+  static const bool once = [] {
+    FERRY_CUDA_CHECK(cudaFuncSetAttribute(wave_mma_kernel<F, S, L, MW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem)));
+    return true;
+  }();
+  (void)once;
+  a.group = kMmaBN;
+  a.bm = mma::tile_rows(MW);
+  a.ntiles = (a.rows + a.bm - 1) / a.bm;
+  int64_t items = 0;
+  for (int k = 0; k < w.n; ++k) {
+    a.start[k] = static_cast<int>(items);
+    items += static_cast<int64_t>(nz) * w.nb[k] * a.ntiles;
+  }
+  a.start[w.n] = static_cast<int>(items);
+  if (items == 0) return;
+  if (items > (int64_t{1} << 31) - 1) throw LimitError("cuda expert_ffn: " + std::to_string(items) + " items in one wave");
+  wave_mma_kernel<F, S, L, MW><<<static_cast<unsigned>(items), mma::kThreads, smem, st>>>(a);
+  FERRY_CUDA_LAUNCHED(wave_mma_kernel);
+}
+
+void launch_wave(WaveTc& a, const WaveLaunch& w, WType type, WLayout layout, int nz, cudaStream_t st) {
+  const bool l2 = a.xp.lo != nullptr;
+  const bool w2 = group_mw() == 2;
+  if (layout == WLayout::mx_tiles) {
+    using T = mxt::MxT;
+    if (l2) return w2 ? launch_wave_f<T, 2, 2>(a, w, nz, st) : launch_wave_f<T, 2, 1>(a, w, nz, st);
+    return w2 ? launch_wave_f<T, 1, 2>(a, w, nz, st) : launch_wave_f<T, 1, 1>(a, w, nz, st);
+  }
+  if (type == WType::mxfp4) {
+    if (l2) return w2 ? launch_wave_f<mma::Mx, 2, 2>(a, w, nz, st) : launch_wave_f<mma::Mx, 2, 1>(a, w, nz, st);
+    return w2 ? launch_wave_f<mma::Mx, 1, 2>(a, w, nz, st) : launch_wave_f<mma::Mx, 1, 1>(a, w, nz, st);
+  }
+  if (l2) return w2 ? launch_wave_f<mma::Q8, 2, 2>(a, w, nz, st) : launch_wave_f<mma::Q8, 2, 1>(a, w, nz, st);
+  return w2 ? launch_wave_f<mma::Q8, 1, 2>(a, w, nz, st) : launch_wave_f<mma::Q8, 1, 1>(a, w, nz, st);
+}
+
+int g_moe_wave = -1;
+
+}  // namespace
+
+bool moe_wave() {
+  static const bool env = env_switch("FERRY_MOE_WAVE", true);
+  return switch_on(g_moe_wave, env);
+}
+void moe_wave_tune(int on) { g_moe_wave = on; }
+int grouped_mma_rows() { return kMmaBN; }
+
+void tabulate_wave(GroupTable* tabs, int n, WaveLaunch& w) {
+  if (n > kWaveTables) throw LimitError("cuda expert_ffn: " + std::to_string(n) + " tables in one wave");
+  w.n = n;
+  for (int k = 0; k < n; ++k) w.nb[k] = tabulate_row_groups(tabs[k], kMmaBN);
+}
+
+void launch_wave_gate_up_mma(const WaveLaunch& w, WType type, WLayout layout, const mma::XPrep& x, int in, int inter,
+                             float* g, float* u, cudaStream_t st) {
+  WaveTc a{w.dev, w.n, {}, 0, row_bytes_of(type, in), inter, in, x, {g, u}, 0, 0, 0};
+  launch_wave(a, w, type, layout, 2, st);
+}
+
+void launch_wave_down_mma(const WaveLaunch& w, WType type, WLayout layout, const mma::XPrep& act, int in, int inter,
+                          float* y, cudaStream_t st) {
+  WaveTc a{w.dev, w.n, {}, 2, row_bytes_of(type, inter), in, inter, act, {y, nullptr}, 0, 0, 0};
+  launch_wave(a, w, type, layout, 1, st);
 }
 
 void launch_grouped_gate_up(const GroupTable& t, WType type, const float* x, int in, int inter, float* g, float* u,

@@ -20,6 +20,7 @@
 #include "kernels/cuda/kda.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/matmul_mma_launch.cuh"
+#include "kernels/cuda/moe.cuh"
 #include "kernels/cuda/row_norm.cuh"
 #include "kernels/cuda/switches.hpp"
 #include "kernels/cuda_backend.hpp"
@@ -65,7 +66,7 @@ struct DecodeOnTensorCores {
 // Every switch that changes speed only (kernels/cuda/switches.hpp, kernels/cuda/matmul.cuh): programmatic
 // launches of the small kernels, the attention and indexer kernels' wider loops, the q8_0 tiles' early
 // dependents and one-launch groups (split weights too), the one-row f32 kernel, the mxfp4 tiles' x in
-// shared memory, all on (1) or all off (0) for a scope; the defaults (each one's environment) again after
+// shared memory, a prompt pass's expert waves in one launch, all on (1) or all off (0) for a scope; the defaults (each one's environment) again after
 // it. Some are on by default, so tests compare all off with all on.
 struct AllSameBitsSwitches {
 #if FERRY_WITH_CUDA
@@ -91,6 +92,7 @@ struct AllSameBitsSwitches {
     cuda::rownorm::row_cluster_tune(on);
     cuda::rownorm::fused_add_tune(on);
     cuda::rownorm::row_reg_inputs_tune(on);
+    cuda::moe_wave_tune(on);
   }
 #endif
 };

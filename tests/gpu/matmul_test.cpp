@@ -858,7 +858,7 @@ struct FixedQ8tParts {
 // prepare_matmul_weight repacks a q8_0 weight of rows % 16 == 0 and cols % 256 == 0 in place; its matmul
 // then agrees with the CPU for every row count and split of K, in decode steps and in prompt passes, and
 // a row alone has the bits of the same row in a call of 2..40 rows (in prompt passes: of the row in a
-// pass). Other weights stay as they are.
+// pass, with one or two 16-row tiles a warp). Other weights stay as they are.
 TEST_F(Ops, Q8TilesMatmulMatchesCpuForEverySplitAndKeepsRowBits) {
 #if FERRY_WITH_CUDA
   struct Shape { int64_t rows, cols; };
@@ -914,6 +914,21 @@ TEST_F(Ops, Q8TilesMatmulMatchesCpuForEverySplitAndKeepsRowBits) {
       const auto p = get(gpu(), part.gpu(), part.g.size());
       EXPECT_LT(first_bit_diff(p.data(), pa.data() + r0 * s.rows, m * s.rows), 0) << "prompt pass rows " << r0 << "+" << m;
     }
+    // One and two 16-row tiles per warp fixed (128- and 256-row blocks; the last one partial for 48, 96 and
+    // 64 rows) give the bits of the rule's choice, whole pass and a row alone.
+    for (const int mw : {1, 2})
+      for (const auto& [r0, m] : {std::pair{0, np}, std::pair{0, int64_t{1}}, std::pair{60, int64_t{9}}}) {
+        auto fixed = poisoned_pair(static_cast<size_t>(m * s.rows));
+        {
+          PromptPass on(gpu());
+          cuda::matmul_q8t_prompt_mw_tune(mw);
+          gpu().matmul(w, xp.gpu() + r0 * s.cols, m, fixed.gpu());
+          cuda::matmul_q8t_prompt_mw_tune(-1);
+        }
+        const auto p = get(gpu(), fixed.gpu(), fixed.g.size());
+        EXPECT_LT(first_bit_diff(p.data(), pa.data() + r0 * s.rows, m * s.rows), 0)
+            << "prompt pass, " << mw << " tiles a warp, rows " << r0 << "+" << m << " " << shape;
+      }
   }
   // Shapes without whole tiles or units, and other types, keep their layout.
   for (const Weight& o : {Weight{WType::q8_0, 40, 256, nullptr}, Weight{WType::q8_0, 48, 1152, nullptr},

@@ -24,6 +24,7 @@
 #if FERRY_WITH_CUDA
 #include "kernels/cuda/cuda_backend.cuh"
 #include "kernels/cuda/matmul.cuh"
+#include "kernels/cuda/moe.cuh"
 #endif
 
 namespace ferry::test {
@@ -112,8 +113,15 @@ TEST_F(Ops, ExpertFfnPromptBatchesSplitIntoPiecesAndWavesMatchBitwise) {
 }
 
 // A prompt pass on the tensor cores (Backend::set_prompt_pass; kernels/cuda/matmul_mma.cuh): the
-// grouped kernels give the bits of the per-expert matmuls in the same pass, within tolerance of the CPU.
+// grouped kernels give the bits of the per-expert matmuls in the same pass, within tolerance of the CPU,
+// with a launch per table of pieces and with a wave's tables in one launch (cuda::moe_wave_tune; the
+// first batch has 28 pieces over 2 tables, the second a wave of 1,100 rows over 5 and a second wave).
 TEST_F(Ops, PromptPassExpertFfnOnTensorCoresMatchesPerExpertMatmulsBitwise) {
+  for (const int wave : {0, 1}) {
+  SCOPED_TRACE(wave ? "a wave per launch" : "a launch per table");
+#if FERRY_WITH_CUDA
+  cuda::moe_wave_tune(wave);
+#endif
   gpu().set_prompt_pass(true);
   std::vector<int64_t> m{18, 1, 40, 3, 70, 17, 33, 300};
   for (int i = 0; i < 20; ++i) m.push_back(1 + (i * 37) % 50);
@@ -123,7 +131,16 @@ TEST_F(Ops, PromptPassExpertFfnOnTensorCoresMatchesPerExpertMatmulsBitwise) {
               "mma q8_0 prompt");
   check_batch(gpu(), cpu(), Shape{WType::mxfp4, 3584, 3072}, {18, 2, 25}, 30, 0, all_acts()[1], 62,
               "mma K3 shape prompt");
+  std::vector<int64_t> big{300, 1, 700, 17};
+  for (int i = 0; i < 20; ++i) big.push_back(1 + (i * 37) % 90);
+  big.push_back(1100);
+  check_batch(gpu(), cpu(), Shape{WType::mxfp4, 512, 512}, big, 1200, 0, all_acts()[1], 63,
+              "mma prompt " + std::to_string(rows_of(big)) + " rows, 2 waves");
   gpu().set_prompt_pass(false);
+  }
+#if FERRY_WITH_CUDA
+  cuda::moe_wave_tune(-1);
+#endif
 }
 
 // Decode steps and verify blocks on the tensor cores (kernels/cuda/matmul_dec.cuh): the grouped kernels
