@@ -100,6 +100,9 @@ void matmul_q8t_early_tune(int on);
 // matmul_q8t.cu (2 where the call fills the SMs) or the environment's (FERRY_Q8T_PROMPT_MW). Speed only:
 // the same bits.
 void matmul_q8t_prompt_mw_tune(int mw);
+// The q8_0-tiles prompt kernel with one tile a warp, x swizzled in 256-byte rows and two blocks a SM: 1 on,
+// 0 off, -1 the environment's (FERRY_Q8T_PROMPT_SWZ, off until measured). Speed only: the same bits.
+void matmul_q8t_prompt_swz_tune(int on);
 int sm_count();  // the current device's SMs (read once)
 namespace mma {
 struct XPrep;

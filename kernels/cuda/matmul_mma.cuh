@@ -396,8 +396,8 @@ __device__ __forceinline__ void item_body(const P& p, const Item& it, uint8_t* s
     switch (ntiles) {  // the item's n8 tiles with rows: uniform over the block
       case 1: stage(std::integral_constant<int, 1>{}); break;
       case 2: stage(std::integral_constant<int, 2>{}); break;
-      case 3: stage(std::integral_constant<int, 3>{}); break;
-      case 4: stage(std::integral_constant<int, 4>{}); break;
+      case 3: if constexpr (BN >= 24) stage(std::integral_constant<int, 3>{}); break;
+      case 4: if constexpr (BN >= 32) stage(std::integral_constant<int, 4>{}); break;
       case 5: if constexpr (BN >= 40) stage(std::integral_constant<int, 5>{}); break;
       case 6: if constexpr (BN >= 48) stage(std::integral_constant<int, 6>{}); break;
       case 7: if constexpr (BN >= 56) stage(std::integral_constant<int, 7>{}); break;

@@ -8,6 +8,7 @@
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/matmul_mma_launch.cuh"
 #include "kernels/cuda/matmul_q8t.cuh"
+#include "kernels/cuda/switches.hpp"
 #include "kernels/cuda/tile_pack.cuh"
 
 namespace ferry::cuda {
@@ -82,19 +83,21 @@ void launch_n(mma::PlainTc p, cudaStream_t st) {
     dec::launch_dependent(q8t_kernel<NRA, false>, static_cast<unsigned>(items), 0, st, p);
 }
 
-template <int S, int L, int MW>
-__global__ void __launch_bounds__(mma::kThreads, 1) q8t_prompt_kernel(const __grid_constant__ mma::PlainTc p) {
+template <int S, int L, int MW, bool SW>
+__global__ void __launch_bounds__(mma::kThreads, SW ? 2 : 1) q8t_prompt_kernel(const __grid_constant__ mma::PlainTc p) {
   extern __shared__ __align__(16) uint8_t smem[];
-  prompt_body<S, L, MW>(p, p.item(blockIdx.x), smem);
+  prompt_body<S, L, MW, SW>(p, p.item(blockIdx.x), smem);
 }
 
-template <int L, int MW>
+template <int L, int MW, bool SW = false>
 void launch_prompt_l(mma::PlainTc p, cudaStream_t st) {
-  // Stages: one block of 8 warps per SM (MW 1: 171 / 185 KB; MW 2: 222 / 216 KB).
-  constexpr int S = MW == 1 ? (L == 2 ? 3 : 5) : (L == 2 ? 3 : 4);
-  constexpr size_t smem = static_cast<size_t>(prompt_stage_bytes<L, MW>()) * S;
+  // Stages: one block of 8 warps per SM (MW 1: 171 / 185 KB; MW 2: 222 / 216 KB), or with the swizzled x
+  // (MW 1 only) two blocks of 2 stages (98 / 66 KB each).
+  static_assert(!SW || MW == 1, "the swizzled x layout's two blocks a SM take one tile a warp");
+  constexpr int S = SW ? 2 : MW == 1 ? (L == 2 ? 3 : 5) : (L == 2 ? 3 : 4);
+  constexpr size_t smem = static_cast<size_t>(prompt_stage_bytes<L, MW, SW>()) * S;
   static const bool once = [] {
-    FERRY_CUDA_CHECK(cudaFuncSetAttribute(q8t_prompt_kernel<S, L, MW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    FERRY_CUDA_CHECK(cudaFuncSetAttribute(q8t_prompt_kernel<S, L, MW, SW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
     return true;
   }();
@@ -105,15 +108,15 @@ void launch_prompt_l(mma::PlainTc p, cudaStream_t st) {
   p.groups_fastest = true;  // a tile's row groups together: the tile is read from HBM once
   const int64_t items = static_cast<int64_t>(p.ntiles) * ((p.n + kPromptRows - 1) / kPromptRows);
   if (items > (int64_t{1} << 31) - 1) throw LimitError("cuda matmul: " + std::to_string(items) + " tiles in one call");
-  q8t_prompt_kernel<S, L, MW><<<static_cast<unsigned>(items), mma::kThreads, smem, st>>>(p);
+  q8t_prompt_kernel<S, L, MW, SW><<<static_cast<unsigned>(items), mma::kThreads, smem, st>>>(p);
   FERRY_CUDA_LAUNCHED(q8t_prompt_kernel);
 }
 
 // 16-row tiles per warp of the prompt kernel (speed only: the same bits). By default 2 (256-row blocks)
 // where the matrix has more than 128 rows and the call still gives every SM a block (H100, 1,024-token
 // pass of the K3.1 slice, 2026-12-06: 142.5-142.9 ms against 149.4-150.1 with 1; 12288x7168 16.6 against
-// 20.7 ms, 3584x7168 at 224 blocks 1.23 against 1.49; but 128x7168 0.66 against 0.58, one tile either way,
-// and a 16-token prompt's pass 33 against 20 ms with half the blocks), else 1. FERRY_Q8T_PROMPT_MW=1 / 2 or
+// 20.7 ms, 3584x7168 at 224 blocks 1.23 against 1.49; but 128x7168 0.66 against 0.58 and 96x7168 0.48
+// against 0.41: one tile either way, half the warps idle), else 1. FERRY_Q8T_PROMPT_MW=1 / 2 or
 // matmul_q8t_prompt_mw_tune(1 / 2) fixes it.
 int g_q8t_prompt_mw = -1;
 int q8t_prompt_mw(int64_t rows, int64_t n) {
@@ -125,6 +128,14 @@ int q8t_prompt_mw(int64_t rows, int64_t n) {
   if (fixed) return fixed;
   const int64_t blocks2 = (rows + 255) / 256 * ((n + kPromptRows - 1) / kPromptRows);
   return rows > 128 && blocks2 >= sm_count() ? 2 : 1;
+}
+
+// One tile a warp, x swizzled, two blocks a SM (prompt_x_stride; speed only, the same bits): off until
+// measured (FERRY_Q8T_PROMPT_SWZ=1 or matmul_q8t_prompt_swz_tune(1)).
+int g_q8t_prompt_swz = -1;
+bool q8t_prompt_swz() {
+  static const bool env = env_switch("FERRY_Q8T_PROMPT_SWZ", false);
+  return switch_on(g_q8t_prompt_swz, env);
 }
 
 int g_q8t_parts = -1;  // matmul_q8t_split_tune
@@ -219,6 +230,7 @@ void launch_q8t_pack(const Weight& w, void* scratch, size_t scratch_bytes, cudaS
 void matmul_q8t_split_tune(int parts) { g_q8t_parts = parts; }
 void matmul_q8t_early_tune(int on) { g_q8t_early = on; }
 void matmul_q8t_prompt_mw_tune(int mw) { g_q8t_prompt_mw = mw; }
+void matmul_q8t_prompt_swz_tune(int on) { g_q8t_prompt_swz = on; }
 
 // Measured on the H200 (MatmulBenchQ8Tiles, one row, 2026-12-02): matrices of 384 tiles (6,144 rows) and
 // more run fastest unsplit (a split only adds partials: 7168x7168 21.3 us unsplit, 25.5 in 3 parts);
@@ -293,6 +305,7 @@ void launch_matmul_q8t_prompt(const Weight& w, const mma::XPrep& xp, int64_t n, 
   mma::PlainTc p{static_cast<const uint8_t*>(w.data), w.row_bytes(), static_cast<int>(w.rows),
                  static_cast<int>(w.cols), xp, y, n, 0, 0, 0};
   if (n > (int64_t{1} << 30)) throw LimitError("cuda matmul: " + std::to_string(n) + " rows in one call");
+  if (q8t_prompt_swz()) return xp.lo ? launch_prompt_l<2, 1, true>(p, st) : launch_prompt_l<1, 1, true>(p, st);
   const bool mw2 = q8t_prompt_mw(w.rows, n) == 2;
   if (xp.lo) return mw2 ? launch_prompt_l<2, 2>(p, st) : launch_prompt_l<2, 1>(p, st);
   mw2 ? launch_prompt_l<1, 2>(p, st) : launch_prompt_l<1, 1>(p, st);

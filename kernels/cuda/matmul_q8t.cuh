@@ -178,18 +178,26 @@ constexpr int kPromptRows = 64;  // activation rows per group
 constexpr int kPromptK = mma::kK;  // 128 columns per stage
 constexpr int kPromptWarpBytes = 4 * 512 + 8 * 16;  // a warp's 16-row tile per stage: quants, scales
 constexpr int kPromptXStride = kPromptK * 2 + 64;  // bytes per (level, row) of x in a stage
+// SW: x rows of 256 bytes (no pad) with their 16-byte chunks swizzled: chunk c of row r at c ^ 4 (r & 1), so
+// a quarter warp's reads (rows g, g + 1 at chunks 4b + t) still hit 8 different 16-byte bank groups. Its
+// stages are 50 KB (MW = 1): two blocks a SM with 2 stages each (`FERRY_Q8T_PROMPT_SWZ=1`; not measured).
+template <bool SW>
+__host__ __device__ constexpr int prompt_x_stride() {
+  return SW ? kPromptK * 2 : kPromptXStride;
+}
 
 // MW: 16-row tiles per warp (1: 128 weight rows a block; 2: 256, each B fragment read from shared memory
 // then serves two tiles' mma). The order of every output's operations is the same for both.
-template <int L, int MW>
+template <int L, int MW, bool SW = false>
 __host__ __device__ constexpr int prompt_stage_bytes() {
-  return mma::kWarps * MW * kPromptWarpBytes + L * kPromptRows * kPromptXStride;
+  return mma::kWarps * MW * kPromptWarpBytes + L * kPromptRows * prompt_x_stride<SW>();
 }
 
-template <int S, int L, int MW, class P>
+template <int S, int L, int MW, bool SW, class P>
 __device__ __forceinline__ void prompt_body(const P& p, const mma::Item& it, uint8_t* smem) {
   constexpr int BN = kPromptRows;
-  constexpr int SB = prompt_stage_bytes<L, MW>();
+  constexpr int SB = prompt_stage_bytes<L, MW, SW>();
+  constexpr int XS = prompt_x_stride<SW>();
   constexpr int kThr = mma::kThreads;
   constexpr int kTiles = mma::kWarps * MW;                               // 16-row tiles a block
   constexpr int kWG = kPromptWarpBytes / 16;                             // 136 granules per 16-row tile
@@ -227,7 +235,8 @@ __device__ __forceinline__ void prompt_body(const P& p, const mma::Item& it, uin
     xsrc[k] = r < it.nr ? p.xp.hi + xrow[r] * p.xp.stride + xq * 8 : nullptr;
   }
   const int64_t lo_off = L == 2 ? p.xp.lo - p.xp.hi : 0;  // elements from a row's hi to its lo
-  const int xdst0 = xr0 * kPromptXStride + xq * 16;
+  // (SW: rows xr0 + 16 k and BN + those all have row xr0's parity.)
+  const int xdst0 = xr0 * XS + (SW ? xq ^ (4 * (xr0 & 1)) : xq) * 16;
   auto load = [&](int st, int c) {
     uint8_t* base = smem + st * SB;
     const size_t unit = static_cast<size_t>(c >> 1) * kUnitBytes;
@@ -244,7 +253,7 @@ __device__ __forceinline__ void prompt_body(const P& p, const mma::Item& it, uin
 #pragma unroll
       for (int k = 0; k < kXR; ++k)
         if (xsrc[k])
-          cp_async16(xs + (lv * BN + k * (kThr / (kPromptK / 8))) * kPromptXStride,
+          cp_async16(xs + (lv * BN + k * (kThr / (kPromptK / 8))) * XS,
                      xsrc[k] + lv * lo_off + static_cast<int64_t>(c) * kPromptK);
   };
   float acc[MW][BN / 8][4];
@@ -270,7 +279,8 @@ __device__ __forceinline__ void prompt_body(const P& p, const mma::Item& it, uin
     if (!active) continue;
     const uint8_t* base = smem + (c % S) * SB;
     const uint8_t* ws = base + warp * MW * kPromptWarpBytes;
-    const uint8_t* xs = base + kTiles * kPromptWarpBytes + g * kPromptXStride + 16 * t;
+    const uint8_t* xs = base + kTiles * kPromptWarpBytes + g * XS + 16 * t;
+    const int xb = SW ? g & 1 : 0;  // block b's chunks are at 64 (b ^ xb) + 16 t of the row
     // The stage against NJ n8 tiles: per quant block every B fragment is read first, then the mma run
     // level by level and k16 step by step over all NJ tiles, so the NJ accumulators' chains issue back to
     // back instead of each mma waiting on its predecessor's result (one tile a warp: the whole stage is one
@@ -280,7 +290,7 @@ __device__ __forceinline__ void prompt_body(const P& p, const mma::Item& it, uin
       constexpr int NJ = decltype(nj)::value;
       // Two tiles a warp: one quant block at a time (unrolled, the compiler keeps several blocks' A
       // fragments live and spills).
-#pragma unroll(MW == 1 ? 4 : 1)
+#pragma unroll(MW == 1 && !SW ? 4 : 1)
       for (int b = 0; b < 4; ++b) {
         uint32_t a[MW][2][4];
         float2 d[MW];
@@ -309,7 +319,7 @@ __device__ __forceinline__ void prompt_body(const P& p, const mma::Item& it, uin
           uint4 bx[NJ];
 #pragma unroll
           for (int j = 0; j < NJ; ++j)
-            bx[j] = *reinterpret_cast<const uint4*>(xs + (lv * BN + 8 * j) * kPromptXStride + b * 64);
+            bx[j] = *reinterpret_cast<const uint4*>(xs + (lv * BN + 8 * j) * XS + (b ^ xb) * 64);
 #pragma unroll
           for (int m = 0; m < MW; ++m)
 #pragma unroll

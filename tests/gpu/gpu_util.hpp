@@ -65,9 +65,10 @@ struct DecodeOnTensorCores {
 
 // Every switch that changes speed only (kernels/cuda/switches.hpp, kernels/cuda/matmul.cuh): programmatic
 // launches of the small kernels, the attention and indexer kernels' wider loops, the q8_0 tiles' early
-// dependents and one-launch groups (split weights too), the one-row f32 kernel, the mxfp4 tiles' x in
-// shared memory, a prompt pass's expert waves in one launch, all on (1) or all off (0) for a scope; the defaults (each one's environment) again after
-// it. Some are on by default, so tests compare all off with all on.
+// dependents, one-launch groups (split weights too) and swizzled prompt x, the one-row f32 kernel, the
+// mxfp4 tiles' x in shared memory, a prompt pass's expert waves in one launch, the delta rule's and the
+// norms' variants, all on (1) or all off (0) for a scope; the defaults (each one's environment) again
+// after it. Some are on by default, so tests compare all off with all on.
 struct AllSameBitsSwitches {
 #if FERRY_WITH_CUDA
   explicit AllSameBitsSwitches(int on = 1) { set(on); }
@@ -75,6 +76,7 @@ struct AllSameBitsSwitches {
   static void set(int on) {
     cuda::launch_pdl_tune(on);
     cuda::matmul_q8t_early_tune(on);
+    cuda::matmul_q8t_prompt_swz_tune(on);
     cuda::matmul_group_launch_tune(on);
     cuda::matmul_group_split_tune(on);
     cuda::matmul_mxt_xsmem_tune(on);

@@ -915,19 +915,23 @@ TEST_F(Ops, Q8TilesMatmulMatchesCpuForEverySplitAndKeepsRowBits) {
       EXPECT_LT(first_bit_diff(p.data(), pa.data() + r0 * s.rows, m * s.rows), 0) << "prompt pass rows " << r0 << "+" << m;
     }
     // One and two 16-row tiles per warp fixed (128- and 256-row blocks; the last one partial for 48, 96 and
-    // 64 rows) give the bits of the rule's choice, whole pass and a row alone.
-    for (const int mw : {1, 2})
+    // 64 rows), and one with the swizzled x, give the bits of the rule's choice, whole pass and a row alone.
+    // mw 3 stands for one tile a warp with x swizzled and two blocks a SM (matmul_q8t_prompt_swz_tune).
+    for (const int mw : {1, 2, 3})
       for (const auto& [r0, m] : {std::pair{0, np}, std::pair{0, int64_t{1}}, std::pair{60, int64_t{9}}}) {
         auto fixed = poisoned_pair(static_cast<size_t>(m * s.rows));
         {
           PromptPass on(gpu());
-          cuda::matmul_q8t_prompt_mw_tune(mw);
+          cuda::matmul_q8t_prompt_mw_tune(mw == 3 ? 1 : mw);
+          cuda::matmul_q8t_prompt_swz_tune(mw == 3 ? 1 : 0);
           gpu().matmul(w, xp.gpu() + r0 * s.cols, m, fixed.gpu());
           cuda::matmul_q8t_prompt_mw_tune(-1);
+          cuda::matmul_q8t_prompt_swz_tune(-1);
         }
         const auto p = get(gpu(), fixed.gpu(), fixed.g.size());
         EXPECT_LT(first_bit_diff(p.data(), pa.data() + r0 * s.rows, m * s.rows), 0)
-            << "prompt pass, " << mw << " tiles a warp, rows " << r0 << "+" << m << " " << shape;
+            << "prompt pass, " << (mw == 3 ? "swizzled x, 1" : std::to_string(mw)) << " tiles a warp, rows " << r0
+            << "+" << m << " " << shape;
       }
   }
   // Shapes without whole tiles or units, and other types, keep their layout.
