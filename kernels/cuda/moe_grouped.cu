@@ -242,20 +242,27 @@ void launch_mma_f(GroupTc& a, int nz, cudaStream_t st) {
   FERRY_CUDA_LAUNCHED(grouped_mma_kernel);
 }
 
-void launch_mma(GroupTc& a, WType type, WLayout layout, int nz, cudaStream_t st) {
-  const bool l2 = a.xp.lo != nullptr;
+// Calls fn(F{}, levels, tile rows) with the prompt kernels' fragment format F of the batch's weights (the
+// mxfp4 tiles of matmul_mxt.cuh, mxfp4 rows or q8_0 rows: the same bits for tiles and rows), x's levels
+// (2: hi + lo, 1: hi only) and MW (group_mw()) as std::integral_constant.
+template <class Fn>
+void with_mma_format(WType type, WLayout layout, bool l2, Fn&& fn) {
+  using One = std::integral_constant<int, 1>;
+  using Two = std::integral_constant<int, 2>;
   const bool w2 = group_mw() == 2;
-  if (layout == WLayout::mx_tiles) {  // the same kernel on the mxfp4 tiles (matmul_mxt.cuh): same bits
-    using T = mxt::MxT;
-    if (l2) return w2 ? launch_mma_f<T, 2, 2>(a, nz, st) : launch_mma_f<T, 2, 1>(a, nz, st);
-    return w2 ? launch_mma_f<T, 1, 2>(a, nz, st) : launch_mma_f<T, 1, 1>(a, nz, st);
-  }
-  if (type == WType::mxfp4) {
-    if (l2) return w2 ? launch_mma_f<mma::Mx, 2, 2>(a, nz, st) : launch_mma_f<mma::Mx, 2, 1>(a, nz, st);
-    return w2 ? launch_mma_f<mma::Mx, 1, 2>(a, nz, st) : launch_mma_f<mma::Mx, 1, 1>(a, nz, st);
-  }
-  if (l2) return w2 ? launch_mma_f<mma::Q8, 2, 2>(a, nz, st) : launch_mma_f<mma::Q8, 2, 1>(a, nz, st);
-  return w2 ? launch_mma_f<mma::Q8, 1, 2>(a, nz, st) : launch_mma_f<mma::Q8, 1, 1>(a, nz, st);
+  auto levels = [&](auto f) {
+    if (l2) return w2 ? fn(f, Two{}, Two{}) : fn(f, Two{}, One{});
+    return w2 ? fn(f, One{}, Two{}) : fn(f, One{}, One{});
+  };
+  if (layout == WLayout::mx_tiles) return levels(mxt::MxT{});
+  if (type == WType::mxfp4) return levels(mma::Mx{});
+  levels(mma::Q8{});
+}
+
+void launch_mma(GroupTc& a, WType type, WLayout layout, int nz, cudaStream_t st) {
+  with_mma_format(type, layout, a.xp.lo != nullptr, [&](auto f, auto l, auto mw) {
+    launch_mma_f<decltype(f), decltype(l)::value, decltype(mw)::value>(a, nz, st);
+  });
 }
 
 // Decode steps and verify blocks on the tensor cores (matmul_dec.cuh), on GroupTc with row groups of NRA
@@ -465,19 +472,9 @@ void launch_wave_f(WaveTc& a, const WaveLaunch& w, int nz, cudaStream_t st) {
 }
 
 void launch_wave(WaveTc& a, const WaveLaunch& w, WType type, WLayout layout, int nz, cudaStream_t st) {
-  const bool l2 = a.xp.lo != nullptr;
-  const bool w2 = group_mw() == 2;
-  if (layout == WLayout::mx_tiles) {
-    using T = mxt::MxT;
-    if (l2) return w2 ? launch_wave_f<T, 2, 2>(a, w, nz, st) : launch_wave_f<T, 2, 1>(a, w, nz, st);
-    return w2 ? launch_wave_f<T, 1, 2>(a, w, nz, st) : launch_wave_f<T, 1, 1>(a, w, nz, st);
-  }
-  if (type == WType::mxfp4) {
-    if (l2) return w2 ? launch_wave_f<mma::Mx, 2, 2>(a, w, nz, st) : launch_wave_f<mma::Mx, 2, 1>(a, w, nz, st);
-    return w2 ? launch_wave_f<mma::Mx, 1, 2>(a, w, nz, st) : launch_wave_f<mma::Mx, 1, 1>(a, w, nz, st);
-  }
-  if (l2) return w2 ? launch_wave_f<mma::Q8, 2, 2>(a, w, nz, st) : launch_wave_f<mma::Q8, 2, 1>(a, w, nz, st);
-  return w2 ? launch_wave_f<mma::Q8, 1, 2>(a, w, nz, st) : launch_wave_f<mma::Q8, 1, 1>(a, w, nz, st);
+  with_mma_format(type, layout, a.xp.lo != nullptr, [&](auto f, auto l, auto mw) {
+    launch_wave_f<decltype(f), decltype(l)::value, decltype(mw)::value>(a, w, nz, st);
+  });
 }
 
 int g_moe_wave = -1;
