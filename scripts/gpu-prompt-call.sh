@@ -3,7 +3,8 @@
 # carry [".bundle"]): scripts/gpu-prompt-pass.sh (the GPU tests, memcheck over MEMCHECK_FILTER, the 1,024-token
 # pass of the K3.1 slice per arm in ARMS, op profiles of PROFILE_ARMS), then, on the same slice:
 #   PNCU=REGEX  Nsight Compute (full set) of the first launch of the kernels matching REGEX in that pass:
-#               $OUT/pncu-details.txt (PNCU_KEEP=1 also returns the report, pncu.ncu-rep);
+#               $OUT/pncu-details.txt and the warp stall reasons, $OUT/pncu-stalls.txt (PNCU_KEEP=1 also
+#               returns the report, pncu.ncu-rep);
 #   DECODE_REF=HASH  the resident decode (gpu-decode.sh, arm auto, one run) with its logits compared to HASH
 #               (a file in the tree): the prompt-pass work must leave decode's bits alone.
 set -uo pipefail
@@ -19,6 +20,10 @@ if [ -n "${PNCU:-}" ] && command -v ncu > /dev/null; then
     "$B/bin/ferry" run -m "$M" --backend cuda --prompt-ids "$IDS" -n 1 --ignore-eos > "$OUT/pncu-run.log" 2>&1
   echo "ncu exit $?"
   ncu -i "$OUT/pncu.ncu-rep" --page details > "$OUT/pncu-details.txt" 2>&1
+  # The warp stall reasons (the details page gives none): cycles per issued instruction by reason.
+  ncu -i "$OUT/pncu.ncu-rep" --page raw 2>&1 | grep -E "average_warps_issue_stalled_[a-z_]+_per_issue_active" |
+    sort -k3 -g -r | head -14 > "$OUT/pncu-stalls.txt"
+  cat "$OUT/pncu-stalls.txt"
   # The report itself (several MB) only with PNCU_KEEP=1: the CLI's source page gave no per-line metrics.
   [ "${PNCU_KEEP:-0}" = 1 ] || rm -f "$OUT/pncu.ncu-rep"
   grep -E 'Duration|Issued Warp|No Eligible|Warp Cycles Per Issued|Registers Per|Achieved Occ|Stall|stall' "$OUT/pncu-details.txt" | head -30

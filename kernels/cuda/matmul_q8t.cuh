@@ -163,11 +163,12 @@ __device__ __forceinline__ void item_body(const P& p, const mma::Item& it) {
 // ---- prompt passes ------------------------------------------------------------------------------------
 // A prompt pass's rows are many, so the weights are read once per group of kPromptRows activation rows
 // and the kernel is bound by the tensor cores, not by HBM: as the prompt kernel of matmul_mma.cuh (whose
-// loop this follows), a thread block of 8 warps computes 8 consecutive 16-row tiles (128 weight rows)
-// against a group of kPromptRows rows, in stages of 128 columns (half a unit: 4 quant blocks) that
-// cp.async copies into shared memory: each warp's 4 blocks of A fragments (2,048 bytes, contiguous in
-// the tile) and their scales (8 x 16 bytes), and the group's hi / lo x columns (rows padded to 320 bytes:
-// a lane's 16-byte read of row g at column 8t is then free of bank conflicts). Per quant block a lane
+// loop this follows), a thread block of 8 warps computes 8 MW consecutive 16-row tiles (MW = 1 or 2 a
+// warp: 128 or 256 weight rows) against a group of kPromptRows rows, in stages of 128 columns (half a
+// unit: 4 quant blocks) that cp.async copies into shared memory: each tile's 4 blocks of A fragments
+// (2,048 bytes, contiguous in the tile) and their scales (8 x 16 bytes), and the group's hi / lo x columns
+// (rows padded to 320 bytes, or 256-byte rows with swizzled chunks (SW): a lane's 16-byte read of row g at
+// column 8t is then free of bank conflicts). Per quant block a lane
 // reads its A fragments (one 16-byte read), and per n8 tile of 8 activation rows and level its B
 // fragments of both k16 steps (one 16-byte read: x's natural columns 8t .. 8t + 7, the layout's
 // permutation of k).
