@@ -12,7 +12,8 @@ source "$(dirname "$0")/gpu-env.sh"
 exec > >(tee "$OUT/prompt-call.log") 2>&1
 KEEP_SLICE=1 bash "$(dirname "$0")/gpu-prompt-pass.sh" > /dev/null 2>&1
 echo "gpu-prompt-pass exit $?"
-grep -vE '^\[gpu-op\]' "$OUT/prompt-pass.log" | grep -E 'PASSED|FAILED|memcheck exit|prompt_s|identical|differ|must be|ops: busy|^  [a-z]|prompt pass of' | head -90
+grep -vE '^\[gpu-op\]' "$OUT/prompt-pass.log" |
+  grep -E 'PASSED|FAILED|memcheck exit|prompt_s|identical|differ|must be|ops: busy|^  [a-z]|prompt pass of|^\[(q8tp|bench)\]' | head -120
 M=/dev/shm/ferry/model
 if [ -n "${PNCU:-}" ] && command -v ncu > /dev/null; then
   IDS=$(python3 -c "import random; random.seed(7); print(','.join(str(random.randrange(0, 1024)) for _ in range(${NPROMPT:-1024})))")

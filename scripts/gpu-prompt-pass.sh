@@ -25,6 +25,7 @@ if [ "${TESTS:-1}" = 1 ]; then
   echo "gpu tests exit $?"
   grep -E '^\[gpu-op\] (mma e \[118|mma .*1024|mma prompt|mma q8_0 prompt|mma K3|rmsnorm|l2norm|add_rows|kda|block of)' "$R/gpu_tests.log" | head -60
   grep -E '^\[  (FAILED|PASSED) +\]|tests? ran|Failure' "$R/gpu_tests.log" | head -30
+  grep -E '^\[(q8tp|bench)\]' "$R/gpu_tests.log" | head -60  # the kernel benchmarks, when TEST_FILTER takes them
 fi
 if [ "${MEMCHECK:-1}" = 1 ] && command -v compute-sanitizer > /dev/null; then
   stamp "memcheck"

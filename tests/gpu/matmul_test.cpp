@@ -1097,6 +1097,43 @@ TEST_F(Ops, MatmulBenchQ8Tiles) {
 #endif
 }
 
+// The q8_0 tiles' prompt kernel (a prompt pass's spine matmuls, x prepared per call as in the pass) for the
+// K3.1 slice's prompt shapes at 1,024 rows, per variant: the rule's choice, one or two 16-row tiles a warp,
+// and the swizzled x with two blocks a SM; TFLOP/s of the matmul's own FLOPs (2 rows cols n; the tensor
+// cores do twice that: hi and lo). Speed only: every variant has the same bits (Q8Tiles test above).
+TEST_F(Ops, MatmulBenchQ8TilesPromptPass) {
+#if FERRY_WITH_CUDA
+  auto& be = gpu();
+  constexpr int64_t n = 1024;
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{12288, 7168}, {33792, 7168}, {7168, 12288},
+                                   {7168, 33792}, {3584, 7168}, {1536, 7168}, {128, 7168}, {18432, 1536}}) {
+    const auto bytes = random_weight(WType::q8_0, rows, cols, 19);
+    Weight w{WType::q8_0, rows, cols, be.alloc(bytes.size())};
+    be.upload(const_cast<void*>(w.data), bytes.data(), bytes.size());
+    be.prepare_matmul_weight(w);
+    ASSERT_EQ(w.layout, WLayout::q8_tiles);
+    const auto xv = random_floats(static_cast<size_t>(n * cols), 20);
+    Buf x(be, xv.size()), y(be, static_cast<size_t>(n * rows));
+    be.upload(x, xv.data(), xv.size() * 4);
+    struct Arm { const char* name; int mw, swz; };
+    for (const Arm arm : {Arm{"rule", -1, 0}, Arm{"mw1", 1, 0}, Arm{"mw2", 2, 0}, Arm{"swizzled", 1, 1}}) {
+      cuda::matmul_q8t_prompt_mw_tune(arm.mw);
+      cuda::matmul_q8t_prompt_swz_tune(arm.swz);
+      PromptPass on(be);
+      const double t = time_calls(be, [&](int) { be.matmul(w, x.get(), n, y.get()); }, 8, 2, false);
+      std::printf("[q8tp] q8_0 %5lldx%-5lld n=%lld %-8s %9.1f us %6.1f TFLOP/s\n", static_cast<long long>(rows),
+                  static_cast<long long>(cols), static_cast<long long>(n), arm.name, t * 1e6,
+                  2.0 * rows * cols * n / t / 1e12);
+    }
+    cuda::matmul_q8t_prompt_mw_tune(-1);
+    cuda::matmul_q8t_prompt_swz_tune(-1);
+    be.release(const_cast<void*>(w.data));
+  }
+#else
+  GTEST_SKIP() << "no CUDA back-end in this build";
+#endif
+}
+
 // Backend::rmsnorm_kept / attn_res_norm: the norm's launch also prepares its output for the decode
 // matmuls (CUDA, rows of up to 8,192), or the first matmul of the kept x prepares it (longer rows), and
 // every matmul of x until drop_x reads that preparation. Every output has the bits of the unfused ops

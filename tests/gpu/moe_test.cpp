@@ -17,6 +17,8 @@
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
+#include <random>
 
 #include "io/errors.hpp"
 #include "tests/gpu/gpu_util.hpp"
@@ -452,6 +454,65 @@ TEST_F(Ops, MoeBenchExpertBatchMxTiles) {
     cuda::matmul_mxt_set_tune(0);
     cuda::matmul_mxt_xsmem_tune(-1);
   }
+#else
+  GTEST_SKIP() << "no CUDA back-end in this build";
+#endif
+}
+
+// A prompt pass's routed experts at the K3.1 slice's shape (1,024 tokens x 16 experts over 896 experts of
+// 3072x3584 mxfp4 tiles, 18 rows each; 32 distinct weight sets cycled, 560 MB, so the weights come from
+// HBM), device time per expert_ffn with a wave of tables per launch and with a launch per table
+// (moe_wave_tune), and with 256-row expert tiles (FERRY_MMA_GROUP_MW is read once per process: run with it
+// set for that arm). TFLOP/s of the experts' own FLOPs (the tensor cores do twice that: hi and lo).
+TEST_F(Ops, MoeBenchPromptPassExpertWave) {
+#if FERRY_WITH_CUDA
+  const Shape s{WType::mxfp4, 3584, 3072};
+  constexpr int kDistinct = 32, kExperts = 896;
+  constexpr int64_t kTokens = 1024, kRows = 18;
+  RandomExperts ex(gpu(), s.t, kDistinct, s.in, s.inter, 90);
+  ex.prepare_resident();
+  std::mt19937 rng(91);
+  std::vector<int32_t> tokens(kTokens);
+  std::iota(tokens.begin(), tokens.end(), 0);
+  Batch b;
+  int32_t slot = 0;
+  for (int e = 0; e < kExperts; ++e) {
+    std::shuffle(tokens.begin(), tokens.end(), rng);
+    std::vector<int32_t> r(tokens.begin(), tokens.begin() + kRows), d(kRows);
+    std::iota(d.begin(), d.end(), slot);
+    slot += static_cast<int32_t>(kRows);
+    b.add(ex[static_cast<size_t>(e % kDistinct)], std::move(r), std::move(d));
+  }
+  auto x = both(random_floats(static_cast<size_t>(kTokens * s.in), 92));
+  Buf y(gpu(), static_cast<size_t>(slot) * static_cast<size_t>(s.in));
+  const auto a = args_for(b.bind(), x.gpu(), kTokens, y, slot, s, all_acts()[1]);
+  const double flop = 2.0 * 3 * static_cast<double>(s.in) * static_cast<double>(s.inter) * slot;
+  auto& cb = static_cast<cuda::CudaBackend&>(gpu());
+  gpu().set_prompt_pass(true);
+  for (const int wave : {1, 0, 1, 0}) {
+    cuda::moe_wave_tune(wave);
+    for (int i = 0; i < 2; ++i) gpu().expert_ffn(a);
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    std::vector<double> t;
+    for (int rep = 0; rep < 3; ++rep) {
+      cudaEventRecord(e0, cb.stream());
+      for (int i = 0; i < 3; ++i) gpu().expert_ffn(a);
+      cudaEventRecord(e1, cb.stream());
+      cudaEventSynchronize(e1);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      t.push_back(ms * 1e-3 / 3);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    std::sort(t.begin(), t.end());
+    std::printf("[bench] prompt pass experts (%d x 18 rows, 3072x3584 mxfp4 tiles), %s: %8.2f ms %6.1f TFLOP/s\n",
+                kExperts, wave ? "a wave per launch" : "a launch per table", t[1] * 1e3, flop / t[1] / 1e12);
+  }
+  cuda::moe_wave_tune(-1);
+  gpu().set_prompt_pass(false);
 #else
   GTEST_SKIP() << "no CUDA back-end in this build";
 #endif
