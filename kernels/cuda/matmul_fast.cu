@@ -33,7 +33,6 @@ __global__ void __launch_bounds__(kTileRows / kO * 32, min_blocks<F, NR>())
 int g_spread = 0;  // matmul_fast_tune: 0 = default, 1 = one item per block, 2 = a grid of resident blocks
 int g_depth = 0;   // 0 = default, 1 = deep, 2 = shallow
 
-
 }  // namespace
 
 int sm_count() {

@@ -212,13 +212,13 @@ void ffn_wave_tc(CudaBackend& be, const ExpertFfnArgs& a, const Launch* ls, size
     tabulate_wave(tabs.data(), static_cast<int>(nls), wl);
     wl.dev = static_cast<const GroupTable*>(be.stage(CudaBackend::kMoeTabs, tabs.data(), nls * sizeof(GroupTable)));
     launch_wave_gate_up_mma(wl, type, layout, xp, in, inter, s.g, s.u, st);
-  }
-  for (const Launch& l : Span{ls, nls}) {
-    if (wave) break;
-    if (prompt)
-      launch_grouped_gate_up_mma(l.t, type, layout, xp, in, inter, s.g, s.u, st);
-    else
-      launch_grouped_gate_up_dec(l.t, type, layout, xp, in, inter, s.g, s.u, st);
+  } else {
+    for (const Launch& l : Span{ls, nls}) {
+      if (prompt)
+        launch_grouped_gate_up_mma(l.t, type, layout, xp, in, inter, s.g, s.u, st);
+      else
+        launch_grouped_gate_up_dec(l.t, type, layout, xp, in, inter, s.g, s.u, st);
+    }
   }
   // The activation and its preparation for the down projections in one launch (prep_gate), or one each.
   const XOrder order = x_order(type, prompt, layout);

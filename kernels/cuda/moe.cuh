@@ -49,8 +49,8 @@ void launch_grouped_gate_up_mma(const GroupTable& t, WType type, WLayout layout,
 void launch_grouped_down_mma(const GroupTable& t, WType type, WLayout layout, const mma::XPrep& act, int in,
                              int inter, float* y, cudaStream_t st);
 // A prompt pass's wave of launches (tables tabs[0, n), host copies; one launch each for gate / up and for
-// down instead of one per table): tabulate_wave tabulates the tables' row groups (grouped_mma_rows() rows
-// each) into w, the caller copies the tables to device memory (w.dev), and every item of every table is
+// down instead of one per table): tabulate_wave tabulates the tables' row groups (the prompt kernels' group
+// of rows) into w, the caller copies the tables to device memory (w.dev), and every item of every table is
 // one block of one grid, tables in order. Each item's arithmetic is the per-table launch's, so
 // the same bits; the grid's last partial wave of blocks comes once per wave instead of once per table.
 constexpr int kWaveTables = 128;  // tables a wave can hold: 2,048 rows in pieces of 1 row, 16 a table
@@ -68,7 +68,6 @@ void launch_wave_down_mma(const WaveLaunch& w, WType type, WLayout layout, const
 // a launch per table (the same bits).
 bool moe_wave();
 void moe_wave_tune(int on);
-int grouped_mma_rows();  // activation rows per row group of the prompt kernels (kMmaBN)
 
 // And outside prompt passes (decode steps, verify blocks), on matmul_dec.cuh's kernel (rows) or
 // matmul_mxt.cuh's (mxfp4 tiles): the bits of CudaBackend::matmul on each expert's weight.

@@ -169,9 +169,42 @@ int group_mw() {
 }
 constexpr int kMmaStages = 3;
 
-// Both tensor-core paths' grouped problem: item j = (z, row group of `group` rows of a piece, weight tile
-// of bm rows), z-major as GroupArgs. x rows are prepared rows: gate / up read the layer input's (t.src),
-// down the wave's intermediate (base + i).
+// Item j of table t (nb row groups, tiles of bm rows: ntiles a matrix of `rows` x `cols`): (z, row group of
+// `group` rows of a piece, weight tile), z-major as GroupArgs; the weight of z is t.w[piece][which + z].
+__device__ __forceinline__ mma::Item table_item(const GroupTable& t, int64_t j, int nb, int ntiles, int group, int bm,
+                                                int rows, int cols, int which, size_t row_bytes) {
+  mma::Item it;
+  const int64_t per_z = static_cast<int64_t>(nb) * ntiles;
+  it.z = static_cast<int>(j / per_z);
+  const int rem = static_cast<int>(j - it.z * per_z);
+  const int yb = rem / ntiles, tile = rem - yb * ntiles;
+  const int c = t.piece[yb];
+  it.c = c;
+  it.r0 = (yb - t.bstart[c]) * group;
+  it.nr = min(group, t.m[c] - it.r0);
+  it.row0 = tile * bm;
+  it.nrows = min(bm, rows - it.row0);
+  it.w = t.w[c][which + it.z] + static_cast<size_t>(it.row0) * row_bytes;
+  it.k0 = 0;
+  it.k1 = cols;
+  it.part = 0;
+  it.parts = 1;  // expert weights are never split (moe.cu runs a batch with a split weight per expert)
+  return it;
+}
+
+// Row r of item it of table t: x rows are prepared rows (gate / up: the layer input's, t.src; down: the
+// wave's intermediate, base + i); outputs go to g / u at base + i (gate / up) or to y at t.dst (down).
+__device__ __forceinline__ int64_t table_xrow(const GroupTable& t, int which, const mma::Item& it, int r) {
+  const int i = t.loc[it.c] + it.r0 + r;
+  return which == 0 ? static_cast<int64_t>(t.src[i]) : static_cast<int64_t>(t.base) + i;
+}
+__device__ __forceinline__ float* table_yrow(const GroupTable& t, int which, float* const y[2], int rows,
+                                             const mma::Item& it, int r) {
+  const int i = t.loc[it.c] + it.r0 + r;
+  return which == 0 ? y[it.z] + (static_cast<int64_t>(t.base) + i) * rows : y[0] + static_cast<int64_t>(t.dst[i]) * rows;
+}
+
+// Both tensor-core paths' grouped problem: one table's items (table_item). x rows are prepared rows.
 struct GroupTc {
   GroupTable t;
   int which;
@@ -183,33 +216,10 @@ struct GroupTc {
   int group;  // activation rows per item: kMmaBN (prompt passes) or the decode kernel's NRA
   int bm;     // weight rows per tile: mma::tile_rows(MW) (prompt passes) or dec::kRows
   __device__ mma::Item item(int64_t j) const {
-    mma::Item it;
-    const int64_t per_z = static_cast<int64_t>(nb) * ntiles;
-    it.z = static_cast<int>(j / per_z);
-    const int rem = static_cast<int>(j - it.z * per_z);
-    const int yb = rem / ntiles, tile = rem - yb * ntiles;
-    const int c = t.piece[yb];
-    it.c = c;
-    it.r0 = (yb - t.bstart[c]) * group;
-    it.nr = min(group, t.m[c] - it.r0);
-    it.row0 = tile * bm;
-    it.nrows = min(bm, rows - it.row0);
-    it.w = t.w[c][which + it.z] + static_cast<size_t>(it.row0) * row_bytes;
-    it.k0 = 0;
-    it.k1 = cols;
-    it.part = 0;
-    it.parts = 1;  // expert weights are never split (moe.cu runs a batch with a split weight per expert)
-    return it;
+    return table_item(t, j, nb, ntiles, group, bm, rows, cols, which, row_bytes);
   }
-  __device__ int64_t xrow(const mma::Item& it, int r) const {
-    const int i = t.loc[it.c] + it.r0 + r;
-    return which == 0 ? static_cast<int64_t>(t.src[i]) : static_cast<int64_t>(t.base) + i;
-  }
-  __device__ float* yrow(const mma::Item& it, int r) const {
-    const int i = t.loc[it.c] + it.r0 + r;
-    return which == 0 ? y[it.z] + (static_cast<int64_t>(t.base) + i) * rows
-                      : y[0] + static_cast<int64_t>(t.dst[i]) * rows;
-  }
+  __device__ int64_t xrow(const mma::Item& it, int r) const { return table_xrow(t, which, it, r); }
+  __device__ float* yrow(const mma::Item& it, int r) const { return table_yrow(t, which, y, rows, it, r); }
   // No split K (dec::item_body needs the names).
   __device__ float* part_row(const mma::Item&, int, int) const { return nullptr; }
   __device__ int* counter(const mma::Item&) const { return nullptr; }
@@ -386,8 +396,8 @@ void launch_grouped_down_mma(const GroupTable& t, WType type, WLayout layout, co
 // ---- a prompt pass's wave in one launch per step (moe.cuh WaveLaunch) ----------------------------------
 namespace {
 
-// Item j of the wave: table k with start[k] <= j < start[k + 1], then that table's item j - start[k] in
-// GroupTc's decomposition (z-major, row groups, tiles). The tables are read from device memory.
+// Item j of the wave: table k with start[k] <= j < start[k + 1], then that table's item j - start[k]
+// (table_item, as GroupTc). The tables are read from device memory.
 struct WaveTc {
   const GroupTable* tabs;
   int ntab;
@@ -407,37 +417,12 @@ struct WaveTc {
       if (start[mid] <= j) lo = mid; else hi = mid;
     }
     const GroupTable& t = tabs[lo];
-    mma::Item it;
-    const int nb = t.bstart[t.ncalls];
-    const int per_z = nb * ntiles;
-    const int rem0 = static_cast<int>(j - start[lo]);
-    it.z = rem0 / per_z;
-    const int rem = rem0 - it.z * per_z;
-    const int yb = rem / ntiles, tile = rem - yb * ntiles;
-    const int c = t.piece[yb];
-    it.c = c;
+    mma::Item it = table_item(t, j - start[lo], t.bstart[t.ncalls], ntiles, group, bm, rows, cols, which, row_bytes);
     it.tab = lo;
-    it.r0 = (yb - t.bstart[c]) * group;
-    it.nr = min(group, t.m[c] - it.r0);
-    it.row0 = tile * bm;
-    it.nrows = min(bm, rows - it.row0);
-    it.w = t.w[c][which + it.z] + static_cast<size_t>(it.row0) * row_bytes;
-    it.k0 = 0;
-    it.k1 = cols;
-    it.part = 0;
-    it.parts = 1;
     return it;
   }
-  __device__ int64_t xrow(const mma::Item& it, int r) const {
-    const GroupTable& t = tabs[it.tab];
-    const int i = t.loc[it.c] + it.r0 + r;
-    return which == 0 ? static_cast<int64_t>(t.src[i]) : static_cast<int64_t>(t.base) + i;
-  }
-  __device__ float* yrow(const mma::Item& it, int r) const {
-    const GroupTable& t = tabs[it.tab];
-    const int i = t.loc[it.c] + it.r0 + r;
-    return which == 0 ? y[it.z] + (static_cast<int64_t>(t.base) + i) * rows : y[0] + static_cast<int64_t>(t.dst[i]) * rows;
-  }
+  __device__ int64_t xrow(const mma::Item& it, int r) const { return table_xrow(tabs[it.tab], which, it, r); }
+  __device__ float* yrow(const mma::Item& it, int r) const { return table_yrow(tabs[it.tab], which, y, rows, it, r); }
 };
 
 template <class F, int S, int L, int MW>
@@ -486,7 +471,6 @@ bool moe_wave() {
   return switch_on(g_moe_wave, env);
 }
 void moe_wave_tune(int on) { g_moe_wave = on; }
-int grouped_mma_rows() { return kMmaBN; }
 
 void tabulate_wave(GroupTable* tabs, int n, WaveLaunch& w) {
   if (n > kWaveTables) throw LimitError("cuda expert_ffn: " + std::to_string(n) + " tables in one wave");
