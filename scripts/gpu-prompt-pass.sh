@@ -52,6 +52,7 @@ arm_env() { case $1 in cores) echo FERRY_MMA=0;; mma) echo FERRY_MMA=1;; mma1) e
   nowave) echo FERRY_MOE_WAVE=0;;  # the routed experts' grouped launches one per table, not one per wave (same bits)
   notile) echo FERRY_F32_TILE=0;;  # many-row f32 matmuls (routers) on the generic kernel (same bits)
   noconv) echo FERRY_CONV_CHUNKS=0;;  # prompt convolutions one walk per channel (same bits)
+  lazy) echo CUDA_MODULE_LOADING=LAZY;;  # kernels loaded at their first launch (the runtime's default; ferry sets EAGER)
   esac; }
 ARMS=${ARMS:-"cores mma mma1"}
 for rep in $(seq 1 ${REPS:-2}); do
@@ -60,11 +61,11 @@ for rep in $(seq 1 ${REPS:-2}); do
     env $(arm_env $arm) timeout 150 "$B/bin/ferry" run -m "$M" --backend cuda --prompt-ids "$IDS" -n 4 --ignore-eos \
       --json --trace-hash "$R/$arm-$rep.hash" > "$R/$arm-$rep.json" 2> "$R/$arm-$rep.err"
     echo "exit $?"; tail -1 "$R/$arm-$rep.err"
-    python3 -c "import json;j=json.load(open('$R/$arm-$rep.json'));print('$arm','prompt_s',j['prompt_s'],'tokens',j['prompt_tokens'],'ids',j['ids'])"
+    python3 -c "import json;j=json.load(open('$R/$arm-$rep.json'));print('$arm','prompt_s',j['prompt_s'],'load_s',j.get('load_s'),'tokens',j['prompt_tokens'],'ids',j['ids'])"
   done
 done
 # Arms of the same bits as mma (the default): every logit hash must be identical.
-for a in rowmx kdaold kdanocl notile noattnq noconv attnq16 kdablk kdanoblk q8mw2 q8mw1 q8swz nowave; do
+for a in rowmx kdaold kdanocl notile noattnq noconv attnq16 kdablk kdanoblk q8mw2 q8mw1 q8swz nowave lazy; do
   [ -f "$R/$a-1.hash" ] && [ -f "$R/mma-1.hash" ] && echo "mma vs $a ($(arm_env $a)): must be identical:" &&
     "$B/bin/ferry" trace diff "$R/mma-1.hash" "$R/$a-1.hash" | tail -3
 done

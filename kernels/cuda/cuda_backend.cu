@@ -148,7 +148,17 @@ bool is_device_pointer(const void* p) {
   return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
+// Kernels load when the CUDA context starts, not at their first launch. The runtime's default since CUDA
+// 12.2 is lazy loading: each kernel's first launch loads it (and the first launch of a prompt pass's
+// kernels is inside the user's first prompt, which it made ~13 ms slower for a 16-token prompt on the
+// H100: docs/BENCHMARKS.md). The driver reads CUDA_MODULE_LOADING once, at its initialisation (the
+// process's first CUDA call: cuda_available() or this constructor), so it is set before either; a value
+// the user set is kept (CUDA_MODULE_LOADING=LAZY restores the runtime's default). Test:
+// tests/kernels/model/cuda_loading_test.cpp.
+void eager_module_loading() { setenv("CUDA_MODULE_LOADING", "EAGER", 0); }  // 0: keep the user's value
+
 CudaBackend::CudaBackend(int device) : device_(device) {
+  eager_module_loading();
   int count = 0;
   FERRY_CUDA_CHECK(cudaGetDeviceCount(&count));
   if (device < 0 || device >= count)
@@ -436,6 +446,7 @@ void* CudaBackend::stage(Slot s, const void* host, size_t bytes) {
 namespace ferry {
 
 bool cuda_available() {
+  cuda::eager_module_loading();
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
     (void)cudaGetLastError();

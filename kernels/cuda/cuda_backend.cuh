@@ -183,4 +183,8 @@ class CudaBackend final : public Backend {
 // True when p is device (or managed) memory, false for ordinary host memory.
 bool is_device_pointer(const void* p);
 
+// Sets CUDA_MODULE_LOADING=EAGER unless the user set it (every kernel loads when the context starts, not
+// inside the first prompt); called before the process's first CUDA call (cuda_available, CudaBackend).
+void eager_module_loading();
+
 }  // namespace ferry::cuda
