@@ -5,7 +5,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SHARED=${FERRY_SHARED:-../shared}
 rm -rf .bundle
-bash "$SHARED/tools/device-bundle.sh" .bundle build/apps/ferry build/apps/ferry-server/ferry-server build/apps/ferry-drafter build/tests/ferry_test_gpu
+# MIN=1: ferry and the GPU tests only (room for BASE within the call's 64 MiB).
+if [ "${MIN:-0}" = 1 ]; then
+  bash "$SHARED/tools/device-bundle.sh" .bundle build/apps/ferry build/tests/ferry_test_gpu
+else
+  bash "$SHARED/tools/device-bundle.sh" .bundle build/apps/ferry build/apps/ferry-server/ferry-server build/apps/ferry-drafter build/tests/ferry_test_gpu
+fi
 # BASE=path/to/ferry (an older build, e.g. of main in another clone) travels as bin/ferry-base: the arm
 # "base" of gpu-decode.sh runs it, for A/B comparisons within one device call.
 if [ -n "${BASE:-}" ]; then cp -f "$BASE" .bundle/bin/ferry-base; fi

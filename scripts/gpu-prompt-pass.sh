@@ -58,14 +58,15 @@ ARMS=${ARMS:-"cores mma mma1"}
 for rep in $(seq 1 ${REPS:-2}); do
   for arm in $ARMS; do
     stamp "$arm round $rep"
-    env $(arm_env $arm) timeout 150 "$B/bin/ferry" run -m "$M" --backend cuda --prompt-ids "$IDS" -n 4 --ignore-eos \
+    FB="$B/bin/ferry"; [ $arm = base ] && FB="$B/bin/ferry-base"  # base: an older build (gpu-bundle.sh BASE=)
+    env $(arm_env $arm) timeout 150 "$FB" run -m "$M" --backend cuda --prompt-ids "$IDS" -n 4 --ignore-eos \
       --json --trace-hash "$R/$arm-$rep.hash" > "$R/$arm-$rep.json" 2> "$R/$arm-$rep.err"
     echo "exit $?"; tail -1 "$R/$arm-$rep.err"
     python3 -c "import json;j=json.load(open('$R/$arm-$rep.json'));print('$arm','prompt_s',j['prompt_s'],'load_s',j.get('load_s'),'tokens',j['prompt_tokens'],'ids',j['ids'])"
   done
 done
 # Arms of the same bits as mma (the default): every logit hash must be identical.
-for a in rowmx kdaold kdanocl notile noattnq noconv attnq16 kdablk kdanoblk q8mw2 q8mw1 q8swz nowave lazy; do
+for a in base rowmx kdaold kdanocl notile noattnq noconv attnq16 kdablk kdanoblk q8mw2 q8mw1 q8swz nowave lazy; do
   [ -f "$R/$a-1.hash" ] && [ -f "$R/mma-1.hash" ] && echo "mma vs $a ($(arm_env $a)): must be identical:" &&
     "$B/bin/ferry" trace diff "$R/mma-1.hash" "$R/$a-1.hash" | tail -3
 done
@@ -73,7 +74,8 @@ done
   "$B/bin/ferry" trace diff "$REF_HASH" "$R/mma-1.hash" | tail -3
 for arm in ${PROFILE_ARMS:-$ARMS}; do
   [ "${PROFILE:-1}" = 1 ] || continue
-  env $(arm_env $arm) timeout 150 "$B/bin/ferry" run -m "$M" --backend cuda --prompt-ids "$IDS" -n 1 --ignore-eos \
+  FB="$B/bin/ferry"; [ $arm = base ] && FB="$B/bin/ferry-base"
+  env $(arm_env $arm) timeout 150 "$FB" run -m "$M" --backend cuda --prompt-ids "$IDS" -n 1 --ignore-eos \
     --json --profile-ops > "$R/$arm-ops.json" 2> "$R/$arm-ops.err"
   echo "$arm profile-ops exit $?"
   python3 -c "
