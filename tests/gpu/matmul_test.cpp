@@ -1212,7 +1212,9 @@ TEST_F(Ops, KeptNormOutputGivesEveryMatmulTheBitsOfTheUnfusedOps) {
           for (size_t i = 0; i < ws.size(); ++i)
             EXPECT_TRUE(bits_equal((what + " w" + std::to_string(i)).c_str(), g(ref[i]), g(out[i]))) << what << " " << i;
           EXPECT_TRUE(bits_equal((what + " after drop").c_str(), g(fresh_ref), g(fresh))) << what;
-          if (via) EXPECT_TRUE(bits_equal((what + " h").c_str(), g(h_ref), g(h))) << what;
+          if (via) {
+            EXPECT_TRUE(bits_equal((what + " h").c_str(), g(h_ref), g(h))) << what;
+          }
         }
   }
 }
