@@ -149,13 +149,20 @@ bool is_device_pointer(const void* p) {
 }
 
 // Kernels load when the CUDA context starts, not at their first launch. The runtime's default since CUDA
-// 12.2 is lazy loading: each kernel's first launch loads it (and the first launch of a prompt pass's
-// kernels is inside the user's first prompt, which it made ~13 ms slower for a 16-token prompt on the
-// H100: docs/BENCHMARKS.md). The driver reads CUDA_MODULE_LOADING once, at its initialisation (the
-// process's first CUDA call: cuda_available() or this constructor), so it is set before either; a value
-// the user set is kept (CUDA_MODULE_LOADING=LAZY restores the runtime's default). Test:
+// 12.2 is lazy loading: each kernel's first launch loads it, and a prompt pass's first launches are inside
+// the user's first prompt (~19 ms of a 16-token prompt, ~20 ms of a 1,024-token one on the H100:
+// docs/BENCHMARKS.md). The driver reads CUDA_MODULE_LOADING once, at its initialisation (the process's
+// first CUDA call: cuda_available() or this constructor), so it is set before either; a value the user set
+// is kept (CUDA_MODULE_LOADING=LAZY restores the runtime's default). Test:
 // tests/kernels/model/cuda_loading_test.cpp.
 void eager_module_loading() { setenv("CUDA_MODULE_LOADING", "EAGER", 0); }  // 0: keep the user's value
+
+namespace {
+// The same at program start, while the process has one thread: setenv may reallocate the environment
+// under a concurrent getenv, and by the time a back-end is made the actor threads run. The calls above
+// then find the variable set and change nothing.
+const bool g_eager_at_start = (eager_module_loading(), true);
+}  // namespace
 
 CudaBackend::CudaBackend(int device) : device_(device) {
   eager_module_loading();
