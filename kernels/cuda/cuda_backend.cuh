@@ -184,7 +184,8 @@ class CudaBackend final : public Backend {
 bool is_device_pointer(const void* p);
 
 // Sets CUDA_MODULE_LOADING=EAGER unless the user set it (every kernel loads when the context starts, not
-// inside the first prompt); called before the process's first CUDA call (cuda_available, CudaBackend).
+// inside the first prompt); called at program start (a static initialiser in cuda_backend.cu) and before
+// the process's first CUDA call (cuda_available, CudaBackend).
 void eager_module_loading();
 
 }  // namespace ferry::cuda
