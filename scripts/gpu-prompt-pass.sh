@@ -54,12 +54,13 @@ arm_env() { case $1 in cores) echo FERRY_MMA=0;; mma) echo FERRY_MMA=1;; mma1) e
   noconv) echo FERRY_CONV_CHUNKS=0;;  # prompt convolutions one walk per channel (same bits)
   lazy) echo CUDA_MODULE_LOADING=LAZY;;  # kernels loaded at their first launch (the runtime's default; ferry sets EAGER)
   esac; }
+# The binary of an arm: bin/ferry, or for base an older build (gpu-bundle.sh BASE=) as bin/ferry-base.
+arm_bin() { if [ "$1" = base ]; then echo "$B/bin/ferry-base"; else echo "$B/bin/ferry"; fi; }
 ARMS=${ARMS:-"cores mma mma1"}
 for rep in $(seq 1 ${REPS:-2}); do
   for arm in $ARMS; do
     stamp "$arm round $rep"
-    FB="$B/bin/ferry"; [ $arm = base ] && FB="$B/bin/ferry-base"  # base: an older build (gpu-bundle.sh BASE=)
-    env $(arm_env $arm) timeout 150 "$FB" run -m "$M" --backend cuda --prompt-ids "$IDS" -n 4 --ignore-eos \
+    env $(arm_env $arm) timeout 150 "$(arm_bin $arm)" run -m "$M" --backend cuda --prompt-ids "$IDS" -n 4 --ignore-eos \
       --json --trace-hash "$R/$arm-$rep.hash" > "$R/$arm-$rep.json" 2> "$R/$arm-$rep.err"
     echo "exit $?"; tail -1 "$R/$arm-$rep.err"
     python3 -c "import json;j=json.load(open('$R/$arm-$rep.json'));print('$arm','prompt_s',j['prompt_s'],'load_s',j.get('load_s'),'tokens',j['prompt_tokens'],'ids',j['ids'])"
@@ -74,8 +75,7 @@ done
   "$B/bin/ferry" trace diff "$REF_HASH" "$R/mma-1.hash" | tail -3
 for arm in ${PROFILE_ARMS:-$ARMS}; do
   [ "${PROFILE:-1}" = 1 ] || continue
-  FB="$B/bin/ferry"; [ $arm = base ] && FB="$B/bin/ferry-base"
-  env $(arm_env $arm) timeout 150 "$FB" run -m "$M" --backend cuda --prompt-ids "$IDS" -n 1 --ignore-eos \
+  env $(arm_env $arm) timeout 150 "$(arm_bin $arm)" run -m "$M" --backend cuda --prompt-ids "$IDS" -n 1 --ignore-eos \
     --json --profile-ops > "$R/$arm-ops.json" 2> "$R/$arm-ops.err"
   echo "$arm profile-ops exit $?"
   python3 -c "

@@ -28,6 +28,47 @@ using namespace fast;
 constexpr int kO = 4;                   // as matmul_fast.cu
 constexpr size_t kShallow = 44 * 1024;  // as matmul_fast.cu
 
+// Item j of table t (nb row groups, tiles of bm rows: ntiles a matrix of `rows` x `cols`): (z, row group of
+// `group` rows of a piece, weight tile), z-major, then the pieces' row groups, then tiles, so a block's
+// contiguous run of items walks neighbouring tiles of one expert's weight; the weight of z is
+// t.w[piece][which + z]. It: fast::Item (the CUDA-core kernel) or mma::Item (the tensor-core kernels).
+// 32-bit indices: a launch has fewer than 2^31 items (its grid's x size).
+template <class It>
+__device__ __forceinline__ It table_item(const GroupTable& t, int j, int nb, int ntiles, int group, int bm, int rows,
+                                         int cols, int which, size_t row_bytes) {
+  It it;
+  const int per_z = nb * ntiles;
+  it.z = j / per_z;
+  const int rem = j - it.z * per_z;
+  const int yb = rem / ntiles, tile = rem - yb * ntiles;
+  const int c = t.piece[yb];
+  it.c = c;
+  it.r0 = (yb - t.bstart[c]) * group;
+  it.nr = min(group, t.m[c] - it.r0);  // >= 1: piece c has ceil(m / group) row groups
+  it.row0 = tile * bm;
+  it.nrows = min(bm, rows - it.row0);
+  it.w = t.w[c][which + it.z] + static_cast<size_t>(it.row0) * row_bytes;
+  it.k0 = 0;
+  it.k1 = cols;
+  it.part = 0;
+  it.parts = 1;  // expert weights are never split (moe.cu runs a batch with a split weight per expert)
+  return it;
+}
+
+// Row r of item it of table t: x rows are prepared rows (gate / up: the layer input's, t.src; down: the
+// wave's intermediate, base + i); outputs go to g / u at base + i (gate / up) or to y at t.dst (down).
+template <class It>
+__device__ __forceinline__ int64_t table_xrow(const GroupTable& t, int which, const It& it, int r) {
+  const int i = t.loc[it.c] + it.r0 + r;
+  return which == 0 ? static_cast<int64_t>(t.src[i]) : static_cast<int64_t>(t.base) + i;
+}
+template <class It>
+__device__ __forceinline__ float* table_yrow(const GroupTable& t, int which, float* const y[2], int rows, const It& it,
+                                             int r) {
+  const int i = t.loc[it.c] + it.r0 + r;
+  return which == 0 ? y[it.z] + (static_cast<int64_t>(t.base) + i) * rows : y[0] + static_cast<int64_t>(t.dst[i]) * rows;
+}
+
 struct GroupArgs {
   GroupTable t;
   int which;  // weight of z = 0: 0 = gate (z = 1: up), 2 = down
@@ -39,36 +80,12 @@ struct GroupArgs {
   int nb;          // row groups over all pieces (bstart[ncalls])
   int group;       // NR
 
-  // Item j = (z, row group yb, weight tile): z-major, then the pieces' row groups, then tiles, so a
-  // block's contiguous run of items walks neighbouring tiles of one expert's weight.
+  // Item j (table_item: z-major, then the pieces' row groups, then 16-row tiles).
   __device__ Item item(int j) const {
-    Item it;
-    const int per_z = nb * ntiles;
-    it.z = j / per_z;
-    const int rem = j - it.z * per_z;
-    const int yb = rem / ntiles, tile = rem - yb * ntiles;
-    const int c = t.piece[yb];
-    it.c = c;
-    it.r0 = (yb - t.bstart[c]) * group;
-    it.nr = min(group, t.m[c] - it.r0);  // >= 1: piece c has ceil(m / NR) row groups
-    it.row0 = tile * kTileRows;
-    it.nrows = min(kTileRows, rows - it.row0);
-    it.w = t.w[c][which + it.z] + static_cast<size_t>(it.row0) * row_bytes;
-    it.k0 = 0;
-    it.k1 = cols;
-    it.part = 0;
-    it.parts = 1;  // expert weights are never split (moe.cu runs a batch with a split weight per expert)
-    return it;
+    return table_item<Item>(t, j, nb, ntiles, group, kTileRows, rows, cols, which, row_bytes);
   }
-  __device__ const float* xrow(const Item& it, int r) const {
-    const int i = t.loc[it.c] + it.r0 + r;
-    return which == 0 ? x + static_cast<int64_t>(t.src[i]) * cols : x + (static_cast<int64_t>(t.base) + i) * cols;
-  }
-  __device__ float* yrow(const Item& it, int r) const {
-    const int i = t.loc[it.c] + it.r0 + r;
-    return which == 0 ? y[it.z] + (static_cast<int64_t>(t.base) + i) * rows
-                      : y[0] + static_cast<int64_t>(t.dst[i]) * rows;
-  }
+  __device__ const float* xrow(const Item& it, int r) const { return x + table_xrow(t, which, it, r) * cols; }
+  __device__ float* yrow(const Item& it, int r) const { return table_yrow(t, which, y, rows, it, r); }
   // No split K (items_body needs the names).
   __device__ float* part_row(const Item&, int, int) const { return nullptr; }
   __device__ int* counter(const Item&) const { return nullptr; }
@@ -169,41 +186,6 @@ int group_mw() {
 }
 constexpr int kMmaStages = 3;
 
-// Item j of table t (nb row groups, tiles of bm rows: ntiles a matrix of `rows` x `cols`): (z, row group of
-// `group` rows of a piece, weight tile), z-major as GroupArgs; the weight of z is t.w[piece][which + z].
-__device__ __forceinline__ mma::Item table_item(const GroupTable& t, int64_t j, int nb, int ntiles, int group, int bm,
-                                                int rows, int cols, int which, size_t row_bytes) {
-  mma::Item it;
-  const int64_t per_z = static_cast<int64_t>(nb) * ntiles;
-  it.z = static_cast<int>(j / per_z);
-  const int rem = static_cast<int>(j - it.z * per_z);
-  const int yb = rem / ntiles, tile = rem - yb * ntiles;
-  const int c = t.piece[yb];
-  it.c = c;
-  it.r0 = (yb - t.bstart[c]) * group;
-  it.nr = min(group, t.m[c] - it.r0);
-  it.row0 = tile * bm;
-  it.nrows = min(bm, rows - it.row0);
-  it.w = t.w[c][which + it.z] + static_cast<size_t>(it.row0) * row_bytes;
-  it.k0 = 0;
-  it.k1 = cols;
-  it.part = 0;
-  it.parts = 1;  // expert weights are never split (moe.cu runs a batch with a split weight per expert)
-  return it;
-}
-
-// Row r of item it of table t: x rows are prepared rows (gate / up: the layer input's, t.src; down: the
-// wave's intermediate, base + i); outputs go to g / u at base + i (gate / up) or to y at t.dst (down).
-__device__ __forceinline__ int64_t table_xrow(const GroupTable& t, int which, const mma::Item& it, int r) {
-  const int i = t.loc[it.c] + it.r0 + r;
-  return which == 0 ? static_cast<int64_t>(t.src[i]) : static_cast<int64_t>(t.base) + i;
-}
-__device__ __forceinline__ float* table_yrow(const GroupTable& t, int which, float* const y[2], int rows,
-                                             const mma::Item& it, int r) {
-  const int i = t.loc[it.c] + it.r0 + r;
-  return which == 0 ? y[it.z] + (static_cast<int64_t>(t.base) + i) * rows : y[0] + static_cast<int64_t>(t.dst[i]) * rows;
-}
-
 // Both tensor-core paths' grouped problem: one table's items (table_item). x rows are prepared rows.
 struct GroupTc {
   GroupTable t;
@@ -216,7 +198,7 @@ struct GroupTc {
   int group;  // activation rows per item: kMmaBN (prompt passes) or the decode kernel's NRA
   int bm;     // weight rows per tile: mma::tile_rows(MW) (prompt passes) or dec::kRows
   __device__ mma::Item item(int64_t j) const {
-    return table_item(t, j, nb, ntiles, group, bm, rows, cols, which, row_bytes);
+    return table_item<mma::Item>(t, static_cast<int>(j), nb, ntiles, group, bm, rows, cols, which, row_bytes);
   }
   __device__ int64_t xrow(const mma::Item& it, int r) const { return table_xrow(t, which, it, r); }
   __device__ float* yrow(const mma::Item& it, int r) const { return table_yrow(t, which, y, rows, it, r); }
@@ -417,7 +399,8 @@ struct WaveTc {
       if (start[mid] <= j) lo = mid; else hi = mid;
     }
     const GroupTable& t = tabs[lo];
-    mma::Item it = table_item(t, j - start[lo], t.bstart[t.ncalls], ntiles, group, bm, rows, cols, which, row_bytes);
+    mma::Item it = table_item<mma::Item>(t, static_cast<int>(j - start[lo]), t.bstart[t.ncalls], ntiles, group, bm,
+                                         rows, cols, which, row_bytes);
     it.tab = lo;
     return it;
   }
