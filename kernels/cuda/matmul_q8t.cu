@@ -116,7 +116,8 @@ void launch_prompt_l(mma::PlainTc p, cudaStream_t st) {
 // where the matrix has more than 128 rows and the call still gives every SM a block (H100, 1,024-token
 // pass of the K3.1 slice, 2026-12-06: 142.5-142.9 ms against 149.4-150.1 with 1; 12288x7168 16.6 against
 // 20.7 ms, 3584x7168 at 224 blocks 1.23 against 1.49; but 128x7168 0.66 against 0.58 and 96x7168 0.48
-// against 0.41: one tile either way, half the warps idle), else 1. FERRY_Q8T_PROMPT_MW=1 / 2 or
+// against 0.41: one tile either way, half the warps idle; warm kernel benchmark, 2026-12-06f: 12288x7168
+// 1,154 against 1,432 us), else 1. FERRY_Q8T_PROMPT_MW=1 / 2 or
 // matmul_q8t_prompt_mw_tune(1 / 2) fixes it.
 int g_q8t_prompt_mw = -1;
 int q8t_prompt_mw(int64_t rows, int64_t n) {
@@ -130,8 +131,10 @@ int q8t_prompt_mw(int64_t rows, int64_t n) {
   return rows > 128 && blocks2 >= sm_count() ? 2 : 1;
 }
 
-// One tile a warp, x swizzled, two blocks a SM (prompt_x_stride; speed only, the same bits): off until
-// measured (FERRY_Q8T_PROMPT_SWZ=1 or matmul_q8t_prompt_swz_tune(1)).
+// One tile a warp, x swizzled, two blocks a SM (prompt_x_stride; speed only, the same bits): off
+// (FERRY_Q8T_PROMPT_SWZ=1 or matmul_q8t_prompt_swz_tune(1)). Measured slower on the H100 (2026-12-06f,
+// MatmulBenchQ8TilesPromptPass: 12288x7168 at 1,024 rows 1,234 against 1,154 us; faster only on the long rows,
+// 7168x12288 1,252 against 1,328; a 1,024-token pass 127.9 against 126.1 ms).
 int g_q8t_prompt_swz = -1;
 bool q8t_prompt_swz() {
   static const bool env = env_switch("FERRY_Q8T_PROMPT_SWZ", false);

@@ -181,7 +181,7 @@ constexpr int kPromptWarpBytes = 4 * 512 + 8 * 16;  // a warp's 16-row tile per 
 constexpr int kPromptXStride = kPromptK * 2 + 64;  // bytes per (level, row) of x in a stage
 // SW: x rows of 256 bytes (no pad) with their 16-byte chunks swizzled: chunk c of row r at c ^ 4 (r & 1), so
 // a quarter warp's reads (rows g, g + 1 at chunks 4b + t) still hit 8 different 16-byte bank groups. Its
-// stages are 50 KB (MW = 1): two blocks a SM with 2 stages each (`FERRY_Q8T_PROMPT_SWZ=1`; not measured).
+// stages are 50 KB (MW = 1): two blocks a SM with 2 stages each (`FERRY_Q8T_PROMPT_SWZ=1`; off: measured slower, matmul_q8t.cu).
 template <bool SW>
 __host__ __device__ constexpr int prompt_x_stride() {
   return SW ? kPromptK * 2 : kPromptXStride;
