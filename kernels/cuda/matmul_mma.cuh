@@ -105,14 +105,21 @@ struct Mx {
   static constexpr int kWin = 5;                // 16-byte granules covering them (they start 4-aligned)
   // Two bytes (nibbles lo0, hi0, lo1, hi1 in v's low 16 bits) -> fp16 pairs (lo0, lo1) and (hi0, hi1).
   // fp16 of an E2M1 value has a zero low byte; the high byte comes from a byte-permute table of the
-  // 8 magnitudes, with the sign bit set where the nibble's is.
+  // 8 magnitudes (byte i: nibble i's low 3 bits), with the sign bit set where the nibble's is: byte i of
+  // s holds nibble i's bit 3 at bit 7 (bytes (v << 4).0, v.0, (v << 4).1, v.1), so one lop3 puts the
+  // signs in. 7 instructions per 4 weights (and, prmt, shl, prmt, lop3, prmt, prmt) where the form
+  // with a negated table and a sign-selected permute took 9; the same bytes for all 65,536 inputs
+  // (checked exhaustively on the host against the old form, 2026-12-06).
   __device__ static void nibbles(uint32_t v, uint32_t& lo, uint32_t& hi) {
-    const uint32_t pos = __byte_perm(0x3E3C3800u, 0x46444240u, v);  // 0, .5, 1, 1.5 | 2, 3, 4, 6
-    const uint32_t neg = pos | 0x80808080u;
-    const uint32_t h = __byte_perm(pos, neg, ((v >> 1) & 0x4444u) | 0x3210u);
+    const uint32_t pos = __byte_perm(0x3E3C3800u, 0x46444240u, v & 0x7777u);  // 0, .5, 1, 1.5 | 2, 3, 4, 6
+    const uint32_t s = __byte_perm(v, v << 4, 0x1504u);
+    const uint32_t h = pos | (s & 0x80808080u);
     lo = __byte_perm(h, 0u, 0x2404u);
     hi = __byte_perm(h, 0u, 0x3414u);
   }
+  // 2^(e-127) from an e8m0 byte (e = 0: 2^-127, a denormal): e << 23 is at least 2^23 > 0x00400000 for
+  // e >= 1, so one integer max replaces the compare and select.
+  __device__ static float scale(unsigned e) { return __uint_as_float(max(e << 23, 0x00400000u)); }
   // The 16 bits at any byte offset of a 4-aligned buffer.
   __device__ static uint32_t u16_at(const uint8_t* base, int off) {
     const uint32_t* w = reinterpret_cast<const uint32_t*>(base) + (off >> 2);
@@ -122,8 +129,7 @@ struct Mx {
     const int off = o + b * kBlockBytes;
     nibbles(u16_at(slot, off + 1 + 2 * t), a[0][0], a[1][0]);
     nibbles(u16_at(slot, off + 9 + 2 * t), a[0][1], a[1][1]);
-    const unsigned e = slot[off];
-    return __uint_as_float(e ? e << 23 : 0x00400000u);  // 2^(e-127)
+    return scale(slot[off]);
   }
 };
 
@@ -255,6 +261,11 @@ __device__ __forceinline__ void block_math(const uint32_t (&a)[MW][2][4], const 
 
 // Item it of problem p: out[r][row0 + i] for i < nrows, r < nr. The problem gives the prepared rows
 // (p.xp, p.xrow(it, r): a row index into it) and the output rows (p.yrow(it, r)).
+// Tried 2026-12-06 (seventh session) and not kept: the tiled format's stages as bulk copies (cp.async.bulk, one
+// per 16-row tile unit and one per x row and level, each issued by a thread of its own, completing on an
+// mbarrier per stage that every warp waits on) instead of ~6 cp.async of 16 bytes a thread with their
+// address math: the same bits, but the experts of a 1,024-token pass 17.4 against 15.1-15.4 ms
+// (MoeBenchPromptPassExpertWave) and the pass 130.4-130.9 against 123.5-125.4 ms (H100, one call).
 template <class F, int BN, int S, int L, int MW, class P>
 __device__ __forceinline__ void item_body(const P& p, const Item& it, uint8_t* smem) {
   constexpr int kBM = tile_rows(MW);

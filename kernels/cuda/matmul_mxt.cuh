@@ -72,8 +72,7 @@ struct MxT {
     const uint32_t v1 = *reinterpret_cast<const uint16_t*>(q + (g * 4 + 2 + (t >> 1)) * 8);
     mma::Mx::nibbles(v0, a[0][0], a[1][0]);
     mma::Mx::nibbles(v1, a[0][1], a[1][1]);
-    const unsigned e = unit[kScaleOff + b * 16 + g * 2 + h];
-    return __uint_as_float(e ? e << 23 : 0x00400000u);  // 2^(e-127)
+    return mma::Mx::scale(unit[kScaleOff + b * 16 + g * 2 + h]);
   }
 };
 

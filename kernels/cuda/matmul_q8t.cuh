@@ -194,6 +194,10 @@ __host__ __device__ constexpr int prompt_stage_bytes() {
   return mma::kWarps * MW * kPromptWarpBytes + L * kPromptRows * prompt_x_stride<SW>();
 }
 
+// Tried 2026-12-06 (seventh session) and not kept: with two tiles a warp (the block loop not unrolled), block
+// b + 1's A fragments and scales read from shared memory while block b's mma run (232 registers against 226):
+// the same bits and the same time (12288x7168 at 1,024 rows 1,143.8 against 1,142.6 us, 7168x12288 1,317.9
+// against 1,298.0; a 1,024-token pass 125.5-126.7 against 123.5-125.4 ms; H100, one call).
 template <int S, int L, int MW, bool SW, class P>
 __device__ __forceinline__ void prompt_body(const P& p, const mma::Item& it, uint8_t* smem) {
   constexpr int BN = kPromptRows;

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <random>
 #include <cstdlib>
 #include <string>
 #include <tuple>
@@ -21,6 +22,7 @@
 #include "kernels/cuda/cuda_backend.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/matmul_mma_launch.cuh"
+#include "kernels/cuda/sm90a/wgmma_probe.cuh"
 #endif
 
 namespace ferry::test {
@@ -1092,6 +1094,80 @@ TEST_F(Ops, MatmulBenchQ8Tiles) {
       line("tiles", p, 1, time_matmul(be, ws, x.get(), 1, y.get()));
     }
   }
+#else
+  GTEST_SKIP() << "no CUDA back-end in this build";
+#endif
+}
+
+// The wgmma probe (kernels/cuda/sm90a/wgmma_probe.cuh): a chain of 4 wgmma.m64nNk16 with A in registers
+// reproduces the products (against a double reference) with x in shared memory as K-major core matrices
+// (8 rows x 16 bytes), the descriptor's leading byte offset the step between K's two core matrices (128) and
+// its stride byte offset the step between 8-row groups (256) -- the reading the H100 confirmed on
+// 2026-12-06 (the swapped one read past the block's shared memory) -- for N = 8 and 24 and A of E2M1
+// values and of int8 values (the prompt kernels' weights), x's first two steps hi-sized and the last two
+// lo-sized (a prompt kernel's quant block). Prints how many of the 64 x N sums have other bits than the
+// same fragments' mma.sync chains: 0 means a wgmma prompt kernel keeps today's logits.
+TEST_F(Ops, WgmmaProbeReproducesProductsAndComparesBitsWithMmaSync) {
+#if FERRY_WITH_CUDA
+  int major = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  if (major != 9) GTEST_SKIP() << "wgmma (sm_90a) needs an H100 / H200";
+  constexpr int K = cuda::kWgmmaProbeK;
+  std::mt19937 rng(4242);
+  // fp16 bits and value of sign * (1 + m / 1024) * 2^e (e in fp16's normal range).
+  auto half_of = [](int sign, int e, int m, double& v) {
+    v = (sign ? -1.0 : 1.0) * (1.0 + m / 1024.0) * std::ldexp(1.0, e);
+    return static_cast<uint16_t>((sign << 15) | ((e + 15) << 10) | m);
+  };
+  auto exact_half = [&](double x, double& v) -> uint16_t {  // x: 0 or an integer / E2M1 value (exact in fp16)
+    v = x;
+    if (x == 0.0) return 0;
+    int e = 0;
+    const double f = std::frexp(std::fabs(x), &e);  // |x| = f 2^e, f in [0.5, 1)
+    const int m = static_cast<int>((f * 2.0 - 1.0) * 1024.0);
+    double unused;
+    return half_of(x < 0, e - 1, m, unused);
+  };
+  const double e2m1[8] = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
+  for (const int n : {8, 24})
+    for (const bool int8 : {false, true}) {
+      std::vector<uint16_t> a(64 * K), x(static_cast<size_t>(n) * K);
+      std::vector<double> av(a.size()), xv(x.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        const double q = int8 ? static_cast<double>(static_cast<int>(rng() % 256) - 128)
+                              : (rng() & 1 ? -1.0 : 1.0) * e2m1[rng() % 8];
+        a[i] = exact_half(q, av[i]);
+      }
+      for (int r = 0; r < n; ++r)
+        for (int k = 0; k < K; ++k) {
+          const size_t i = static_cast<size_t>(r) * K + k;
+          const int e = k < 32 ? 10 + static_cast<int>(rng() % 5) : -3 + static_cast<int>(rng() % 7);
+          x[i] = half_of(static_cast<int>(rng() & 1), e, static_cast<int>(rng() % 1024), xv[i]);
+        }
+      std::vector<double> ref(static_cast<size_t>(64) * n), mag(ref.size());
+      for (int i = 0; i < 64; ++i)
+        for (int j = 0; j < n; ++j)
+          for (int k = 0; k < K; ++k) {
+            const double p = av[static_cast<size_t>(i) * K + k] * xv[static_cast<size_t>(j) * K + k];
+            ref[static_cast<size_t>(i) * n + j] += p;
+            mag[static_cast<size_t>(i) * n + j] += std::fabs(p);
+          }
+      std::vector<float> dw(ref.size()), dm(ref.size());
+      if (!cuda::wgmma_probe(n, a.data(), x.data(), 128, 256, 128, 256, dw.data(), dm.data()))
+        GTEST_SKIP() << "this build has no sm_90a code for the probe";
+      int bad_w = 0, bad_m = 0, bits = 0;
+      for (size_t i = 0; i < ref.size(); ++i) {
+        const double tol = 1e-6 * mag[i] + 1e-30;
+        bad_w += !(std::fabs(dw[i] - ref[i]) <= tol);
+        bad_m += !(std::fabs(dm[i] - ref[i]) <= tol);
+        bits += std::memcmp(&dw[i], &dm[i], 4) != 0;
+      }
+      EXPECT_EQ(bad_w, 0) << "wgmma chains against the reference, n=" << n << (int8 ? ", int8" : ", E2M1");
+      EXPECT_EQ(bad_m, 0) << "mma.sync chains against the reference, n=" << n << (int8 ? ", int8" : ", E2M1");
+      std::printf("[probe] wgmma m64n%dk16 x4, A %s: %d of %zu sums off the reference; %d with other bits than "
+                  "mma.sync's\n",
+                  n, int8 ? "int8" : "E2M1", bad_w, ref.size(), bits);
+    }
 #else
   GTEST_SKIP() << "no CUDA back-end in this build";
 #endif

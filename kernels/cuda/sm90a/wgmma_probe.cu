@@ -1,0 +1,151 @@
+// See wgmma_probe.cuh. sm_90a only (wgmma is an arch-specific instruction).
+#include "kernels/cuda/sm90a/wgmma_probe.cuh"
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/cuda_check.cuh"
+
+namespace ferry::cuda {
+namespace {
+
+constexpr int kSteps = kWgmmaProbeK / 16;
+
+__device__ __forceinline__ uint32_t pair_at(const uint16_t* p) {
+  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 16);
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// Shared-memory matrix descriptor: start address, leading and stride byte offsets (in 16-byte units), no
+// swizzle (layout type 0 in bits 62-63).
+__device__ __forceinline__ uint64_t smem_desc(const void* p, int lbo, int sbo) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  return static_cast<uint64_t>((a & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) |
+         (static_cast<uint64_t>(sbo >> 4) << 32);
+}
+
+__device__ __forceinline__ void wgmma_n8(float (&d)[4], const uint32_t (&a)[4], uint64_t desc, int acc) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %9, 0;\n"
+      " wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc));
+}
+
+__device__ __forceinline__ void wgmma_n24(float (&d)[12], const uint32_t (&a)[4], uint64_t desc, int acc) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %17, 0;\n"
+      " wgmma.mma_async.sync.aligned.m64n24k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11}, "
+      "{%12,%13,%14,%15}, %16, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc));
+}
+#endif
+
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// One warpgroup. Warp w owns A's rows 16w .. 16w + 15 (the mma.sync A fragment layout, which is also
+// wgmma's for A in registers); accumulator element i of chunk c (n8 columns 8c ..) sits where mma.sync's
+// C fragment puts it.
+template <int N>
+__global__ void __launch_bounds__(128) probe_kernel(const uint16_t* A, const uint16_t* X, int kstride, int nstride,
+                                                    int lbo, int sbo, float* dw, float* dm, int* compiled) {
+  // (+1 KB: a descriptor that strides further than the layout, e.g. its two offsets swapped, still reads
+  // inside the block's shared memory: wrong sums, not a fault that ends the process's CUDA context.)
+  __shared__ __align__(128) uint8_t bs[kSteps * N * 32 + 1024];
+  for (int i = threadIdx.x; i < kSteps * N * 16; i += 128) {
+    const int s = i / (N * 16), r = i - s * N * 16, n = r / 16, k = r % 16;
+    const int off = s * N * 32 + (n / 8) * nstride + (k / 8) * kstride + (n % 8) * 16 + (k % 8) * 2;
+    *reinterpret_cast<uint16_t*>(bs + off) = X[n * kWgmmaProbeK + 16 * s + k];
+  }
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  uint32_t a[kSteps][4];
+  for (int s = 0; s < kSteps; ++s) {
+    const uint16_t* r0 = A + (16 * w + g) * kWgmmaProbeK + 16 * s + 2 * t;
+    const uint16_t* r1 = r0 + 8 * kWgmmaProbeK;
+    a[s][0] = pair_at(r0), a[s][1] = pair_at(r1), a[s][2] = pair_at(r0 + 8), a[s][3] = pair_at(r1 + 8);
+  }
+  auto put = [&](float* out, int c, const float (&v)[4]) {
+    const int row = 16 * w + g, col = 8 * c + 2 * t;
+    out[row * N + col] = v[0], out[row * N + col + 1] = v[1];
+    out[(row + 8) * N + col] = v[2], out[(row + 8) * N + col + 1] = v[3];
+  };
+  // mma.sync: per n8 chunk, the 4 steps into a fresh accumulator.
+  for (int c = 0; c < N / 8; ++c) {
+    float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int s = 0; s < kSteps; ++s) {
+      const uint16_t* xr = X + (8 * c + g) * kWgmmaProbeK + 16 * s + 2 * t;
+      mma16816(sum, a[s], pair_at(xr), pair_at(xr + 8));
+    }
+    put(dm, c, sum);
+  }
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if (threadIdx.x == 0) *compiled = 1;
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // the generic writes, seen by wgmma
+  __syncthreads();
+  float d[N / 2];
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) d[i] = 0.0f;
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    const uint64_t desc = smem_desc(bs + s * N * 32, lbo, sbo);
+    if constexpr (N == 8)
+      wgmma_n8(d, a[s], desc, s);
+    else
+      wgmma_n24(d, a[s], desc, s);
+  }
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+  for (int c = 0; c < N / 8; ++c) {
+    const float v[4] = {d[4 * c], d[4 * c + 1], d[4 * c + 2], d[4 * c + 3]};
+    put(dw, c, v);
+  }
+#else
+  if (threadIdx.x == 0) *compiled = 0;
+#endif
+}
+
+}  // namespace
+
+bool wgmma_probe(int n, const uint16_t* a, const uint16_t* x, int kstride, int nstride, int lbo, int sbo, float* dw,
+                 float* dm) {
+  if (n != 8 && n != 24) return false;
+  uint16_t *da = nullptr, *dx = nullptr;
+  float *ow = nullptr, *om = nullptr;
+  int* flag = nullptr;
+  const size_t na = 64 * kWgmmaProbeK, nx = static_cast<size_t>(n) * kWgmmaProbeK, no = 64 * static_cast<size_t>(n);
+  FERRY_CUDA_CHECK(cudaMalloc(&da, na * 2));
+  FERRY_CUDA_CHECK(cudaMalloc(&dx, nx * 2));
+  FERRY_CUDA_CHECK(cudaMalloc(&ow, no * 4));
+  FERRY_CUDA_CHECK(cudaMalloc(&om, no * 4));
+  FERRY_CUDA_CHECK(cudaMalloc(&flag, sizeof(int)));
+  FERRY_CUDA_CHECK(cudaMemcpy(da, a, na * 2, cudaMemcpyHostToDevice));
+  FERRY_CUDA_CHECK(cudaMemcpy(dx, x, nx * 2, cudaMemcpyHostToDevice));
+  FERRY_CUDA_CHECK(cudaMemset(ow, 0xff, no * 4));
+  FERRY_CUDA_CHECK(cudaMemset(flag, 0, sizeof(int)));
+  if (n == 8)
+    probe_kernel<8><<<1, 128>>>(da, dx, kstride, nstride, lbo, sbo, ow, om, flag);
+  else
+    probe_kernel<24><<<1, 128>>>(da, dx, kstride, nstride, lbo, sbo, ow, om, flag);
+  FERRY_CUDA_CHECK(cudaGetLastError());
+  FERRY_CUDA_CHECK(cudaDeviceSynchronize());
+  int compiled = 0;
+  FERRY_CUDA_CHECK(cudaMemcpy(&compiled, flag, sizeof(int), cudaMemcpyDeviceToHost));
+  FERRY_CUDA_CHECK(cudaMemcpy(dw, ow, no * 4, cudaMemcpyDeviceToHost));
+  FERRY_CUDA_CHECK(cudaMemcpy(dm, om, no * 4, cudaMemcpyDeviceToHost));
+  for (void* p : {static_cast<void*>(da), static_cast<void*>(dx), static_cast<void*>(ow), static_cast<void*>(om),
+                  static_cast<void*>(flag)})
+    FERRY_CUDA_CHECK(cudaFree(p));
+  return compiled == 1;
+}
+
+}  // namespace ferry::cuda
