@@ -48,7 +48,8 @@ arm_env() { case $1 in cores) echo FERRY_MMA=0;; mma) echo FERRY_MMA=1;; mma1) e
   kdanoblk) echo FERRY_KDA_BLOCK=0;;  # without them
   q8mw2) echo FERRY_Q8T_PROMPT_MW=2;;  # the q8_0 tiles' prompt kernel with two 16-row tiles a warp everywhere (same bits)
   q8mw1) echo FERRY_Q8T_PROMPT_MW=1;;  # with one everywhere (the default picks 2 where the call fills the SMs)
-  q8swz) echo FERRY_Q8T_PROMPT_SWZ=1;;  # one tile a warp, x swizzled, two blocks a SM (same bits; off until measured)
+  q8swz) echo FERRY_Q8T_PROMPT_SWZ=1;;
+  q8wg) echo FERRY_Q8T_PROMPT_WGMMA=1;;  # the q8_0 tiles' prompt kernel (two tiles a warp) on wgmma (same bits; off until measured)  # one tile a warp, x swizzled, two blocks a SM (same bits; off until measured)
   nowave) echo FERRY_MOE_WAVE=0;;  # the routed experts' grouped launches one per table, not one per wave (same bits)
   notile) echo FERRY_F32_TILE=0;;  # many-row f32 matmuls (routers) on the generic kernel (same bits)
   noconv) echo FERRY_CONV_CHUNKS=0;;  # prompt convolutions one walk per channel (same bits)
@@ -67,7 +68,7 @@ for rep in $(seq 1 ${REPS:-2}); do
   done
 done
 # Arms of the same bits as mma (the default): every logit hash must be identical.
-for a in base rowmx kdaold kdanocl notile noattnq noconv attnq16 kdablk kdanoblk q8mw2 q8mw1 q8swz nowave lazy; do
+for a in base q8wg rowmx kdaold kdanocl notile noattnq noconv attnq16 kdablk kdanoblk q8mw2 q8mw1 q8swz nowave lazy; do
   [ -f "$R/$a-1.hash" ] && [ -f "$R/mma-1.hash" ] && echo "mma vs $a ($(arm_env $a)): must be identical:" &&
     "$B/bin/ferry" trace diff "$R/mma-1.hash" "$R/$a-1.hash" | tail -3
 done

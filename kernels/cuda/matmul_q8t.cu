@@ -8,6 +8,7 @@
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/matmul_mma_launch.cuh"
 #include "kernels/cuda/matmul_q8t.cuh"
+#include "kernels/cuda/sm90a/q8t_prompt_wgmma.cuh"
 #include "kernels/cuda/switches.hpp"
 #include "kernels/cuda/tile_pack.cuh"
 
@@ -141,6 +142,14 @@ bool q8t_prompt_swz() {
   return switch_on(g_q8t_prompt_swz, env);
 }
 
+// Two tiles a warp with x as hi + lo on wgmma (kernels/cuda/sm90a/q8t_prompt_wgmma.cuh; speed only, the same
+// bits): off until measured (FERRY_Q8T_PROMPT_WGMMA=1 or matmul_q8t_prompt_wgmma_tune(1)).
+int g_q8t_prompt_wgmma = -1;
+bool q8t_prompt_wgmma() {
+  static const bool env = env_switch("FERRY_Q8T_PROMPT_WGMMA", false);
+  return switch_on(g_q8t_prompt_wgmma, env);
+}
+
 int g_q8t_parts = -1;  // matmul_q8t_split_tune
 
 // Several q8_0-tiles matmuls of one prepared x in one launch (Backend::matmul_group): item j is item
@@ -234,6 +243,7 @@ void matmul_q8t_split_tune(int parts) { g_q8t_parts = parts; }
 void matmul_q8t_early_tune(int on) { g_q8t_early = on; }
 void matmul_q8t_prompt_mw_tune(int mw) { g_q8t_prompt_mw = mw; }
 void matmul_q8t_prompt_swz_tune(int on) { g_q8t_prompt_swz = on; }
+void matmul_q8t_prompt_wgmma_tune(int on) { g_q8t_prompt_wgmma = on; }
 
 // Measured on the H200 (MatmulBenchQ8Tiles, one row, 2026-12-02): matrices of 384 tiles (6,144 rows) and
 // more run fastest unsplit (a split only adds partials: 7168x7168 21.3 us unsplit, 25.5 in 3 parts);
@@ -310,6 +320,7 @@ void launch_matmul_q8t_prompt(const Weight& w, const mma::XPrep& xp, int64_t n, 
   if (n > (int64_t{1} << 30)) throw LimitError("cuda matmul: " + std::to_string(n) + " rows in one call");
   if (q8t_prompt_swz()) return xp.lo ? launch_prompt_l<2, 1, true>(p, st) : launch_prompt_l<1, 1, true>(p, st);
   const bool mw2 = q8t_prompt_mw(w.rows, n) == 2;
+  if (xp.lo && mw2 && q8t_prompt_wgmma()) return launch_q8t_prompt_wgmma(p, st);
   if (xp.lo) return mw2 ? launch_prompt_l<2, 2>(p, st) : launch_prompt_l<2, 1>(p, st);
   mw2 ? launch_prompt_l<1, 2>(p, st) : launch_prompt_l<1, 1>(p, st);
 }

@@ -77,6 +77,7 @@ struct AllSameBitsSwitches {
     cuda::launch_pdl_tune(on);
     cuda::matmul_q8t_early_tune(on);
     cuda::matmul_q8t_prompt_swz_tune(on);
+    cuda::matmul_q8t_prompt_wgmma_tune(on);
     cuda::matmul_group_launch_tune(on);
     cuda::matmul_group_split_tune(on);
     cuda::matmul_mxt_xsmem_tune(on);

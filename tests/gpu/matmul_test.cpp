@@ -918,22 +918,25 @@ TEST_F(Ops, Q8TilesMatmulMatchesCpuForEverySplitAndKeepsRowBits) {
     }
     // One and two 16-row tiles per warp fixed (128- and 256-row blocks; the last one partial for 48, 96 and
     // 64 rows), and one with the swizzled x, give the bits of the rule's choice, whole pass and a row alone.
-    // mw 3 stands for one tile a warp with x swizzled and two blocks a SM (matmul_q8t_prompt_swz_tune).
-    for (const int mw : {1, 2, 3})
+    // mw 3 stands for one tile a warp with x swizzled and two blocks a SM (matmul_q8t_prompt_swz_tune), mw 4
+    // for two tiles a warp on wgmma (matmul_q8t_prompt_wgmma_tune).
+    for (const int mw : {1, 2, 3, 4})
       for (const auto& [r0, m] : {std::pair{0, np}, std::pair{0, int64_t{1}}, std::pair{60, int64_t{9}}}) {
         auto fixed = poisoned_pair(static_cast<size_t>(m * s.rows));
         {
           PromptPass on(gpu());
-          cuda::matmul_q8t_prompt_mw_tune(mw == 3 ? 1 : mw);
+          cuda::matmul_q8t_prompt_mw_tune(mw == 3 ? 1 : mw == 4 ? 2 : mw);
           cuda::matmul_q8t_prompt_swz_tune(mw == 3 ? 1 : 0);
+          cuda::matmul_q8t_prompt_wgmma_tune(mw == 4 ? 1 : 0);
           gpu().matmul(w, xp.gpu() + r0 * s.cols, m, fixed.gpu());
           cuda::matmul_q8t_prompt_mw_tune(-1);
           cuda::matmul_q8t_prompt_swz_tune(-1);
+          cuda::matmul_q8t_prompt_wgmma_tune(-1);
         }
         const auto p = get(gpu(), fixed.gpu(), fixed.g.size());
         EXPECT_LT(first_bit_diff(p.data(), pa.data() + r0 * s.rows, m * s.rows), 0)
-            << "prompt pass, " << (mw == 3 ? "swizzled x, 1" : std::to_string(mw)) << " tiles a warp, rows " << r0
-            << "+" << m << " " << shape;
+            << "prompt pass, " << (mw == 3 ? "swizzled x, 1" : mw == 4 ? "wgmma, 2" : std::to_string(mw))
+            << " tiles a warp, rows " << r0 << "+" << m << " " << shape;
       }
   }
   // Shapes without whole tiles or units, and other types, keep their layout.
@@ -1191,10 +1194,12 @@ TEST_F(Ops, MatmulBenchQ8TilesPromptPass) {
     const auto xv = random_floats(static_cast<size_t>(n * cols), 20);
     Buf x(be, xv.size()), y(be, static_cast<size_t>(n * rows));
     be.upload(x, xv.data(), xv.size() * 4);
-    struct Arm { const char* name; int mw, swz; };
-    for (const Arm arm : {Arm{"rule", -1, 0}, Arm{"mw1", 1, 0}, Arm{"mw2", 2, 0}, Arm{"swizzled", 1, 1}}) {
+    struct Arm { const char* name; int mw, swz, wg; };
+    for (const Arm arm : {Arm{"rule", -1, 0, 0}, Arm{"mw1", 1, 0, 0}, Arm{"mw2", 2, 0, 0}, Arm{"wgmma", 2, 0, 1},
+                          Arm{"swizzled", 1, 1, 0}}) {
       cuda::matmul_q8t_prompt_mw_tune(arm.mw);
       cuda::matmul_q8t_prompt_swz_tune(arm.swz);
+      cuda::matmul_q8t_prompt_wgmma_tune(arm.wg);
       PromptPass on(be);
       const double t = time_calls(be, [&](int) { be.matmul(w, x.get(), n, y.get()); }, 8, 2, false);
       std::printf("[q8tp] q8_0 %5lldx%-5lld n=%lld %-8s %9.1f us %6.1f TFLOP/s\n", static_cast<long long>(rows),
@@ -1203,6 +1208,7 @@ TEST_F(Ops, MatmulBenchQ8TilesPromptPass) {
     }
     cuda::matmul_q8t_prompt_mw_tune(-1);
     cuda::matmul_q8t_prompt_swz_tune(-1);
+    cuda::matmul_q8t_prompt_wgmma_tune(-1);
     be.release(const_cast<void*>(w.data));
   }
 #else

@@ -8,6 +8,10 @@
 //      kernels issue it (hi's two k16 steps, then lo's, into a fresh accumulator). If it does, moving the
 //      prompt kernels to wgmma keeps every logit; if not, a prompt pass gets new bits (still a function of
 //      the row alone).
+// Answers (H100, 2026-12-06, GPU test Ops.WgmmaProbe*, docs/BENCHMARKS.md): 1. the leading byte offset is the
+// step between a row group's two K core matrices (128 with the layout below), the stride byte offset the
+// step between 8-row groups (256); 2. every one of 4,096 sums (N = 8 and 24, E2M1 and int8 weights, x
+// hi-sized then lo-sized) has the bits of the mma.sync chain: wgmma prompt kernels can keep every logit.
 // This file is compiled for sm_90a only (kernels/CMakeLists.txt: ferry_cuda_sm90a); it runs on H100 / H200.
 #pragma once
 
