@@ -1108,9 +1108,10 @@ TEST_F(Ops, MatmulBenchQ8Tiles) {
 // its stride byte offset the step between 8-row groups (256) -- the reading the H100 confirmed on
 // 2026-12-06 (the swapped one read past the block's shared memory) -- for N = 8 and 24 and A of E2M1
 // values and of int8 values (the prompt kernels' weights), x's first two steps hi-sized and the last two
-// lo-sized (a prompt kernel's quant block). Prints how many of the 64 x N sums have other bits than the
-// same fragments' mma.sync chains: 0 means a wgmma prompt kernel keeps today's logits.
-TEST_F(Ops, WgmmaProbeReproducesProductsAndComparesBitsWithMmaSync) {
+// lo-sized (a prompt kernel's quant block); and every one of the 64 x N sums has the bits of the same
+// fragments' mma.sync chain (the H100, 2026-12-06: 4,096 of 4,096), which the wgmma prompt kernel
+// (sm90a/q8t_prompt_wgmma.cuh) relies on to keep today's logits.
+TEST_F(Ops, WgmmaProbeChainsGiveTheBitsOfMmaSyncChains) {
 #if FERRY_WITH_CUDA
   int major = 0;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
@@ -1167,6 +1168,7 @@ TEST_F(Ops, WgmmaProbeReproducesProductsAndComparesBitsWithMmaSync) {
       }
       EXPECT_EQ(bad_w, 0) << "wgmma chains against the reference, n=" << n << (int8 ? ", int8" : ", E2M1");
       EXPECT_EQ(bad_m, 0) << "mma.sync chains against the reference, n=" << n << (int8 ? ", int8" : ", E2M1");
+      EXPECT_EQ(bits, 0) << "wgmma sums with other bits than mma.sync's, n=" << n << (int8 ? ", int8" : ", E2M1");
       std::printf("[probe] wgmma m64n%dk16 x4, A %s: %d of %zu sums off the reference; %d with other bits than "
                   "mma.sync's\n",
                   n, int8 ? "int8" : "E2M1", bad_w, ref.size(), bits);

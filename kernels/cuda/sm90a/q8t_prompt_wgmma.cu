@@ -28,9 +28,14 @@ constexpr int kWBytes = mma::kWarps * kMW * kPromptWarpBytes;
 constexpr int kStageBytes = kWBytes + 2 * kLevelBytes;
 constexpr int kStages = 3;
 
-// x in a stage: level lv, k16 step s, row r, 8 columns kc (0 or 1) of the step: K-major core matrices of
-// 8 rows x 16 bytes, the step's two core matrices of a row group 128 bytes apart (the descriptor's leading
-// byte offset), row groups 256 apart (its stride byte offset), no swizzle.
+// x in a stage: level lv, k16 step s, row r, 8 k (kc = 0: k 0-7, 1: k 8-15) of the step: K-major core
+// matrices of 8 rows x 16 bytes, the step's two core matrices of a row group 128 bytes apart (the
+// descriptor's leading byte offset), row groups 256 apart (its stride byte offset), no swizzle.
+// The k order is the q8_0 tiles' (matmul_q8t.cuh): the A fragments hold, for quant block b and step s, k =
+// 2t + e <- column 32b + 8t + 4s + e and k = 8 + 2t + e <- column 32b + 8t + 4s + 2 + e (t < 4, e < 2), and
+// mma.sync's B fragments read x with the same permutation (prompt_body's 16-byte read of columns 8t ..
+// 8t + 7). So x's 4-byte column pair 8t + 2p, + 1 of block b (p < 4) lands in step 2b + p / 2, core matrix
+// p % 2, at byte 4t of its row.
 __device__ __forceinline__ int x_off(int lv, int s, int r, int kc) {
   return kWBytes + lv * kLevelBytes + s * kStepBytes + (r >> 3) * 256 + kc * 128 + (r & 7) * 16;
 }
@@ -38,6 +43,11 @@ __device__ __forceinline__ int x_off(int lv, int s, int r, int kc) {
 __device__ __forceinline__ uint64_t x_desc(const uint8_t* p) {
   const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
   return static_cast<uint64_t>((a & 0x3FFFF) >> 4) | (uint64_t{128 >> 4} << 16) | (uint64_t{256 >> 4} << 32);
+}
+
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(gmem) : "memory");
 }
 
 // d = A (64 x 16, each warp's 16 rows in registers as mma.sync's A fragment) * x (16 x 64, shared memory,
@@ -80,8 +90,8 @@ __global__ void __launch_bounds__(mma::kThreads, 1) q8t_wgmma_kernel(const __gri
                   ? static_cast<uint32_t>(w * tile_bytes) + (r < 128 ? r * 16 + 1u : 4096u + (r - 128) * 32)
                   : kNone;
   }
-  // x granule j = threadIdx.x + k * kThr of a level: row j / 16, 8 columns q = j % 16 (step q / 2, core
-  // matrix q % 2).
+  // x granule j = threadIdx.x + k * kThr of a level: row j / 16, columns 8q .. 8q + 7 of the stage (q = j %
+  // 16: quant block q / 4, t = q % 4), copied as 4 column pairs to their places in the tiles' k order (x_off).
   constexpr int kXR = kBN * (kPromptK / 8) / kThr;
   const int xq = threadIdx.x % (kPromptK / 8), xr0 = threadIdx.x / (kPromptK / 8);
   const __half* xsrc[kXR];
@@ -104,10 +114,13 @@ __global__ void __launch_bounds__(mma::kThreads, 1) q8t_wgmma_kernel(const __gri
 #pragma unroll
     for (int lv = 0; lv < 2; ++lv)
 #pragma unroll
-      for (int k = 0; k < kXR; ++k)
-        if (xsrc[k])
-          cp_async16(base + x_off(lv, xq >> 1, xr0 + k * (kThr / (kPromptK / 8)), xq & 1),
-                     xsrc[k] + lv * lo_off + static_cast<int64_t>(c) * kPromptK);
+      for (int k = 0; k < kXR; ++k) {
+        if (!xsrc[k]) continue;
+        const __half* src = xsrc[k] + lv * lo_off + static_cast<int64_t>(c) * kPromptK;
+        uint8_t* dst = base + x_off(lv, 2 * (xq >> 2), xr0 + k * (kThr / (kPromptK / 8)), 0) + 4 * (xq & 3);
+#pragma unroll
+        for (int pr = 0; pr < 4; ++pr) cp_async4(dst + (pr >> 1) * kStepBytes + (pr & 1) * 128, src + 2 * pr);
+      }
   };
   float acc[kMW][kBN / 8][4];
 #pragma unroll

@@ -8,7 +8,7 @@
 // was spent; the GPU test Ops.Q8TilesMatmulMatchesCpuForEverySplitAndKeepsRowBits (its "wgmma, 2 tiles a
 // warp" case) compares its bits with the mma.sync kernel's, and AllSameBitsSwitches turns it on in the model
 // tests. First order (no overlap yet): per quant block, both tiles' 4 wgmma of a warpgroup, wait, then the
-// scale fmas.
+// scale fmas; x copied in 4-byte pieces into the tiles' k order (a prep_x order for it would make them 16).
 #pragma once
 
 #include <cuda_runtime.h>
