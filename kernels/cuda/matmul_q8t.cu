@@ -144,10 +144,19 @@ bool q8t_prompt_swz() {
 
 // Two tiles a warp with x as hi + lo on wgmma (kernels/cuda/sm90a/q8t_prompt_wgmma.cuh; speed only, the same
 // bits): off until measured (FERRY_Q8T_PROMPT_WGMMA=1 or matmul_q8t_prompt_wgmma_tune(1)).
+// Taken only on a compute capability 9.0 device (H100 / H200): its library holds sm_90a code alone, which no
+// other GPU runs (there the switch leaves the mma.sync kernel in place).
 int g_q8t_prompt_wgmma = -1;
 bool q8t_prompt_wgmma() {
   static const bool env = env_switch("FERRY_Q8T_PROMPT_WGMMA", false);
-  return switch_on(g_q8t_prompt_wgmma, env);
+  static const bool sm90 = [] {
+    int dev = 0, major = 0, minor = 0;
+    FERRY_CUDA_CHECK(cudaGetDevice(&dev));
+    FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    return major == 9 && minor == 0;
+  }();
+  return sm90 && switch_on(g_q8t_prompt_wgmma, env);
 }
 
 int g_q8t_parts = -1;  // matmul_q8t_split_tune
