@@ -194,6 +194,106 @@ __host__ __device__ constexpr int prompt_stage_bytes() {
   return mma::kWarps * MW * kPromptWarpBytes + L * kPromptRows * prompt_x_stride<SW>();
 }
 
+// The pieces prompt_body shares with its wgmma version (sm90a/q8t_prompt_wgmma.cu): a thread's weight copies
+// of a stage, its x granules' sources, a quant block's A fragments and scales, and the store of a tile's sums.
+
+// This thread's weight copies (MW 16-row tiles a warp): granule i = threadIdx.x + k * kThreads is granule
+// i % kWG of 16-row tile i / kWG (warp w's tiles are MW w .. MW w + MW - 1): a quant granule (< 128) or the
+// scales of row pair g = i % kWG - 128. Its source in stage c is w + woff[k] + (c / 2) * kUnitBytes + (c % 2) *
+// (quant ? 2048 : 16); woff's bit 0 marks a quant granule, kNone a granule with nothing to copy. 32-bit offsets
+// and destinations recomputed per stage keep the registers for the mma (two tiles a warp need them).
+template <int MW>
+struct PromptWeightCopies {
+  static constexpr int kTiles = mma::kWarps * MW;                                 // 16-row tiles a block
+  static constexpr int kWG = kPromptWarpBytes / 16;                               // 136 granules per tile
+  static constexpr int KW = (kTiles * kWG + mma::kThreads - 1) / mma::kThreads;  // granules per thread
+  static constexpr uint32_t kNone = 0xffffffffu;
+  uint32_t woff[KW];
+  __device__ PromptWeightCopies(size_t row_bytes, int nrows) {
+    const size_t tile_bytes = row_bytes * kRows;
+#pragma unroll
+    for (int k = 0; k < KW; ++k) {
+      const int i = threadIdx.x + k * mma::kThreads, w = i / kWG, r = i - w * kWG;
+      woff[k] = i < kTiles * kWG && w * kRows < nrows
+                    ? static_cast<uint32_t>(w * tile_bytes) + (r < 128 ? r * 16 + 1u : 4096u + (r - 128) * 32)
+                    : kNone;
+    }
+  }
+  // Stage c's weights (of the tiles starting at w) into the stage at base: tile j at j * kPromptWarpBytes.
+  __device__ void copy(uint8_t* base, const uint8_t* w, int c) const {
+    const size_t unit = static_cast<size_t>(c >> 1) * kUnitBytes;
+#pragma unroll
+    for (int k = 0; k < KW; ++k) {
+      if (woff[k] == kNone) continue;
+      const int i = threadIdx.x + k * mma::kThreads, t = i / kWG, r = i - t * kWG;
+      const uint32_t o = woff[k];
+      cp_async16(base + t * kPromptWarpBytes + r * 16, w + (o & ~1u) + unit + (c & 1) * (o & 1u ? 2048 : 16));
+    }
+  }
+};
+
+// This thread's x granules of a level (BN rows of prepared x): granule j = threadIdx.x + k * kThreads is row
+// row(k) = j / 16, columns 8 q .. 8 q + 7 of the stage (q = j % 16, the same for every k); src[k] its hi
+// half's first column of the item (null past the item's rows).
+template <int BN>
+struct PromptXSources {
+  static_assert((BN * (kPromptK / 8)) % mma::kThreads == 0 && mma::kThreads % (kPromptK / 8) == 0,
+                "x granules per level");
+  static constexpr int kXR = BN * (kPromptK / 8) / mma::kThreads;  // granules per thread and level
+  static constexpr int kRowStep = mma::kThreads / (kPromptK / 8);
+  int q, r0;
+  const __half* src[kXR];
+  template <class P>
+  __device__ PromptXSources(const P& p, const mma::Item& it, const int64_t* xrow)
+      : q(threadIdx.x % (kPromptK / 8)), r0(threadIdx.x / (kPromptK / 8)) {
+#pragma unroll
+    for (int k = 0; k < kXR; ++k) {
+      const int r = row(k);
+      src[k] = r < it.nr ? p.xp.hi + xrow[r] * p.xp.stride + q * 8 : nullptr;
+    }
+  }
+  __device__ int row(int k) const { return r0 + k * kRowStep; }
+};
+
+// Quant block b's A fragments (both k16 steps, rows g and g + 8) and scales of the warp's MW tiles, whose
+// stage bytes start at ws.
+template <int MW>
+__device__ __forceinline__ void prompt_block_frags(const uint8_t* ws, int b, int lane, int g, uint32_t (&a)[MW][2][4],
+                                                   float2 (&d)[MW]) {
+#pragma unroll
+  for (int m = 0; m < MW; ++m) {
+    const uint8_t* wm = ws + m * kPromptWarpBytes;
+    const uint4 q = *reinterpret_cast<const uint4*>(wm + b * 512 + lane * 16);
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      const uint32_t w0 = word(q, 2 * s), w1 = word(q, 2 * s + 1);
+      a[m][s][0] = biased_pair(w0, 0x5140u);
+      a[m][s][1] = biased_pair(w0, 0x7362u);
+      a[m][s][2] = biased_pair(w1, 0x5140u);
+      a[m][s][3] = biased_pair(w1, 0x7362u);
+    }
+    const uint32_t sw = *reinterpret_cast<const uint32_t*>(wm + 2048 + g * 16 + b * 4);
+    d[m] = __half22float2(*reinterpret_cast<const __half2*>(&sw));  // rows g, g + 8
+  }
+}
+
+// The warp's sums (acc[m][j]: mma.sync's C fragment of tile m and n8 tile j) times each row's 2^-k, into the
+// item's output rows that exist.
+template <int MW, int BN, class P>
+__device__ __forceinline__ void prompt_store(const P& p, const mma::Item& it, const int64_t* xrow, int warp, int lane,
+                                             const float (&acc)[MW][BN / 8][4]) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int m = 0; m < MW; ++m)
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = 8 * j + 2 * t + (i & 1), row = (warp * MW + m) * kRows + g + 8 * (i >> 1);
+        if (r < it.nr && row < it.nrows) p.yrow(it, r)[it.row0 + row] = acc[m][j][i] * p.xp.inv[xrow[r]];
+      }
+}
+
 // Tried 2026-12-06 (seventh session) and not kept: with two tiles a warp (the block loop not unrolled), block
 // b + 1's A fragments and scales read from shared memory while block b's mma run (232 registers against 226):
 // the same bits and the same time (12288x7168 at 1,024 rows 1,143.8 against 1,142.6 us, 7168x12288 1,317.9
@@ -203,63 +303,31 @@ __device__ __forceinline__ void prompt_body(const P& p, const mma::Item& it, uin
   constexpr int BN = kPromptRows;
   constexpr int SB = prompt_stage_bytes<L, MW, SW>();
   constexpr int XS = prompt_x_stride<SW>();
-  constexpr int kThr = mma::kThreads;
-  constexpr int kTiles = mma::kWarps * MW;                               // 16-row tiles a block
-  constexpr int kWG = kPromptWarpBytes / 16;                             // 136 granules per 16-row tile
-  constexpr int KW = (kTiles * kWG + kThr - 1) / kThr;                  // weight granules per thread
+  constexpr int kTiles = mma::kWarps * MW;  // 16-row tiles a block
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int nst = p.cols / kPromptK;
   __shared__ int64_t xrow[BN];
   if (threadIdx.x < BN) xrow[threadIdx.x] = threadIdx.x < it.nr ? p.xrow(it, threadIdx.x) : -1;
   __syncthreads();
-  const size_t tile_bytes = p.row_bytes * kRows;
-  // This thread's weight copies: granule i = threadIdx.x + k * kThr is granule i % kWG of 16-row tile
-  // i / kWG (warp w's tiles are MW w .. MW w + MW - 1): a quant granule (< 128) or the scales of row pair
-  // g = i % kWG - 128. Its source in stage c is it.w + woff[k] + (c / 2) * kUnitBytes + (c % 2) * (quant ?
-  // 2048 : 16); woff's bit 0 marks a quant granule, kNone a granule with nothing to copy. 32-bit offsets and
-  // destinations recomputed per stage keep the registers for the mma (two tiles a warp need them).
-  constexpr uint32_t kNone = 0xffffffffu;
-  uint32_t woff[KW];
-#pragma unroll
-  for (int k = 0; k < KW; ++k) {
-    const int i = threadIdx.x + k * kThr, w = i / kWG, r = i - w * kWG;
-    woff[k] = i < kTiles * kWG && w * kRows < it.nrows
-                  ? static_cast<uint32_t>(w * tile_bytes) + (r < 128 ? r * 16 + 1u : 4096u + (r - 128) * 32)
-                  : kNone;
-  }
-  // x granule j = threadIdx.x + k * kThr: level j / (BN * 16), row (j / 16) % BN, columns 8 (j % 16) ..:
-  // the column q and the destination step are the same for every k, the row and level repeat every
-  // BN * 16 / kThr granules.
-  static_assert((BN * (kPromptK / 8)) % kThr == 0 && kThr % (kPromptK / 8) == 0, "x granules per level");
-  constexpr int kXR = BN * (kPromptK / 8) / kThr;  // granules per thread and level
-  const int xq = threadIdx.x % (kPromptK / 8), xr0 = threadIdx.x / (kPromptK / 8);
-  const __half* xsrc[kXR];
-#pragma unroll
-  for (int k = 0; k < kXR; ++k) {
-    const int r = xr0 + k * (kThr / (kPromptK / 8));
-    xsrc[k] = r < it.nr ? p.xp.hi + xrow[r] * p.xp.stride + xq * 8 : nullptr;
-  }
+  const PromptWeightCopies<MW> wc(p.row_bytes, it.nrows);
+  // x granules: level lv's granule k of this thread is row xs.row(k), columns 8 xs.q ..: the row and level
+  // repeat every BN * 16 / kThreads granules.
+  const PromptXSources<BN> xsrc(p, it, xrow);
+  constexpr int kXR = PromptXSources<BN>::kXR;
   const int64_t lo_off = L == 2 ? p.xp.lo - p.xp.hi : 0;  // elements from a row's hi to its lo
-  // (SW: rows xr0 + 16 k and BN + those all have row xr0's parity.)
-  const int xdst0 = xr0 * XS + (SW ? xq ^ (4 * (xr0 & 1)) : xq) * 16;
+  // (SW: rows r0 + 16 k and BN + those all have row r0's parity.)
+  const int xdst0 = xsrc.r0 * XS + (SW ? xsrc.q ^ (4 * (xsrc.r0 & 1)) : xsrc.q) * 16;
   auto load = [&](int st, int c) {
     uint8_t* base = smem + st * SB;
-    const size_t unit = static_cast<size_t>(c >> 1) * kUnitBytes;
-#pragma unroll
-    for (int k = 0; k < KW; ++k) {
-      if (woff[k] == kNone) continue;
-      const int i = threadIdx.x + k * kThr, w = i / kWG, r = i - w * kWG;
-      const uint32_t o = woff[k];
-      cp_async16(base + w * kPromptWarpBytes + r * 16, it.w + (o & ~1u) + unit + (c & 1) * (o & 1u ? 2048 : 16));
-    }
+    wc.copy(base, it.w, c);
     uint8_t* xs = base + kTiles * kPromptWarpBytes + xdst0;
 #pragma unroll
     for (int lv = 0; lv < L; ++lv)
 #pragma unroll
       for (int k = 0; k < kXR; ++k)
-        if (xsrc[k])
-          cp_async16(xs + (lv * BN + k * (kThr / (kPromptK / 8))) * XS,
-                     xsrc[k] + lv * lo_off + static_cast<int64_t>(c) * kPromptK);
+        if (xsrc.src[k])
+          cp_async16(xs + (lv * BN + k * PromptXSources<BN>::kRowStep) * XS,
+                     xsrc.src[k] + lv * lo_off + static_cast<int64_t>(c) * kPromptK);
   };
   float acc[MW][BN / 8][4];
 #pragma unroll
@@ -299,21 +367,7 @@ __device__ __forceinline__ void prompt_body(const P& p, const mma::Item& it, uin
       for (int b = 0; b < 4; ++b) {
         uint32_t a[MW][2][4];
         float2 d[MW];
-#pragma unroll
-        for (int m = 0; m < MW; ++m) {
-          const uint8_t* wm = ws + m * kPromptWarpBytes;
-          const uint4 q = *reinterpret_cast<const uint4*>(wm + b * 512 + lane * 16);
-#pragma unroll
-          for (int s = 0; s < 2; ++s) {
-            const uint32_t w0 = word(q, 2 * s), w1 = word(q, 2 * s + 1);
-            a[m][s][0] = biased_pair(w0, 0x5140u);
-            a[m][s][1] = biased_pair(w0, 0x7362u);
-            a[m][s][2] = biased_pair(w1, 0x5140u);
-            a[m][s][3] = biased_pair(w1, 0x7362u);
-          }
-          const uint32_t sw = *reinterpret_cast<const uint32_t*>(wm + 2048 + g * 16 + b * 4);
-          d[m] = __half22float2(*reinterpret_cast<const __half2*>(&sw));  // rows g, g + 8
-        }
+        prompt_block_frags<MW>(ws, b, lane, g, a, d);
         float sum[MW][NJ][4];
 #pragma unroll
         for (int m = 0; m < MW; ++m)
@@ -358,17 +412,7 @@ __device__ __forceinline__ void prompt_body(const P& p, const mma::Item& it, uin
     }
   }
   cp_async_wait<0>();
-  if (active) {
-#pragma unroll
-    for (int m = 0; m < MW; ++m)
-#pragma unroll
-      for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r = 8 * j + 2 * t + (i & 1), row = (warp * MW + m) * kRows + g + 8 * (i >> 1);
-          if (r < it.nr && row < it.nrows) p.yrow(it, r)[it.row0 + row] = acc[m][j][i] * p.xp.inv[xrow[r]];
-        }
-  }
+  if (active) prompt_store<MW, BN>(p, it, xrow, warp, lane, acc);
   __syncthreads();
 }
 

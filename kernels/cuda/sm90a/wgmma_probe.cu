@@ -5,6 +5,8 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/matmul_mma.cuh"
+#include "kernels/cuda/sm90a/wgmma.cuh"
 
 namespace ferry::cuda {
 namespace {
@@ -13,42 +15,6 @@ constexpr int kSteps = kWgmmaProbeK / 16;
 
 __device__ __forceinline__ uint32_t pair_at(const uint16_t* p) {
   return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 16);
-}
-
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// Shared-memory matrix descriptor: start address, leading and stride byte offsets (in 16-byte units), no
-// swizzle (layout type 0 in bits 62-63).
-__device__ __forceinline__ uint64_t smem_desc(const void* p, int lbo, int sbo) {
-  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
-  return static_cast<uint64_t>((a & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) |
-         (static_cast<uint64_t>(sbo >> 4) << 32);
-}
-
-__device__ __forceinline__ void wgmma_n8(float (&d)[4], const uint32_t (&a)[4], uint64_t desc, int acc) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %9, 0;\n"
-      " wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc));
-}
-
-__device__ __forceinline__ void wgmma_n24(float (&d)[12], const uint32_t (&a)[4], uint64_t desc, int acc) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %17, 0;\n"
-      " wgmma.mma_async.sync.aligned.m64n24k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11}, "
-      "{%12,%13,%14,%15}, %16, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc));
-}
-#endif
-
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // One warpgroup. Warp w owns A's rows 16w .. 16w + 15 (the mma.sync A fragment layout, which is also
@@ -82,28 +48,28 @@ __global__ void __launch_bounds__(128) probe_kernel(const uint16_t* A, const uin
     float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int s = 0; s < kSteps; ++s) {
       const uint16_t* xr = X + (8 * c + g) * kWgmmaProbeK + 16 * s + 2 * t;
-      mma16816(sum, a[s], pair_at(xr), pair_at(xr + 8));
+      mma::mma16816(sum, a[s], pair_at(xr), pair_at(xr + 8), sum);
     }
     put(dm, c, sum);
   }
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   if (threadIdx.x == 0) *compiled = 1;
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // the generic writes, seen by wgmma
+  wgmma::fence_smem_writes();  // the generic writes, seen by wgmma
   __syncthreads();
   float d[N / 2];
 #pragma unroll
   for (int i = 0; i < N / 2; ++i) d[i] = 0.0f;
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+  wgmma::fence();
 #pragma unroll
   for (int s = 0; s < kSteps; ++s) {
-    const uint64_t desc = smem_desc(bs + s * N * 32, lbo, sbo);
+    const uint64_t desc = wgmma::smem_desc(bs + s * N * 32, lbo, sbo);
     if constexpr (N == 8)
-      wgmma_n8(d, a[s], desc, s);
+      wgmma::wgmma_n8(d, a[s], desc, s);
     else
-      wgmma_n24(d, a[s], desc, s);
+      wgmma::wgmma_n24(d, a[s], desc, s);
   }
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  wgmma::commit();
+  wgmma::wait_all();
 #pragma unroll
   for (int c = 0; c < N / 8; ++c) {
     const float v[4] = {d[4 * c], d[4 * c + 1], d[4 * c + 2], d[4 * c + 3]};
