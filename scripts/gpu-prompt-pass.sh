@@ -49,7 +49,11 @@ arm_env() { case $1 in cores) echo FERRY_MMA=0;; mma) echo FERRY_MMA=1;; mma1) e
   q8mw2) echo FERRY_Q8T_PROMPT_MW=2;;  # the q8_0 tiles' prompt kernel with two 16-row tiles a warp everywhere (same bits)
   q8mw1) echo FERRY_Q8T_PROMPT_MW=1;;  # with one everywhere (the default picks 2 where the call fills the SMs)
   q8swz) echo FERRY_Q8T_PROMPT_SWZ=1;;  # one tile a warp, x swizzled, two blocks a SM (same bits; measured slower)
-  q8wg) echo FERRY_Q8T_PROMPT_WGMMA=1;;  # the q8_0 tiles' prompt kernel (two tiles a warp) on wgmma (same bits; off until measured)
+  q8wg) echo FERRY_Q8T_PROMPT_WGMMA=1;;  # the q8_0 tiles' prompt kernel (two tiles a warp) on wgmma (same bits; the default on H100 / H200)
+  q8wg0) echo FERRY_Q8T_PROMPT_WGMMA=0;;  # without wgmma: the mma.sync prompt kernels (same bits)
+  q8wg2) echo FERRY_Q8T_PROMPT_WGMMA=2;;  # on wgmma with the two tiles' batches overlapped (same bits)
+  mxwg) echo FERRY_MXT_PROMPT_WGMMA=1;;  # the routed experts' wave kernel on wgmma (same bits; off until measured)
+  allwg) echo FERRY_Q8T_PROMPT_WGMMA=2 FERRY_MXT_PROMPT_WGMMA=1;;  # both on wgmma, the q8_0 one overlapped
   nowave) echo FERRY_MOE_WAVE=0;;  # the routed experts' grouped launches one per table, not one per wave (same bits)
   notile) echo FERRY_F32_TILE=0;;  # many-row f32 matmuls (routers) on the generic kernel (same bits)
   noconv) echo FERRY_CONV_CHUNKS=0;;  # prompt convolutions one walk per channel (same bits)

@@ -143,12 +143,17 @@ bool q8t_prompt_swz() {
 }
 
 // Two tiles a warp with x as hi + lo on wgmma (kernels/cuda/sm90a/q8t_prompt_wgmma.cuh; speed only, the same
-// bits): off until measured (FERRY_Q8T_PROMPT_WGMMA=1 or matmul_q8t_prompt_wgmma_tune(1)).
-// Taken only on a compute capability 9.0 device (H100 / H200): its library holds sm_90a code alone, which no
-// other GPU runs (there the switch leaves the mma.sync kernel in place).
-int g_q8t_prompt_wgmma = -1;
-bool q8t_prompt_wgmma() {
-  static const bool env = env_switch("FERRY_Q8T_PROMPT_WGMMA", false);
+// bits): 0 off, 1 on, 2 on with the two tiles' batches overlapped; FERRY_Q8T_PROMPT_WGMMA=0/1/2 or
+// matmul_q8t_prompt_wgmma_tune fix it. Taken where the call fills the SMs with two tiles a warp or has
+// kQ8tWgmmaMinRows rows or more: measured faster there on the H100 (2026-12-06, MatmulBenchQ8TilesPromptPass,
+// 1,024 rows: 12288x7168 1,030 against 1,124 us for the mma.sync kernel with two tiles a warp, 33792x7168
+// 2,707 / 3,017, 7168x12288 1,162 / 1,282, 1536x7168 194 against 210 (and 261 for the rule's one tile a
+// warp); slower on 128x7168, 189 against 139). Only on a compute capability 9.0 device (H100 / H200): its
+// library holds sm_90a code alone, which no other GPU runs (there the mma.sync kernels stay).
+constexpr int64_t kQ8tWgmmaMinRows = 1536;
+}  // namespace
+
+bool sm90a_device() {
   static const bool sm90 = [] {
     int dev = 0, major = 0, minor = 0;
     FERRY_CUDA_CHECK(cudaGetDevice(&dev));
@@ -156,7 +161,20 @@ bool q8t_prompt_wgmma() {
     FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
     return major == 9 && minor == 0;
   }();
-  return sm90 && switch_on(g_q8t_prompt_wgmma, env);
+  return sm90;
+}
+
+namespace {
+int g_q8t_prompt_wgmma = -1;
+int q8t_prompt_wgmma(int64_t rows, int64_t n) {
+  static const int env = [] {
+    const char* v = std::getenv("FERRY_Q8T_PROMPT_WGMMA");
+    const std::string e = v ? v : "";
+    return e == "0" ? 0 : e == "1" ? 1 : e == "2" ? 2 : -1;
+  }();
+  const int mode = g_q8t_prompt_wgmma >= 0 ? g_q8t_prompt_wgmma : env >= 0 ? env : 1;
+  if (mode == 0 || !sm90a_device()) return 0;
+  return rows >= kQ8tWgmmaMinRows || q8t_prompt_mw(rows, n) == 2 ? mode : 0;
 }
 
 int g_q8t_parts = -1;  // matmul_q8t_split_tune
@@ -328,8 +346,8 @@ void launch_matmul_q8t_prompt(const Weight& w, const mma::XPrep& xp, int64_t n, 
                  static_cast<int>(w.cols), xp, y, n, 0, 0, 0};
   if (n > (int64_t{1} << 30)) throw LimitError("cuda matmul: " + std::to_string(n) + " rows in one call");
   if (q8t_prompt_swz()) return xp.lo ? launch_prompt_l<2, 1, true>(p, st) : launch_prompt_l<1, 1, true>(p, st);
+  if (const int wg = xp.lo ? q8t_prompt_wgmma(w.rows, n) : 0) return launch_q8t_prompt_wgmma(p, st, wg == 2);
   const bool mw2 = q8t_prompt_mw(w.rows, n) == 2;
-  if (xp.lo && mw2 && q8t_prompt_wgmma()) return launch_q8t_prompt_wgmma(p, st);
   if (xp.lo) return mw2 ? launch_prompt_l<2, 2>(p, st) : launch_prompt_l<2, 1>(p, st);
   mw2 ? launch_prompt_l<1, 2>(p, st) : launch_prompt_l<1, 1>(p, st);
 }

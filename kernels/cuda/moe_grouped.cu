@@ -16,6 +16,8 @@
 #include "kernels/cuda/matmul_mma.cuh"
 #include "kernels/cuda/matmul_mxt.cuh"
 #include "kernels/cuda/moe.cuh"
+#include "kernels/cuda/moe_wave.cuh"
+#include "kernels/cuda/sm90a/mxt_wave_wgmma.cuh"
 #include "kernels/cuda/switches.hpp"
 #include "io/errors.hpp"
 
@@ -27,47 +29,6 @@ using namespace fast;
 
 constexpr int kO = 4;                   // as matmul_fast.cu
 constexpr size_t kShallow = 44 * 1024;  // as matmul_fast.cu
-
-// Item j of table t (nb row groups, tiles of bm rows: ntiles a matrix of `rows` x `cols`): (z, row group of
-// `group` rows of a piece, weight tile), z-major, then the pieces' row groups, then tiles, so a block's
-// contiguous run of items walks neighbouring tiles of one expert's weight; the weight of z is
-// t.w[piece][which + z]. It: fast::Item (the CUDA-core kernel) or mma::Item (the tensor-core kernels).
-// 32-bit indices: a launch has fewer than 2^31 items (its grid's x size).
-template <class It>
-__device__ __forceinline__ It table_item(const GroupTable& t, int j, int nb, int ntiles, int group, int bm, int rows,
-                                         int cols, int which, size_t row_bytes) {
-  It it;
-  const int per_z = nb * ntiles;
-  it.z = j / per_z;
-  const int rem = j - it.z * per_z;
-  const int yb = rem / ntiles, tile = rem - yb * ntiles;
-  const int c = t.piece[yb];
-  it.c = c;
-  it.r0 = (yb - t.bstart[c]) * group;
-  it.nr = min(group, t.m[c] - it.r0);  // >= 1: piece c has ceil(m / group) row groups
-  it.row0 = tile * bm;
-  it.nrows = min(bm, rows - it.row0);
-  it.w = t.w[c][which + it.z] + static_cast<size_t>(it.row0) * row_bytes;
-  it.k0 = 0;
-  it.k1 = cols;
-  it.part = 0;
-  it.parts = 1;  // expert weights are never split (moe.cu runs a batch with a split weight per expert)
-  return it;
-}
-
-// Row r of item it of table t: x rows are prepared rows (gate / up: the layer input's, t.src; down: the
-// wave's intermediate, base + i); outputs go to g / u at base + i (gate / up) or to y at t.dst (down).
-template <class It>
-__device__ __forceinline__ int64_t table_xrow(const GroupTable& t, int which, const It& it, int r) {
-  const int i = t.loc[it.c] + it.r0 + r;
-  return which == 0 ? static_cast<int64_t>(t.src[i]) : static_cast<int64_t>(t.base) + i;
-}
-template <class It>
-__device__ __forceinline__ float* table_yrow(const GroupTable& t, int which, float* const y[2], int rows, const It& it,
-                                             int r) {
-  const int i = t.loc[it.c] + it.r0 + r;
-  return which == 0 ? y[it.z] + (static_cast<int64_t>(t.base) + i) * rows : y[0] + static_cast<int64_t>(t.dst[i]) * rows;
-}
 
 struct GroupArgs {
   GroupTable t;
@@ -173,7 +134,6 @@ size_t row_bytes_of(WType type, int cols) {
 
 // The prompt pass's grouped expert matmul on the tensor cores (matmul_mma.cuh), on GroupTc (below) with
 // row groups of kMmaBN rows and 128-row weight tiles.
-constexpr int kMmaBN = 32;  // a prompt pass of 1,024 rows gives each of 896 experts ~18 rows
 // Weight tiles of 128 rows (MW = 1). FERRY_MMA_GROUP_MW=2 takes 256 (each row group's x, re-read by
 // every tile, then costs half as much per weight byte): measured on the H200 in a 1,024-token prompt
 // pass it was no faster (expert_ffn 74-79 ms either way, docs/BENCHMARKS.md). 3 stages: 2 blocks per SM.
@@ -378,35 +338,11 @@ void launch_grouped_down_mma(const GroupTable& t, WType type, WLayout layout, co
 // ---- a prompt pass's wave in one launch per step (moe.cuh WaveLaunch) ----------------------------------
 namespace {
 
-// Item j of the wave: table k with start[k] <= j < start[k + 1], then that table's item j - start[k]
-// (table_item, as GroupTc). The tables are read from device memory.
-struct WaveTc {
-  const GroupTable* tabs;
-  int ntab;
-  int start[kWaveTables + 1];  // first item of each table
-  int which;
-  size_t row_bytes;
-  int rows, cols;
-  mma::XPrep xp;
-  float* y[2];
-  int ntiles;
-  int group;
-  int bm;
-  __device__ mma::Item item(int64_t j) const {
-    int lo = 0, hi = ntab;  // the last k with start[k] <= j
-    while (hi - lo > 1) {
-      const int mid = (lo + hi) / 2;
-      if (start[mid] <= j) lo = mid; else hi = mid;
-    }
-    const GroupTable& t = tabs[lo];
-    mma::Item it = table_item<mma::Item>(t, static_cast<int>(j - start[lo]), t.bstart[t.ncalls], ntiles, group, bm,
-                                         rows, cols, which, row_bytes);
-    it.tab = lo;
-    return it;
-  }
-  __device__ int64_t xrow(const mma::Item& it, int r) const { return table_xrow(tabs[it.tab], which, it, r); }
-  __device__ float* yrow(const mma::Item& it, int r) const { return table_yrow(tabs[it.tab], which, y, rows, it, r); }
-};
+int g_moe_wave_wgmma = -1;
+bool moe_wave_wgmma() {
+  static const bool env = env_switch("FERRY_MXT_PROMPT_WGMMA", false);
+  return switch_on(g_moe_wave_wgmma, env) && sm90a_device();
+}
 
 template <class F, int S, int L, int MW>
 __global__ void __launch_bounds__(mma::kThreads, 2) wave_mma_kernel(const __grid_constant__ WaveTc a) {
@@ -435,6 +371,8 @@ void launch_wave_f(WaveTc& a, const WaveLaunch& w, int nz, cudaStream_t st) {
   a.start[w.n] = static_cast<int>(items);
   if (items == 0) return;
   if (items > (int64_t{1} << 31) - 1) throw LimitError("cuda expert_ffn: " + std::to_string(items) + " items in one wave");
+  if constexpr (std::is_same_v<F, mxt::MxT> && L == 2 && MW == 1)
+    if (moe_wave_wgmma()) return launch_wave_mxt_wgmma(a, items, st);
   wave_mma_kernel<F, S, L, MW><<<static_cast<unsigned>(items), mma::kThreads, smem, st>>>(a);
   FERRY_CUDA_LAUNCHED(wave_mma_kernel);
 }
@@ -454,6 +392,7 @@ bool moe_wave() {
   return switch_on(g_moe_wave, env);
 }
 void moe_wave_tune(int on) { g_moe_wave = on; }
+void moe_wave_wgmma_tune(int on) { g_moe_wave_wgmma = on; }
 
 void tabulate_wave(GroupTable* tabs, int n, WaveLaunch& w) {
   if (n > kWaveTables) throw LimitError("cuda expert_ffn: " + std::to_string(n) + " tables in one wave");

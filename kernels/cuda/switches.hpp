@@ -14,6 +14,10 @@ bool env_switch(const char* name, bool unset);
 // A switch's value: the tune knob where it is set (1 on, 0 off), else the environment's.
 inline bool switch_on(int tuned, bool env) { return tuned >= 0 ? tuned == 1 : env; }
 
+// Whether the current device runs the sm_90a code of ferry_cuda_sm90a (wgmma): compute capability 9.0, the
+// H100 / H200 (read once).
+bool sm90a_device();
+
 // Whether launch_small (common.cuh) launches the small kernels as programmatic dependents: on by default
 // (H200, 2026-12-02: +7 % decode on the K3.1 slice, identical logits); FERRY_PDL=0 or launch_pdl_tune(0)
 // turns it off.

@@ -77,7 +77,7 @@ struct AllSameBitsSwitches {
     cuda::launch_pdl_tune(on);
     cuda::matmul_q8t_early_tune(on);
     cuda::matmul_q8t_prompt_swz_tune(on);
-    cuda::matmul_q8t_prompt_wgmma_tune(on);
+    cuda::matmul_q8t_prompt_wgmma_tune(on == 1 ? 2 : on);  // on: with the tiles' batches overlapped
     cuda::matmul_group_launch_tune(on);
     cuda::matmul_group_split_tune(on);
     cuda::matmul_mxt_xsmem_tune(on);
@@ -96,6 +96,7 @@ struct AllSameBitsSwitches {
     cuda::rownorm::fused_add_tune(on);
     cuda::rownorm::row_reg_inputs_tune(on);
     cuda::moe_wave_tune(on);
+    cuda::moe_wave_wgmma_tune(on);
   }
 #endif
 };

@@ -919,15 +919,16 @@ TEST_F(Ops, Q8TilesMatmulMatchesCpuForEverySplitAndKeepsRowBits) {
     // One and two 16-row tiles per warp fixed (128- and 256-row blocks; the last one partial for 48, 96 and
     // 64 rows), and one with the swizzled x, give the bits of the rule's choice, whole pass and a row alone.
     // mw 3 stands for one tile a warp with x swizzled and two blocks a SM (matmul_q8t_prompt_swz_tune), mw 4
-    // for two tiles a warp on wgmma (matmul_q8t_prompt_wgmma_tune).
-    for (const int mw : {1, 2, 3, 4})
+    // for two tiles a warp on wgmma (matmul_q8t_prompt_wgmma_tune), mw 5 for it with the tiles' batches
+    // overlapped; 1-3 with wgmma off.
+    for (const int mw : {1, 2, 3, 4, 5})
       for (const auto& [r0, m] : {std::pair{0, np}, std::pair{0, int64_t{1}}, std::pair{60, int64_t{9}}}) {
         auto fixed = poisoned_pair(static_cast<size_t>(m * s.rows));
         {
           PromptPass on(gpu());
-          cuda::matmul_q8t_prompt_mw_tune(mw == 3 ? 1 : mw == 4 ? 2 : mw);
+          cuda::matmul_q8t_prompt_mw_tune(mw == 3 ? 1 : mw >= 4 ? 2 : mw);
           cuda::matmul_q8t_prompt_swz_tune(mw == 3 ? 1 : 0);
-          cuda::matmul_q8t_prompt_wgmma_tune(mw == 4 ? 1 : 0);
+          cuda::matmul_q8t_prompt_wgmma_tune(mw >= 4 ? mw - 3 : 0);
           gpu().matmul(w, xp.gpu() + r0 * s.cols, m, fixed.gpu());
           cuda::matmul_q8t_prompt_mw_tune(-1);
           cuda::matmul_q8t_prompt_swz_tune(-1);
@@ -935,7 +936,8 @@ TEST_F(Ops, Q8TilesMatmulMatchesCpuForEverySplitAndKeepsRowBits) {
         }
         const auto p = get(gpu(), fixed.gpu(), fixed.g.size());
         EXPECT_LT(first_bit_diff(p.data(), pa.data() + r0 * s.rows, m * s.rows), 0)
-            << "prompt pass, " << (mw == 3 ? "swizzled x, 1" : mw == 4 ? "wgmma, 2" : std::to_string(mw))
+            << "prompt pass, "
+            << (mw == 3 ? "swizzled x, 1" : mw == 4 ? "wgmma, 2" : mw == 5 ? "wgmma overlapped, 2" : std::to_string(mw))
             << " tiles a warp, rows " << r0 << "+" << m << " " << shape;
       }
   }
@@ -1197,8 +1199,8 @@ TEST_F(Ops, MatmulBenchQ8TilesPromptPass) {
     Buf x(be, xv.size()), y(be, static_cast<size_t>(n * rows));
     be.upload(x, xv.data(), xv.size() * 4);
     struct Arm { const char* name; int mw, swz, wg; };
-    for (const Arm arm : {Arm{"rule", -1, 0, 0}, Arm{"mw1", 1, 0, 0}, Arm{"mw2", 2, 0, 0}, Arm{"wgmma", 2, 0, 1},
-                          Arm{"swizzled", 1, 1, 0}}) {
+    for (const Arm arm : {Arm{"rule", -1, 0, -1}, Arm{"mw1", 1, 0, 0}, Arm{"mw2", 2, 0, 0}, Arm{"wgmma", 2, 0, 1},
+                          Arm{"wgmma-ov", 2, 0, 2}, Arm{"swizzled", 1, 1, 0}}) {
       cuda::matmul_q8t_prompt_mw_tune(arm.mw);
       cuda::matmul_q8t_prompt_swz_tune(arm.swz);
       cuda::matmul_q8t_prompt_wgmma_tune(arm.wg);

@@ -224,6 +224,18 @@ TEST_F(Ops, MxTilesExpertsGiveTheBitsOfTheRowLayout) {
     gpu().download(r.data(), yr, r.size() * 4);
     gpu().download(t.data(), yt, t.size() * 4);
     EXPECT_TRUE(bits_equal((std::string(c.what) + ": tiles vs rows").c_str(), r, t)) << c.what;
+    // A prompt pass's waves on wgmma (moe_wave_wgmma_tune; an H100 / H200 only) and off: the same bits.
+    for (const int wg : {1, 0}) {
+      if (!c.prompt) break;
+      gpu().upload(yt, poison.data(), poison.size() * 4);
+      cuda::moe_wave_wgmma_tune(wg);
+      gpu().set_prompt_pass(true);
+      gpu().expert_ffn(args_for(bt.bind(), x, c.x_rows, yt, y_rows, c.s, all_acts()[2]));
+      gpu().set_prompt_pass(false);
+      cuda::moe_wave_wgmma_tune(-1);
+      gpu().download(t.data(), yt, t.size() * 4);
+      EXPECT_TRUE(bits_equal((std::string(c.what) + ": tiles, wave on wgmma " + std::to_string(wg)).c_str(), r, t));
+    }
     // The load-set sizes the benchmark sweeps at one row per expert change the speed, not the bits; nor
     // does x staged in shared memory for the down projections (matmul_mxt_xsmem_tune; with the default
     // set, and with a set of 2, whose register cap differs).
@@ -489,8 +501,10 @@ TEST_F(Ops, MoeBenchPromptPassExpertWave) {
   const double flop = 2.0 * 3 * static_cast<double>(s.in) * static_cast<double>(s.inter) * slot;
   auto& cb = static_cast<cuda::CudaBackend&>(gpu());
   gpu().set_prompt_pass(true);
-  for (const int wave : {1, 0, 1, 0}) {
-    cuda::moe_wave_tune(wave);
+  // wave 2: a wave per launch on wgmma (moe_wave_wgmma_tune; an H100 / H200 only).
+  for (const int wave : {1, 0, 2, 1, 0, 2}) {
+    cuda::moe_wave_tune(wave ? 1 : 0);
+    cuda::moe_wave_wgmma_tune(wave == 2 ? 1 : 0);
     for (int i = 0; i < 2; ++i) gpu().expert_ffn(a);
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
@@ -509,9 +523,11 @@ TEST_F(Ops, MoeBenchPromptPassExpertWave) {
     cudaEventDestroy(e1);
     std::sort(t.begin(), t.end());
     std::printf("[bench] prompt pass experts (%d x 18 rows, 3072x3584 mxfp4 tiles), %s: %8.2f ms %6.1f TFLOP/s\n",
-                kExperts, wave ? "a wave per launch" : "a launch per table", t[1] * 1e3, flop / t[1] / 1e12);
+                kExperts, wave == 2 ? "a wave per launch on wgmma" : wave ? "a wave per launch" : "a launch per table",
+                t[1] * 1e3, flop / t[1] / 1e12);
   }
   cuda::moe_wave_tune(-1);
+  cuda::moe_wave_wgmma_tune(-1);
   gpu().set_prompt_pass(false);
 #else
   GTEST_SKIP() << "no CUDA back-end in this build";

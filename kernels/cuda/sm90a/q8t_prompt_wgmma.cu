@@ -41,7 +41,7 @@ __device__ __forceinline__ int x_off(int lv, int s, int r, int kc) {
 
 __device__ __forceinline__ uint64_t x_desc(const uint8_t* p) { return wgmma::smem_desc(p, 128, 256); }
 
-template <int S>
+template <int S, bool kOverlap>
 __global__ void __launch_bounds__(mma::kThreads, 1) q8t_wgmma_kernel(const __grid_constant__ mma::PlainTc p) {
   extern __shared__ __align__(128) uint8_t smem[];
   const mma::Item it = p.item(blockIdx.x);
@@ -92,55 +92,92 @@ __global__ void __launch_bounds__(mma::kThreads, 1) q8t_wgmma_kernel(const __gri
     // stale weights and stores nothing.
     const uint8_t* base = smem + (c % S) * kStageBytes;
     const uint8_t* ws = base + warp * kMW * kPromptWarpBytes;
-#pragma unroll 1
-    for (int b = 0; b < 4; ++b) {
-      uint32_t a[kMW][2][4];
-      float2 d[kMW];
-      q8t::prompt_block_frags<kMW>(ws, b, lane, g, a, d);
-      float sum[kMW][32];  // (its first wgmma, acc = 0, ignores the unset values)
+    float sum[kMW][32];  // a tile's block sums (its first wgmma, acc = 0, ignores the unset values)
+    // Tile m's 4 wgmma of block b (hi's two k16 steps, then lo's, into a fresh sum) as one batch.
+    auto issue = [&](int m, int b, const uint32_t (&am)[2][4]) {
+      wgmma::fence_operand(sum[m]);
       wgmma::fence();
 #pragma unroll
-      for (int m = 0; m < kMW; ++m)
+      for (int lv = 0; lv < 2; ++lv)
 #pragma unroll
-        for (int lv = 0; lv < 2; ++lv)
-#pragma unroll
-          for (int s = 0; s < 2; ++s)
-            wgmma::wgmma_n64(sum[m], a[m][s], x_desc(base + x_off(lv, 2 * b + s, 0, 0)), lv | s);
+        for (int s = 0; s < 2; ++s)
+          wgmma::wgmma_n64(sum[m], am[s], x_desc(base + x_off(lv, 2 * b + s, 0, 0)), lv | s);
       wgmma::commit();
-      wgmma::wait_all();
+    };
+    auto scale = [&](int m, float2 dm) {
+      wgmma::fence_operand(sum[m]);
 #pragma unroll
-      for (int m = 0; m < kMW; ++m)
+      for (int j = 0; j < kBN / 8; ++j) {
+        acc[m][j][0] = fmaf(sum[m][4 * j + 0], dm.x, acc[m][j][0]);
+        acc[m][j][1] = fmaf(sum[m][4 * j + 1], dm.x, acc[m][j][1]);
+        acc[m][j][2] = fmaf(sum[m][4 * j + 2], dm.y, acc[m][j][2]);
+        acc[m][j][3] = fmaf(sum[m][4 * j + 3], dm.y, acc[m][j][3]);
+      }
+    };
+    if constexpr (!kOverlap) {
+#pragma unroll 1
+      for (int b = 0; b < 4; ++b) {
+        uint32_t a[kMW][2][4];
+        float2 d[kMW];
+        q8t::prompt_block_frags<kMW>(ws, b, lane, g, a, d);
 #pragma unroll
-        for (int j = 0; j < kBN / 8; ++j) {
-          acc[m][j][0] = fmaf(sum[m][4 * j + 0], d[m].x, acc[m][j][0]);
-          acc[m][j][1] = fmaf(sum[m][4 * j + 1], d[m].x, acc[m][j][1]);
-          acc[m][j][2] = fmaf(sum[m][4 * j + 2], d[m].y, acc[m][j][2]);
-          acc[m][j][3] = fmaf(sum[m][4 * j + 3], d[m].y, acc[m][j][3]);
+        for (int m = 0; m < kMW; ++m) issue(m, b, a[m]);
+        wgmma::wait_all();
+#pragma unroll
+        for (int m = 0; m < kMW; ++m) scale(m, d[m]);
+      }
+    } else {
+      // The tiles take turns: while one tile's batch runs, the other's sums are scaled and the next block's
+      // fragments decoded (batches finish in order, so waiting for all but the newest is waiting for the
+      // other tile's). The stage's last batch is waited for before the stage's shared memory is refilled.
+      static_assert(kMW == 2, "the overlap alternates two tiles");
+      float2 d1 = make_float2(0.0f, 0.0f);  // tile 1's scales of the block in flight
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        uint32_t a[kMW][2][4];
+        float2 d[kMW];
+        q8t::prompt_block_frags<kMW>(ws, b, lane, g, a, d);
+        issue(0, b, a[0]);
+        if (b > 0) {
+          wgmma::wait<1>();
+          scale(1, d1);
         }
+        issue(1, b, a[1]);
+        wgmma::wait<1>();
+        scale(0, d[0]);
+        d1 = d[1];
+      }
+      wgmma::wait_all();
+      scale(1, d1);
     }
   }
   cp_async_wait<0>();
   q8t::prompt_store<kMW, kBN>(p, it, xrow, warp, lane, acc);
 }
 
-}  // namespace
-
-void launch_q8t_prompt_wgmma(mma::PlainTc p, cudaStream_t st) {
+template <bool kOverlap>
+void launch(const mma::PlainTc& p, cudaStream_t st, int64_t items) {
   constexpr size_t smem = static_cast<size_t>(kStageBytes) * kStages;
   static const bool once = [] {
-    FERRY_CUDA_CHECK(cudaFuncSetAttribute(q8t_wgmma_kernel<kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(smem)));
+    FERRY_CUDA_CHECK(cudaFuncSetAttribute(q8t_wgmma_kernel<kStages, kOverlap>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     return true;
   }();
   (void)once;
+  q8t_wgmma_kernel<kStages, kOverlap><<<static_cast<unsigned>(items), mma::kThreads, smem, st>>>(p);
+  FERRY_CUDA_LAUNCHED(q8t_wgmma_kernel);
+}
+
+}  // namespace
+
+void launch_q8t_prompt_wgmma(mma::PlainTc p, cudaStream_t st, bool overlap) {
   p.group = kPromptRows;
   p.bm = mma::tile_rows(kMW);
   p.ntiles = (p.rows + p.bm - 1) / p.bm;
   p.groups_fastest = true;
   const int64_t items = static_cast<int64_t>(p.ntiles) * ((p.n + kPromptRows - 1) / kPromptRows);
   if (items > (int64_t{1} << 31) - 1) throw LimitError("cuda matmul: " + std::to_string(items) + " tiles in one call");
-  q8t_wgmma_kernel<kStages><<<static_cast<unsigned>(items), mma::kThreads, smem, st>>>(p);
-  FERRY_CUDA_LAUNCHED(q8t_wgmma_kernel);
+  overlap ? launch<true>(p, st, items) : launch<false>(p, st, items);
 }
 
 }  // namespace ferry::cuda

@@ -18,7 +18,8 @@
 namespace ferry::cuda {
 
 // p as launch_matmul_q8t_prompt builds it (x with hi and lo); sets the item grouping (256-row tiles, row
-// groups of 64) and launches on st.
-void launch_q8t_prompt_wgmma(mma::PlainTc p, cudaStream_t st);
+// groups of 64) and launches on st; overlap: the two tiles' batches take turns (one runs while the other's
+// sums are scaled), else both are waited for each quant block.
+void launch_q8t_prompt_wgmma(mma::PlainTc p, cudaStream_t st, bool overlap);
 
 }  // namespace ferry::cuda

@@ -1,0 +1,26 @@
+// The routed experts' prompt-pass kernel on wgmma (sm_90a): mma::item_body<mxt::MxT, kMmaBN, S, 2, 1> (a
+// wave's items: a 128-row tile of one expert's mxfp4-tiles weight against a row group of up to 32 prepared
+// rows, x as hi + lo) with its per-block mma.sync chains replaced by one wgmma.m64nNk16 chain per warpgroup
+// (N = 8 x the item's n8 tiles with rows: 8 .. 32). A, the decoded E2M1 fragments, comes from registers as
+// before (mma::Mx's natural k order: k16 step 0 = a block's elements 0-15, step 1 = 16-31); x from shared
+// memory as K-major core matrices (8 rows x 16 bytes), the same 16-byte copies as item_body, other places.
+// The same bits as item_body: each output's chain (hi's two k16 steps, then lo's, into a fresh sum, then
+// one fma by the block scale, blocks in K order) is the same, and a wgmma chain gives the bits of the
+// mma.sync chain over the same fragments (GPU test Ops.WgmmaProbe*, H100 2026-12-06). Block b's chain
+// runs while block b - 1's sums are scaled (wgmma.wait_group 1); a stage's last chain is waited for
+// before its shared memory is refilled. Switch: FERRY_MXT_PROMPT_WGMMA / matmul_mxt_prompt_wgmma_tune
+// (matmul.cuh).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/moe_wave.cuh"
+
+namespace ferry::cuda {
+
+// The wave's items (a.group = kMmaBN, a.bm = 128, a.ntiles set, `items` of them) on st.
+void launch_wave_mxt_wgmma(const WaveTc& a, int64_t items, cudaStream_t st);
+
+}  // namespace ferry::cuda
