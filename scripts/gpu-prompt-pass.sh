@@ -49,10 +49,10 @@ arm_env() { case $1 in cores) echo FERRY_MMA=0;; mma) echo FERRY_MMA=1;; mma1) e
   q8mw2) echo FERRY_Q8T_PROMPT_MW=2;;  # the q8_0 tiles' prompt kernel with two 16-row tiles a warp everywhere (same bits)
   q8mw1) echo FERRY_Q8T_PROMPT_MW=1;;  # with one everywhere (the default picks 2 where the call fills the SMs)
   q8swz) echo FERRY_Q8T_PROMPT_SWZ=1;;  # one tile a warp, x swizzled, two blocks a SM (same bits; measured slower)
-  q8wg) echo FERRY_Q8T_PROMPT_WGMMA=1;;  # the q8_0 tiles' prompt kernel (two tiles a warp) on wgmma (same bits; the default on H100 / H200)
+  q8wg) echo FERRY_Q8T_PROMPT_WGMMA=1;;  # the q8_0 tiles' prompt kernel (two tiles a warp) on wgmma without overlap (same bits)
   q8wg0) echo FERRY_Q8T_PROMPT_WGMMA=0;;  # without wgmma: the mma.sync prompt kernels (same bits)
-  q8wg2) echo FERRY_Q8T_PROMPT_WGMMA=2;;  # on wgmma with the two tiles' batches overlapped (same bits)
-  mxwg) echo FERRY_MXT_PROMPT_WGMMA=1;;  # the routed experts' wave kernel on wgmma (same bits; off until measured)
+  q8wg2) echo FERRY_Q8T_PROMPT_WGMMA=2;;  # on wgmma with the two tiles' batches overlapped (same bits; the default on H100 / H200)
+  mxwg) echo FERRY_MXT_PROMPT_WGMMA=1;;  # the routed experts' wave kernel on wgmma (same bits; off: slower in the pass)
   allwg) echo FERRY_Q8T_PROMPT_WGMMA=2 FERRY_MXT_PROMPT_WGMMA=1;;  # both on wgmma, the q8_0 one overlapped
   nowave) echo FERRY_MOE_WAVE=0;;  # the routed experts' grouped launches one per table, not one per wave (same bits)
   notile) echo FERRY_F32_TILE=0;;  # many-row f32 matmuls (routers) on the generic kernel (same bits)
@@ -71,13 +71,15 @@ for rep in $(seq 1 ${REPS:-2}); do
     python3 -c "import json;j=json.load(open('$R/$arm-$rep.json'));print('$arm','prompt_s',j['prompt_s'],'load_s',j.get('load_s'),'tokens',j['prompt_tokens'],'ids',j['ids'])"
   done
 done
-# Arms of the same bits as mma (the default): every logit hash must be identical.
-for a in base q8wg rowmx kdaold kdanocl notile noattnq noconv attnq16 kdablk kdanoblk q8mw2 q8mw1 q8swz nowave lazy; do
-  [ -f "$R/$a-1.hash" ] && [ -f "$R/mma-1.hash" ] && echo "mma vs $a ($(arm_env $a)): must be identical:" &&
-    "$B/bin/ferry" trace diff "$R/mma-1.hash" "$R/$a-1.hash" | tail -3
+# Arms of the same bits as mma (the default): every logit hash must be identical. The reference arm is mma
+# when it ran, else the first arm of ARMS (every arm named below keeps mma's bits).
+REFARM=mma; [ -f "$R/mma-1.hash" ] || REFARM=${ARMS%% *}
+for a in base q8wg q8wg0 q8wg2 mxwg allwg rowmx kdaold kdanocl notile noattnq noconv attnq16 kdablk kdanoblk q8mw2 q8mw1 q8swz nowave lazy; do
+  [ "$a" != "$REFARM" ] && [ -f "$R/$a-1.hash" ] && [ -f "$R/$REFARM-1.hash" ] &&
+    echo "$REFARM vs $a ($(arm_env $a)): must be identical:" && "$B/bin/ferry" trace diff "$R/$REFARM-1.hash" "$R/$a-1.hash" | tail -3
 done
-[ -n "${REF_HASH:-}" ] && [ -f "$R/mma-1.hash" ] && echo "mma vs $REF_HASH: must be identical:" &&
-  "$B/bin/ferry" trace diff "$REF_HASH" "$R/mma-1.hash" | tail -3
+[ -n "${REF_HASH:-}" ] && [ -f "$R/$REFARM-1.hash" ] && echo "$REFARM vs $REF_HASH: must be identical:" &&
+  "$B/bin/ferry" trace diff "$REF_HASH" "$R/$REFARM-1.hash" | tail -3
 for arm in ${PROFILE_ARMS:-$ARMS}; do
   [ "${PROFILE:-1}" = 1 ] || continue
   env $(arm_env $arm) timeout 150 "$(arm_bin $arm)" run -m "$M" --backend cuda --prompt-ids "$IDS" -n 1 --ignore-eos \

@@ -21,13 +21,15 @@ nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 F='Ops.Q8TilesMatmulMatchesCpu*:Ops.WgmmaProbe*:Ops.MxTilesExperts*'
 timeout 120 "$T" --gtest_filter="$F" 2>&1 | grep -vE '^\[gpu-op\]' > "$OUT/wgmma-bits.txt"
 echo "1. bits: exit ${PIPESTATUS[0]}"; grep -E '^\[probe\]|PASSED|FAILED|Failure|wgmma' "$OUT/wgmma-bits.txt" | head -20
-if command -v compute-sanitizer > /dev/null; then
+if [ "${MEMCHECK:-1}" = 1 ] && command -v compute-sanitizer > /dev/null; then
   timeout 120 compute-sanitizer --tool memcheck --leak-check no "$T" --gtest_filter="$F" > "$OUT/memcheck.txt" 2>&1
   echo "2. memcheck: exit $? : $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.txt" | tail -1)"
 fi
 timeout 120 "$T" --gtest_filter='*MatmulBenchQ8TilesPromptPass*' 2>&1 | grep -E '^\[q8tp\]' > "$OUT/q8tp.txt"
 echo "3. benchmark:"; cat "$OUT/q8tp.txt"
 timeout 120 "$T" --gtest_filter='*MoeBenchPromptPassExpertWave*' 2>&1 | grep -E '^\[bench\]' > "$OUT/wave.txt"
+FERRY_MXT_WGMMA_STAGES=4 timeout 120 "$T" --gtest_filter='*MoeBenchPromptPassExpertWave*' 2>&1 | grep -E '^\[bench\]' |
+  sed 's/^/(4 wgmma stages) /' >> "$OUT/wave.txt"
 cat "$OUT/wave.txt"
 timeout 200 "$T" --gtest_filter='-*Bench*' 2>&1 | grep -vE '^\[gpu-op\]' > "$OUT/gpu_tests.txt"
 echo "4. GPU suite: $(grep -E '^\[  (PASSED|FAILED)  \] [0-9]+ test' "$OUT/gpu_tests.txt" | tr '\n' ' ')"

@@ -104,8 +104,8 @@ void matmul_q8t_prompt_mw_tune(int mw);
 // 0 off, -1 the environment's (FERRY_Q8T_PROMPT_SWZ, off until measured). Speed only: the same bits.
 void matmul_q8t_prompt_swz_tune(int on);
 // The q8_0-tiles prompt kernel with two tiles a warp and x as hi + lo on wgmma (sm_90a: compute capability 9.0
-// devices only; where the call fills the SMs with two tiles a warp or has 1,536 rows or more): 1 on (the
-// default), 2 on with the two tiles' batches overlapped, 0 off, -1 the environment's (FERRY_Q8T_PROMPT_WGMMA).
+// devices only; where the call fills the SMs with two tiles a warp or has 1,536 rows or more): 2 on with the
+// two tiles' batches overlapped (the default), 1 on without, 0 off, -1 the environment's (FERRY_Q8T_PROMPT_WGMMA).
 // Speed only: the same bits.
 void matmul_q8t_prompt_wgmma_tune(int on);
 int sm_count();  // the current device's SMs (read once)

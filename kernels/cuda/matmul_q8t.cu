@@ -143,13 +143,15 @@ bool q8t_prompt_swz() {
 }
 
 // Two tiles a warp with x as hi + lo on wgmma (kernels/cuda/sm90a/q8t_prompt_wgmma.cuh; speed only, the same
-// bits): 0 off, 1 on, 2 on with the two tiles' batches overlapped; FERRY_Q8T_PROMPT_WGMMA=0/1/2 or
-// matmul_q8t_prompt_wgmma_tune fix it. Taken where the call fills the SMs with two tiles a warp or has
-// kQ8tWgmmaMinRows rows or more: measured faster there on the H100 (2026-12-06, MatmulBenchQ8TilesPromptPass,
-// 1,024 rows: 12288x7168 1,030 against 1,124 us for the mma.sync kernel with two tiles a warp, 33792x7168
-// 2,707 / 3,017, 7168x12288 1,162 / 1,282, 1536x7168 194 against 210 (and 261 for the rule's one tile a
-// warp); slower on 128x7168, 189 against 139). Only on a compute capability 9.0 device (H100 / H200): its
-// library holds sm_90a code alone, which no other GPU runs (there the mma.sync kernels stay).
+// bits): 0 off, 1 on, 2 on with the two tiles' batches overlapped (the default); FERRY_Q8T_PROMPT_WGMMA=0/1/2
+// or matmul_q8t_prompt_wgmma_tune fix it. Taken where the call fills the SMs with two tiles a warp or has
+// kQ8tWgmmaMinRows rows or more. Measured (MatmulBenchQ8TilesPromptPass, 1,024 rows, us; mma.sync with two
+// tiles a warp / wgmma / wgmma overlapped): H200 2026-12-06, 12288x7168 1,152 / 1,090 / 977, 33792x7168
+// 3,069 / 2,910 / 2,603, 7168x12288 1,318 / 1,236 / 1,111, 1536x7168 208 / 197 / 180 (the rule's one tile a
+// warp 256); H100 (first two only) 1,124 / 1,030, 3,017 / 2,707; slower on 128x7168 (H200: 136 for one tile
+// a warp, 192 / 175 on wgmma). The 1,024-token pass of the K3.1 slice on the H200: 124.2 ms without wgmma,
+// 118.6 with it overlapped. Only on a compute capability 9.0 device (H100 / H200): its library holds sm_90a
+// code alone, which no other GPU runs (there the mma.sync kernels stay).
 constexpr int64_t kQ8tWgmmaMinRows = 1536;
 }  // namespace
 
@@ -172,7 +174,7 @@ int q8t_prompt_wgmma(int64_t rows, int64_t n) {
     const std::string e = v ? v : "";
     return e == "0" ? 0 : e == "1" ? 1 : e == "2" ? 2 : -1;
   }();
-  const int mode = g_q8t_prompt_wgmma >= 0 ? g_q8t_prompt_wgmma : env >= 0 ? env : 1;
+  const int mode = g_q8t_prompt_wgmma >= 0 ? g_q8t_prompt_wgmma : env >= 0 ? env : 2;
   if (mode == 0 || !sm90a_device()) return 0;
   return rows >= kQ8tWgmmaMinRows || q8t_prompt_mw(rows, n) == 2 ? mode : 0;
 }

@@ -69,8 +69,9 @@ void launch_wave_down_mma(const WaveLaunch& w, WType type, WLayout layout, const
 bool moe_wave();
 void moe_wave_tune(int on);
 // Whether a wave's mxfp4-tiles experts with x as hi + lo run on wgmma (sm90a/mxt_wave_wgmma.cuh; compute
-// capability 9.0 devices only): 1 on, 0 off, -1 the environment's (FERRY_MXT_PROMPT_WGMMA, off until
-// measured). Speed only: the same bits.
+// capability 9.0 devices only): 1 on, 0 off, -1 the environment's (FERRY_MXT_PROMPT_WGMMA, off: slower in
+// the K3.1 slice's pass on the H200, faster in the benchmark; sm90a/mxt_wave_wgmma.cuh). Speed only: the
+// same bits.
 void moe_wave_wgmma_tune(int on);
 
 // And outside prompt passes (decode steps, verify blocks), on matmul_dec.cuh's kernel (rows) or

@@ -4,6 +4,8 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/matmul_mxt.cuh"
@@ -166,18 +168,28 @@ __global__ void __launch_bounds__(mma::kThreads, 2) wave_wgmma_kernel(const __gr
     }
 }
 
-}  // namespace
-
-void launch_wave_mxt_wgmma(const WaveTc& a, int64_t items, cudaStream_t st) {
-  constexpr size_t smem = static_cast<size_t>(kStageBytes) * kS;
+template <int S>
+void launch(const WaveTc& a, int64_t items, cudaStream_t st) {
+  constexpr size_t smem = static_cast<size_t>(kStageBytes) * S;
   static const bool once = [] {
-    FERRY_CUDA_CHECK(cudaFuncSetAttribute(wave_wgmma_kernel<kS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    FERRY_CUDA_CHECK(cudaFuncSetAttribute(wave_wgmma_kernel<S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
     return true;
   }();
   (void)once;
-  wave_wgmma_kernel<kS><<<static_cast<unsigned>(items), mma::kThreads, smem, st>>>(a);
+  wave_wgmma_kernel<S><<<static_cast<unsigned>(items), mma::kThreads, smem, st>>>(a);
   FERRY_CUDA_LAUNCHED(wave_wgmma_kernel);
+}
+
+}  // namespace
+
+void launch_wave_mxt_wgmma(const WaveTc& a, int64_t items, cudaStream_t st) {
+  // FERRY_MXT_WGMMA_STAGES=4: 4 stages (98 KB, still 2 blocks a SM), a measurement arm.
+  static const bool four = [] {
+    const char* v = std::getenv("FERRY_MXT_WGMMA_STAGES");
+    return v && std::string(v) == "4";
+  }();
+  four ? launch<4>(a, items, st) : launch<kS>(a, items, st);
 }
 
 }  // namespace ferry::cuda

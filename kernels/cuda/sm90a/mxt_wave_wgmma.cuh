@@ -8,8 +8,12 @@
 // one fma by the block scale, blocks in K order) is the same, and a wgmma chain gives the bits of the
 // mma.sync chain over the same fragments (GPU test Ops.WgmmaProbe*, H100 2026-12-06). Block b's chain
 // runs while block b - 1's sums are scaled (wgmma.wait_group 1); a stage's last chain is waited for
-// before its shared memory is refilled. Switch: FERRY_MXT_PROMPT_WGMMA / matmul_mxt_prompt_wgmma_tune
-// (matmul.cuh).
+// before its shared memory is refilled. Switch: FERRY_MXT_PROMPT_WGMMA=1 / moe_wave_wgmma_tune (moe.cuh),
+// off: measured on the H200 (2026-12-06) faster in its benchmark (MoeBenchPromptPassExpertWave, 896 experts x
+// 18 rows of 32 distinct 3072x3584 weights: 14.51 / 14.55 ms against 15.10 / 15.14 for item_body; 4 stages,
+// FERRY_MXT_WGMMA_STAGES=4, 14.89) but slower in the K3.1 slice's 1,024-token pass (expert_ffn 47.2 against
+// 45.9 ms, the pass 119.9-120.4 against 118.6-118.7), whose 2,688 distinct experts have uneven rows
+// (router statistics of K3): unexplained, next to profile. The same logits either way.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -2,13 +2,14 @@
 // warp and x as hi + lo, its per-block mma.sync chains replaced by one wgmma.m64n64k16 chain per warpgroup
 // and tile (A, the decoded weights, from registers as before; x from shared memory through a descriptor).
 // The same bits as prompt_body: each output's chain (hi's two k16 steps, then lo's, into a fresh sum) is
-// the same, and the H100 gives a wgmma chain the bits of the mma.sync chain over the same fragments
-// (GPU test Ops.WgmmaProbe*, 2026-12-06). Off until measured (FERRY_Q8T_PROMPT_WGMMA=1,
-// matmul_q8t_prompt_wgmma_tune(1)). NOT RUN ON A GPU YET: built after the 2026-12-06 session's device time
-// was spent; the GPU test Ops.Q8TilesMatmulMatchesCpuForEverySplitAndKeepsRowBits (its "wgmma, 2 tiles a
-// warp" case) compares its bits with the mma.sync kernel's, and AllSameBitsSwitches turns it on in the model
-// tests. First order (no overlap yet): per quant block, both tiles' 4 wgmma of a warpgroup, wait, then the
-// scale fmas; x copied in 4-byte pieces into the tiles' k order (a prep_x order for it would make them 16).
+// the same, and a wgmma chain gives the bits of the mma.sync chain over the same fragments (GPU test
+// Ops.WgmmaProbe*; the GPU test Ops.Q8TilesMatmulMatchesCpuForEverySplitAndKeepsRowBits compares this
+// kernel's bits with the mma.sync kernel's, and AllSameBitsSwitches turns it on in the model tests; logits
+// of the K3.1 slice's 1,024-token pass identical, H100 and H200, 2026-12-06). Two orders: per quant block both
+// tiles' 4 wgmma, wait, then the scale fmas; or (overlap, the default) the tiles take turns, one tile's batch
+// running while the other's sums are scaled and the next block's fragments decoded. x is copied in 4-byte
+// pieces into the tiles' k order (a prep_x order for it would make them 16). Where it is taken and what it
+// measured: matmul_q8t.cu (q8t_prompt_wgmma).
 #pragma once
 
 #include <cuda_runtime.h>
