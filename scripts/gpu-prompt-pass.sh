@@ -53,6 +53,8 @@ arm_env() { case $1 in cores) echo FERRY_MMA=0;; mma) echo FERRY_MMA=1;; mma1) e
   q8wg0) echo FERRY_Q8T_PROMPT_WGMMA=0;;  # without wgmma: the mma.sync prompt kernels (same bits)
   q8wg2) echo FERRY_Q8T_PROMPT_WGMMA=2;;  # on wgmma with the two tiles' batches overlapped (same bits; the default on H100 / H200)
   mxwg) echo FERRY_MXT_PROMPT_WGMMA=1;;  # the routed experts' wave kernel on wgmma (same bits; off: slower in the pass)
+  mxwg2) echo FERRY_MXT_PROMPT_WGMMA=1 FERRY_MXT_WGMMA_MIN_NT=2;;  # it, items of 1 n8 tile on mma.sync (same bits)
+  mxwg3) echo FERRY_MXT_PROMPT_WGMMA=1 FERRY_MXT_WGMMA_MIN_NT=3;;  # items of 1-2 n8 tiles on mma.sync (same bits)
   allwg) echo FERRY_Q8T_PROMPT_WGMMA=2 FERRY_MXT_PROMPT_WGMMA=1;;  # both on wgmma, the q8_0 one overlapped
   nowave) echo FERRY_MOE_WAVE=0;;  # the routed experts' grouped launches one per table, not one per wave (same bits)
   notile) echo FERRY_F32_TILE=0;;  # many-row f32 matmuls (routers) on the generic kernel (same bits)
@@ -74,7 +76,7 @@ done
 # Arms of the same bits as mma (the default): every logit hash must be identical. The reference arm is mma
 # when it ran, else the first arm of ARMS (every arm named below keeps mma's bits).
 REFARM=mma; [ -f "$R/mma-1.hash" ] || REFARM=${ARMS%% *}
-for a in base q8wg q8wg0 q8wg2 mxwg allwg rowmx kdaold kdanocl notile noattnq noconv attnq16 kdablk kdanoblk q8mw2 q8mw1 q8swz nowave lazy; do
+for a in base q8wg q8wg0 q8wg2 mxwg mxwg2 mxwg3 allwg rowmx kdaold kdanocl notile noattnq noconv attnq16 kdablk kdanoblk q8mw2 q8mw1 q8swz nowave lazy; do
   [ "$a" != "$REFARM" ] && [ -f "$R/$a-1.hash" ] && [ -f "$R/$REFARM-1.hash" ] &&
     echo "$REFARM vs $a ($(arm_env $a)): must be identical:" && "$B/bin/ferry" trace diff "$R/$REFARM-1.hash" "$R/$a-1.hash" | tail -3
 done

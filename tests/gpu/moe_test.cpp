@@ -224,15 +224,18 @@ TEST_F(Ops, MxTilesExpertsGiveTheBitsOfTheRowLayout) {
     gpu().download(r.data(), yr, r.size() * 4);
     gpu().download(t.data(), yt, t.size() * 4);
     EXPECT_TRUE(bits_equal((std::string(c.what) + ": tiles vs rows").c_str(), r, t)) << c.what;
-    // A prompt pass's waves on wgmma (moe_wave_wgmma_tune; an H100 / H200 only) and off: the same bits.
-    for (const int wg : {1, 0}) {
+    // A prompt pass's waves on wgmma (moe_wave_wgmma_tune; an H100 / H200 only) and off: the same bits; wg 2:
+    // on wgmma with items of 1-2 n8 tiles of rows on mma.sync in the same launch (mxt_wave_wgmma_min_nt_tune).
+    for (const int wg : {1, 2, 0}) {
       if (!c.prompt) break;
       gpu().upload(yt, poison.data(), poison.size() * 4);
-      cuda::moe_wave_wgmma_tune(wg);
+      cuda::moe_wave_wgmma_tune(wg ? 1 : 0);
+      cuda::mxt_wave_wgmma_min_nt_tune(wg == 2 ? 3 : -1);
       gpu().set_prompt_pass(true);
       gpu().expert_ffn(args_for(bt.bind(), x, c.x_rows, yt, y_rows, c.s, all_acts()[2]));
       gpu().set_prompt_pass(false);
       cuda::moe_wave_wgmma_tune(-1);
+      cuda::mxt_wave_wgmma_min_nt_tune(-1);
       gpu().download(t.data(), yt, t.size() * 4);
       EXPECT_TRUE(bits_equal((std::string(c.what) + ": tiles, wave on wgmma " + std::to_string(wg)).c_str(), r, t));
     }

@@ -3,12 +3,14 @@
 
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/matmul_mxt.cuh"
+#include "kernels/cuda/moe.cuh"
 #include "kernels/cuda/sm90a/wgmma.cuh"
 
 namespace ferry::cuda {
@@ -38,10 +40,15 @@ __device__ __forceinline__ int x_off(int lv, int s, int r, int kc) {
 
 __device__ __forceinline__ uint64_t x_desc(const uint8_t* p) { return wgmma::smem_desc(p, 128, 256); }
 
-template <int S>
-__global__ void __launch_bounds__(mma::kThreads, 2) wave_wgmma_kernel(const __grid_constant__ WaveTc p) {
+// kHybrid: items with fewer than min_nt n8 tiles of rows run mma::item_body (mma.sync) instead, in the same
+// launch (the same bits: a measurement arm, FERRY_MXT_WGMMA_MIN_NT; wgmma.m64n8k16 does an eighth of an n64's
+// work). Its own instantiation: the two bodies in one kernel take 128 registers and spill a little.
+template <int S, bool kHybrid>
+__global__ void __launch_bounds__(mma::kThreads, 2) wave_wgmma_kernel(const __grid_constant__ WaveTc p, int min_nt) {
   extern __shared__ __align__(256) uint8_t smem[];
   const mma::Item it = p.item(blockIdx.x);
+  if constexpr (kHybrid)
+    if ((it.nr + 7) / 8 < min_nt) return mma::item_body<MxT, kBN, S, 2, 1>(p, it, smem);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int nst = p.cols / mma::kK;
   __shared__ int64_t xrow[kBN];
@@ -168,18 +175,21 @@ __global__ void __launch_bounds__(mma::kThreads, 2) wave_wgmma_kernel(const __gr
     }
 }
 
-template <int S>
-void launch(const WaveTc& a, int64_t items, cudaStream_t st) {
-  constexpr size_t smem = static_cast<size_t>(kStageBytes) * S;
+template <int S, bool kHybrid>
+void launch(const WaveTc& a, int64_t items, int min_nt, cudaStream_t st) {
+  constexpr int kStage = kHybrid ? std::max(kStageBytes, mma::stage_bytes<MxT, kBN, 2, 1>()) : kStageBytes;
+  constexpr size_t smem = static_cast<size_t>(kStage) * S;
   static const bool once = [] {
-    FERRY_CUDA_CHECK(cudaFuncSetAttribute(wave_wgmma_kernel<S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    FERRY_CUDA_CHECK(cudaFuncSetAttribute(wave_wgmma_kernel<S, kHybrid>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
     return true;
   }();
   (void)once;
-  wave_wgmma_kernel<S><<<static_cast<unsigned>(items), mma::kThreads, smem, st>>>(a);
+  wave_wgmma_kernel<S, kHybrid><<<static_cast<unsigned>(items), mma::kThreads, smem, st>>>(a, min_nt);
   FERRY_CUDA_LAUNCHED(wave_wgmma_kernel);
 }
+
+int g_min_nt = -1;  // mxt_wave_wgmma_min_nt_tune
 
 }  // namespace
 
@@ -189,7 +199,17 @@ void launch_wave_mxt_wgmma(const WaveTc& a, int64_t items, cudaStream_t st) {
     const char* v = std::getenv("FERRY_MXT_WGMMA_STAGES");
     return v && std::string(v) == "4";
   }();
-  four ? launch<4>(a, items, st) : launch<kS>(a, items, st);
+  // FERRY_MXT_WGMMA_MIN_NT=2..4: items with fewer n8 tiles of rows on mma.sync (item_body), a measurement arm.
+  static const int env = [] {
+    const char* v = std::getenv("FERRY_MXT_WGMMA_MIN_NT");
+    const int n = v ? std::atoi(v) : 1;
+    return n >= 1 && n <= 5 ? n : 1;
+  }();
+  const int min_nt = g_min_nt > 0 ? g_min_nt : env;
+  if (min_nt > 1) return four ? launch<4, true>(a, items, min_nt, st) : launch<kS, true>(a, items, min_nt, st);
+  four ? launch<4, false>(a, items, 1, st) : launch<kS, false>(a, items, 1, st);
 }
+
+void mxt_wave_wgmma_min_nt_tune(int n) { g_min_nt = n; }
 
 }  // namespace ferry::cuda

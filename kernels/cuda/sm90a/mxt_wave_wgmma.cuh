@@ -13,7 +13,10 @@
 // 18 rows of 32 distinct 3072x3584 weights: 14.51 / 14.55 ms against 15.10 / 15.14 for item_body; 4 stages,
 // FERRY_MXT_WGMMA_STAGES=4, 14.89) but slower in the K3.1 slice's 1,024-token pass (expert_ffn 47.2 against
 // 45.9 ms, the pass 119.9-120.4 against 118.6-118.7), whose 2,688 distinct experts have uneven rows
-// (router statistics of K3): unexplained, next to profile. The same logits either way.
+// (router statistics of K3): unexplained, next to profile. The same logits either way. Measurement arms:
+// FERRY_MXT_WGMMA_STAGES=4; FERRY_MXT_WGMMA_MIN_NT=n (mxt_wave_wgmma_min_nt_tune, moe.cuh): items with fewer
+// than n n8 tiles of rows run item_body in the same launch (built after the session's device time: not yet
+// run on a GPU; the GPU test MxTilesExperts* compares its bits with n = 3).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -130,6 +130,8 @@ __global__ void __launch_bounds__(mma::kThreads, 1) q8t_wgmma_kernel(const __gri
       // The tiles take turns: while one tile's batch runs, the other's sums are scaled and the next block's
       // fragments decoded (batches finish in order, so waiting for all but the newest is waiting for the
       // other tile's). The stage's last batch is waited for before the stage's shared memory is refilled.
+      // The block loop is unrolled: rolled, ptxas cannot follow which batch a wait retires across the back
+      // edge and serializes every wgmma (its warning C7514).
       static_assert(kMW == 2, "the overlap alternates two tiles");
       float2 d1 = make_float2(0.0f, 0.0f);  // tile 1's scales of the block in flight
 #pragma unroll
