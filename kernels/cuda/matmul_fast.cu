@@ -11,6 +11,7 @@
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/matmul_fast.cuh"
+#include "kernels/cuda/switches.hpp"
 
 namespace ferry::cuda {
 
@@ -43,6 +44,17 @@ int sm_count() {
     return v;
   }();
   return n;
+}
+
+bool sm90a_device() {
+  static const bool sm90 = [] {
+    int dev = 0, major = 0, minor = 0;
+    FERRY_CUDA_CHECK(cudaGetDevice(&dev));
+    FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    return major == 9 && minor == 0;
+  }();
+  return sm90;
 }
 
 // Defaults measured on the H200 (2026-12-01, MatmulBenchDepthAndSpreadSweep and

@@ -259,6 +259,45 @@ __device__ __forceinline__ void block_math(const uint32_t (&a)[MW][2][4], const 
     }
 }
 
+// This thread's x granules of a level (BN rows of prepared x, a stage of kK columns): granule j = threadIdx.x
+// + k * kThreads is row row(k) = j / 16, columns 8 q .. 8 q + 7 of the stage (q = j % 16, the same for every
+// k); src[k] its hi half's first column of the item (null past the item's rows). The prompt kernels' copies
+// of x (item_body, the q8_0 tiles' prompt_body and their wgmma versions) start from it.
+template <int BN>
+struct XSources {
+  static_assert((BN * (kK / 8)) % kThreads == 0 && kThreads % (kK / 8) == 0, "x granules per level");
+  static constexpr int kXR = BN * (kK / 8) / kThreads;  // granules per thread and level
+  static constexpr int kRowStep = kThreads / (kK / 8);
+  int q, r0;
+  const __half* src[kXR];
+  template <class P>
+  __device__ XSources(const P& p, const Item& it, const int64_t* xrow) : q(threadIdx.x % (kK / 8)), r0(threadIdx.x / (kK / 8)) {
+#pragma unroll
+    for (int k = 0; k < kXR; ++k) {
+      const int r = row(k);
+      src[k] = r < it.nr ? p.xp.hi + xrow[r] * p.xp.stride + q * 8 : nullptr;
+    }
+  }
+  __device__ int row(int k) const { return r0 + k * kRowStep; }
+};
+
+// The warp's sums (acc[m][j]: mma.sync's C fragment of its 16-row tile m and n8 tile j; warp w's tiles are
+// MW w .. MW w + MW - 1) times each row's 2^-k, into the item's output rows that exist.
+template <int MW, int BN, class P>
+__device__ __forceinline__ void store_sums(const P& p, const Item& it, const int64_t* xrow, int warp, int lane,
+                                           const float (&acc)[MW][BN / 8][4]) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int m = 0; m < MW; ++m)
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = 8 * j + 2 * t + (i & 1), row = (warp * MW + m) * 16 + g + 8 * (i >> 1);
+        if (r < it.nr && row < it.nrows) p.yrow(it, r)[it.row0 + row] = acc[m][j][i] * p.xp.inv[xrow[r]];
+      }
+}
+
 // Item it of problem p: out[r][row0 + i] for i < nrows, r < nr. The problem gives the prepared rows
 // (p.xp, p.xrow(it, r): a row index into it) and the output rows (p.yrow(it, r)).
 // Tried 2026-12-06 (seventh session) and not kept: the tiled format's stages as bulk copies (cp.async.bulk, one
@@ -297,19 +336,12 @@ __device__ __forceinline__ void item_body(const P& p, const Item& it, uint8_t* s
     const int row = F::kTiled ? 16 * r : r;
     woff[k] = i < kGRows * kGPer && row < it.nrows ? static_cast<uint32_t>(row * p.row_bytes) : kNone;
   }
-  // x granule j = threadIdx.x + k * kThreads: the column q = j % 16 is the same for every k, the row and
-  // level repeat every BN * 16 / kThreads granules (kXR pointers, the lo level at lo_off from hi).
-  static_assert((BN * (kK / 8)) % kThreads == 0, "x granules per level");
-  constexpr int kXR = BN * (kK / 8) / kThreads;
-  const int xq = threadIdx.x % (kK / 8), xr0 = threadIdx.x / (kK / 8);
-  const __half* xsrc[kXR];
-#pragma unroll
-  for (int k = 0; k < kXR; ++k) {
-    const int r = xr0 + k * (kThreads / (kK / 8));
-    xsrc[k] = r < it.nr ? p.xp.hi + xrow[r] * p.xp.stride + xq * 8 : nullptr;
-  }
+  // x granules (XSources: the row and level repeat every BN * 16 / kThreads granules, the lo level at lo_off
+  // from hi).
+  const XSources<BN> xsrc(p, it, xrow);
+  constexpr int kXR = XSources<BN>::kXR;
   const int64_t lo_off = L == 2 ? p.xp.lo - p.xp.hi : 0;
-  const int xdst0 = xr0 * kXStride + xq * 16;
+  const int xdst0 = xsrc.r0 * kXStride + xsrc.q * 16;
   auto load = [&](int st, int c) {
     uint8_t* base = smem + st * SB;
     if constexpr (F::kTiled) {
@@ -336,8 +368,9 @@ __device__ __forceinline__ void item_body(const P& p, const Item& it, uint8_t* s
     for (int lv = 0; lv < L; ++lv)
 #pragma unroll
       for (int k = 0; k < kXR; ++k)
-        if (xsrc[k])
-          cp_async16(xs + (lv * BN + k * (kThreads / (kK / 8))) * kXStride, xsrc[k] + lv * lo_off + static_cast<int64_t>(c) * kK);
+        if (xsrc.src[k])
+          cp_async16(xs + (lv * BN + k * XSources<BN>::kRowStep) * kXStride,
+                     xsrc.src[k] + lv * lo_off + static_cast<int64_t>(c) * kK);
   };
   // Where this warp's rows g and g + 8 of its m16 tile m start in their windows: (row address + stage
   // offset) & 15. Warp w holds rows 16 MW w + 16 m + (g, g + 8).
@@ -417,17 +450,7 @@ __device__ __forceinline__ void item_body(const P& p, const Item& it, uint8_t* s
     }
   }
   cp_async_wait<0>();
-  if (active) {
-#pragma unroll
-    for (int m = 0; m < MW; ++m)
-#pragma unroll
-      for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r = 8 * j + 2 * t + (i & 1), row = wr0 + 16 * m + g + 8 * (i >> 1);
-          if (r < it.nr && row < it.nrows) p.yrow(it, r)[it.row0 + row] = acc[m][j][i] * p.xp.inv[xrow[r]];
-        }
-  }
+  if (active) store_sums<MW, BN>(p, it, xrow, warp, lane, acc);
   __syncthreads();  // xrow and the stages are free for the next item
 }
 

@@ -153,20 +153,6 @@ bool q8t_prompt_swz() {
 // 118.6 with it overlapped. Only on a compute capability 9.0 device (H100 / H200): its library holds sm_90a
 // code alone, which no other GPU runs (there the mma.sync kernels stay).
 constexpr int64_t kQ8tWgmmaMinRows = 1536;
-}  // namespace
-
-bool sm90a_device() {
-  static const bool sm90 = [] {
-    int dev = 0, major = 0, minor = 0;
-    FERRY_CUDA_CHECK(cudaGetDevice(&dev));
-    FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-    return major == 9 && minor == 0;
-  }();
-  return sm90;
-}
-
-namespace {
 int g_q8t_prompt_wgmma = -1;
 int q8t_prompt_wgmma(int64_t rows, int64_t n) {
   static const int env = [] {

@@ -195,7 +195,8 @@ __host__ __device__ constexpr int prompt_stage_bytes() {
 }
 
 // The pieces prompt_body shares with its wgmma version (sm90a/q8t_prompt_wgmma.cu): a thread's weight copies
-// of a stage, its x granules' sources, a quant block's A fragments and scales, and the store of a tile's sums.
+// of a stage and a quant block's A fragments and scales (the x granules' sources and the store of the sums
+// are matmul_mma.cuh's mma::XSources and mma::store_sums).
 
 // This thread's weight copies (MW 16-row tiles a warp): granule i = threadIdx.x + k * kThreads is granule
 // i % kWG of 16-row tile i / kWG (warp w's tiles are MW w .. MW w + MW - 1): a quant granule (< 128) or the
@@ -232,29 +233,6 @@ struct PromptWeightCopies {
   }
 };
 
-// This thread's x granules of a level (BN rows of prepared x): granule j = threadIdx.x + k * kThreads is row
-// row(k) = j / 16, columns 8 q .. 8 q + 7 of the stage (q = j % 16, the same for every k); src[k] its hi
-// half's first column of the item (null past the item's rows).
-template <int BN>
-struct PromptXSources {
-  static_assert((BN * (kPromptK / 8)) % mma::kThreads == 0 && mma::kThreads % (kPromptK / 8) == 0,
-                "x granules per level");
-  static constexpr int kXR = BN * (kPromptK / 8) / mma::kThreads;  // granules per thread and level
-  static constexpr int kRowStep = mma::kThreads / (kPromptK / 8);
-  int q, r0;
-  const __half* src[kXR];
-  template <class P>
-  __device__ PromptXSources(const P& p, const mma::Item& it, const int64_t* xrow)
-      : q(threadIdx.x % (kPromptK / 8)), r0(threadIdx.x / (kPromptK / 8)) {
-#pragma unroll
-    for (int k = 0; k < kXR; ++k) {
-      const int r = row(k);
-      src[k] = r < it.nr ? p.xp.hi + xrow[r] * p.xp.stride + q * 8 : nullptr;
-    }
-  }
-  __device__ int row(int k) const { return r0 + k * kRowStep; }
-};
-
 // Quant block b's A fragments (both k16 steps, rows g and g + 8) and scales of the warp's MW tiles, whose
 // stage bytes start at ws.
 template <int MW>
@@ -277,23 +255,6 @@ __device__ __forceinline__ void prompt_block_frags(const uint8_t* ws, int b, int
   }
 }
 
-// The warp's sums (acc[m][j]: mma.sync's C fragment of tile m and n8 tile j) times each row's 2^-k, into the
-// item's output rows that exist.
-template <int MW, int BN, class P>
-__device__ __forceinline__ void prompt_store(const P& p, const mma::Item& it, const int64_t* xrow, int warp, int lane,
-                                             const float (&acc)[MW][BN / 8][4]) {
-  const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int m = 0; m < MW; ++m)
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r = 8 * j + 2 * t + (i & 1), row = (warp * MW + m) * kRows + g + 8 * (i >> 1);
-        if (r < it.nr && row < it.nrows) p.yrow(it, r)[it.row0 + row] = acc[m][j][i] * p.xp.inv[xrow[r]];
-      }
-}
-
 // Tried 2026-12-06 (seventh session) and not kept: with two tiles a warp (the block loop not unrolled), block
 // b + 1's A fragments and scales read from shared memory while block b's mma run (232 registers against 226):
 // the same bits and the same time (12288x7168 at 1,024 rows 1,143.8 against 1,142.6 us, 7168x12288 1,317.9
@@ -312,8 +273,8 @@ __device__ __forceinline__ void prompt_body(const P& p, const mma::Item& it, uin
   const PromptWeightCopies<MW> wc(p.row_bytes, it.nrows);
   // x granules: level lv's granule k of this thread is row xs.row(k), columns 8 xs.q ..: the row and level
   // repeat every BN * 16 / kThreads granules.
-  const PromptXSources<BN> xsrc(p, it, xrow);
-  constexpr int kXR = PromptXSources<BN>::kXR;
+  const mma::XSources<BN> xsrc(p, it, xrow);
+  constexpr int kXR = mma::XSources<BN>::kXR;
   const int64_t lo_off = L == 2 ? p.xp.lo - p.xp.hi : 0;  // elements from a row's hi to its lo
   // (SW: rows r0 + 16 k and BN + those all have row r0's parity.)
   const int xdst0 = xsrc.r0 * XS + (SW ? xsrc.q ^ (4 * (xsrc.r0 & 1)) : xsrc.q) * 16;
@@ -326,7 +287,7 @@ __device__ __forceinline__ void prompt_body(const P& p, const mma::Item& it, uin
 #pragma unroll
       for (int k = 0; k < kXR; ++k)
         if (xsrc.src[k])
-          cp_async16(xs + (lv * BN + k * PromptXSources<BN>::kRowStep) * XS,
+          cp_async16(xs + (lv * BN + k * mma::XSources<BN>::kRowStep) * XS,
                      xsrc.src[k] + lv * lo_off + static_cast<int64_t>(c) * kPromptK);
   };
   float acc[MW][BN / 8][4];
@@ -412,7 +373,7 @@ __device__ __forceinline__ void prompt_body(const P& p, const mma::Item& it, uin
     }
   }
   cp_async_wait<0>();
-  if (active) prompt_store<MW, BN>(p, it, xrow, warp, lane, acc);
+  if (active) mma::store_sums<MW, BN>(p, it, xrow, warp, lane, acc);
   __syncthreads();
 }
 

@@ -65,16 +65,8 @@ __global__ void __launch_bounds__(mma::kThreads, 2) wave_wgmma_kernel(const __gr
     const int i = threadIdx.x + k * mma::kThreads, r = i / kGPer;
     woff[k] = i < kTiles * kGPer && 16 * r < it.nrows ? static_cast<uint32_t>(16 * r * p.row_bytes) : kNone;
   }
-  // x granule j = threadIdx.x + k * kThreads: row j / 16, columns 8 q .. 8 q + 7 (q = j % 16) of a level.
-  constexpr int kXR = kBN * (mma::kK / 8) / mma::kThreads;
-  static_assert(kXR * mma::kThreads == kBN * (mma::kK / 8), "x granules per level");
-  const int xq = threadIdx.x % (mma::kK / 8), xr0 = threadIdx.x / (mma::kK / 8);
-  const __half* xsrc[kXR];
-#pragma unroll
-  for (int k = 0; k < kXR; ++k) {
-    const int r = xr0 + k * (mma::kThreads / (mma::kK / 8));
-    xsrc[k] = r < it.nr ? p.xp.hi + xrow[r] * p.xp.stride + xq * 8 : nullptr;
-  }
+  // x granules as item_body's (row xs.row(k), columns 8 q .. 8 q + 7 of a level), to their core matrices.
+  const mma::XSources<kBN> xs(p, it, xrow);
   const int64_t lo_off = p.xp.lo - p.xp.hi;
   auto load = [&](int st, int c) {
     uint8_t* base = smem + st * kStageBytes;
@@ -88,17 +80,17 @@ __global__ void __launch_bounds__(mma::kThreads, 2) wave_wgmma_kernel(const __gr
 #pragma unroll
     for (int lv = 0; lv < 2; ++lv)
 #pragma unroll
-      for (int k = 0; k < kXR; ++k)
-        if (xsrc[k])
-          cp_async16(base + x_off(lv, xq >> 1, xr0 + k * (mma::kThreads / (mma::kK / 8)), xq & 1),
-                     xsrc[k] + lv * lo_off + static_cast<int64_t>(c) * mma::kK);
+      for (int k = 0; k < mma::XSources<kBN>::kXR; ++k)
+        if (xs.src[k])
+          cp_async16(base + x_off(lv, xs.q >> 1, xs.row(k), xs.q & 1),
+                     xs.src[k] + lv * lo_off + static_cast<int64_t>(c) * mma::kK);
   };
 
-  float acc[kBN / 8][4];
+  float acc[1][kBN / 8][4];  // one 16-row tile a warp (mma::store_sums' shape)
 #pragma unroll
   for (int j = 0; j < kBN / 8; ++j)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) acc[j][i] = 0.0f;
+    for (int i = 0; i < 4; ++i) acc[0][j][i] = 0.0f;
   const int ntiles = (it.nr + 7) / 8;  // n8 tiles with rows: uniform over the block
 
 #pragma unroll
@@ -124,10 +116,10 @@ __global__ void __launch_bounds__(mma::kThreads, 2) wave_wgmma_kernel(const __gr
         wgmma::fence_operand(sm);
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
-          acc[j][0] = fmaf(sm[4 * j + 0], dm[0], acc[j][0]);
-          acc[j][1] = fmaf(sm[4 * j + 1], dm[0], acc[j][1]);
-          acc[j][2] = fmaf(sm[4 * j + 2], dm[1], acc[j][2]);
-          acc[j][3] = fmaf(sm[4 * j + 3], dm[1], acc[j][3]);
+          acc[0][j][0] = fmaf(sm[4 * j + 0], dm[0], acc[0][j][0]);
+          acc[0][j][1] = fmaf(sm[4 * j + 1], dm[0], acc[0][j][1]);
+          acc[0][j][2] = fmaf(sm[4 * j + 2], dm[1], acc[0][j][2]);
+          acc[0][j][3] = fmaf(sm[4 * j + 3], dm[1], acc[0][j][3]);
         }
       };
 #pragma unroll
@@ -165,14 +157,7 @@ __global__ void __launch_bounds__(mma::kThreads, 2) wave_wgmma_kernel(const __gr
     }
   }
   cp_async_wait<0>();
-  const int wr0 = warp * 16;
-#pragma unroll
-  for (int j = 0; j < kBN / 8; ++j)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = 8 * j + 2 * t + (i & 1), row = wr0 + g + 8 * (i >> 1);
-      if (r < it.nr && row < it.nrows) p.yrow(it, r)[it.row0 + row] = acc[j][i] * p.xp.inv[xrow[r]];
-    }
+  mma::store_sums<1, kBN>(p, it, xrow, warp, lane, acc);
 }
 
 template <int S, bool kHybrid>

@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(mma::kThreads, 1) q8t_wgmma_kernel(const __gri
   const q8t::PromptWeightCopies<kMW> wc(p.row_bytes, it.nrows);
   // x: this thread's granule k of a level (row xs.row(k), columns 8 q .. 8 q + 7 of the stage: quant block
   // q / 4, t = q % 4) goes as 4 column pairs to their places in the tiles' k order (x_off).
-  const q8t::PromptXSources<kBN> xs(p, it, xrow);
+  const mma::XSources<kBN> xs(p, it, xrow);
   const int64_t lo_off = p.xp.lo - p.xp.hi;
   auto load = [&](int st, int c) {
     uint8_t* base = smem + st * kStageBytes;
@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(mma::kThreads, 1) q8t_wgmma_kernel(const __gri
 #pragma unroll
     for (int lv = 0; lv < 2; ++lv)
 #pragma unroll
-      for (int k = 0; k < q8t::PromptXSources<kBN>::kXR; ++k) {
+      for (int k = 0; k < mma::XSources<kBN>::kXR; ++k) {
         if (!xs.src[k]) continue;
         const __half* src = xs.src[k] + lv * lo_off + static_cast<int64_t>(c) * kPromptK;
         uint8_t* dst = base + x_off(lv, 2 * (xs.q >> 2), xs.row(k), 0) + 4 * (xs.q & 3);
@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(mma::kThreads, 1) q8t_wgmma_kernel(const __gri
     }
   }
   cp_async_wait<0>();
-  q8t::prompt_store<kMW, kBN>(p, it, xrow, warp, lane, acc);
+  mma::store_sums<kMW, kBN>(p, it, xrow, warp, lane, acc);
 }
 
 template <bool kOverlap>
