@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -11,6 +12,7 @@
 #include "kernels/cuda/cuda_backend.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda_backend.hpp"
 
 namespace ferry::cuda {
@@ -138,6 +140,26 @@ bool fused_gate() {
   return switch_on(g_fused_gate, env) && fused_ops();
 }
 void fused_gate_tune(int on) { g_fused_gate = on; }
+
+namespace {
+int g_l2pf = -1;       // l2_prefetch_tune
+int g_l2pf_wave = -1;  // l2_prefetch_wave_tune
+}  // namespace
+
+int l2_prefetch_units() {
+  static const int env = [] {
+    const char* v = std::getenv("FERRY_L2PF");
+    return v ? std::max(0, std::atoi(v)) : 0;
+  }();
+  return g_l2pf >= 0 ? g_l2pf : env;
+}
+void l2_prefetch_tune(int units) { g_l2pf = units; }
+
+int l2_prefetch_blocks(int per_sm) {
+  static const bool env = env_switch("FERRY_L2PF_WAVE", false);
+  return switch_on(g_l2pf_wave, env) ? per_sm * sm_count() : std::numeric_limits<int>::max();
+}
+void l2_prefetch_wave_tune(int on) { g_l2pf_wave = on; }
 
 bool is_device_pointer(const void* p) {
   cudaPointerAttributes a{};

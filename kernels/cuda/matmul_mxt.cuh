@@ -183,6 +183,11 @@ __device__ __forceinline__ void item_body(const P& p, const mma::Item& it) {
   Set<U> A, B;
   // The first set's weights do not depend on the kernel before this one (prep_x): load them first.
   load_set<U>(A, qp, ep, u0, u1);
+  // L2 prefetch of the units after the first set (p.pf of them), while the kernel before may still run.
+  if (p.pf > 0 && threadIdx.x == 0 && static_cast<int>(blockIdx.x) < p.pf_blocks) {
+    const int a = u0 + U, b = min(u1, a + p.pf);
+    if (b > a) dec::prefetch_l2(it.w + static_cast<size_t>(a) * kUnitBytes, static_cast<uint32_t>(b - a) * kUnitBytes);
+  }
   __syncthreads();
   dec::grid_dependency_wait();
   // x[j]: this lane's halves 8t .. 8t + 7 of warp w's block of unit 0.

@@ -78,6 +78,7 @@ void launch_n(mma::PlainTc p, cudaStream_t st) {
   p.ntiles = p.rows / kRows;
   const int64_t items = static_cast<int64_t>(p.ntiles) * ((p.n + NRA - 1) / NRA) * p.parts;
   if (items > (int64_t{1} << 31) - 1) throw LimitError("cuda matmul: " + std::to_string(items) + " tiles in one call");
+  dec::set_prefetch(p, q8t_kernel<NRA, false>, 1);
   if (q8t_early())
     dec::launch_dependent(q8t_kernel<NRA, true>, static_cast<unsigned>(items), 0, st, p);
   else
@@ -186,6 +187,7 @@ struct MultiTc {
   mma::XPrep xp;
   int64_t n;
   int group;
+  int pf = 0, pf_blocks = 0;  // L2 prefetch (mma::PlainTc's)
   __device__ mma::Item item(int64_t j) const {
     int k = 0;
     while (k + 1 < count && j >= first[k + 1]) ++k;
@@ -231,6 +233,7 @@ void launch_multi_n(MultiTc p, cudaStream_t st) {
     p.first[k + 1] = p.first[k] + static_cast<int64_t>(p.rows[k] / kRows) * ngroups * p.sk[k].parts;
   const int64_t items = p.first[p.count];
   if (items > (int64_t{1} << 31) - 1) throw LimitError("cuda matmul: " + std::to_string(items) + " tiles in one call");
+  dec::set_prefetch(p, q8t_multi_kernel<NRA, false>, 1);
   if (q8t_early())
     dec::launch_dependent(q8t_multi_kernel<NRA, true>, static_cast<unsigned>(items), 0, st, p);
   else
