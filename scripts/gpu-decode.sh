@@ -57,7 +57,9 @@ fi
 # rule's state in shared memory instead of registers; same bits), gate (FERRY_FUSE_GATE=1: the gated
 # activations and their preparation in one launch too, off by default; same bits), noilp / noadd
 # (FERRY_ATTN_ILP=0 / FERRY_FUSE_ADD=0: on by default since 2026-12-06), nogsplit (FERRY_Q8T_GROUP_SPLIT=0:
-# the inverse of gsplit, on by default since 2026-12-06), l2pfN / l2pfNw (FERRY_L2PF=N: the decode matmuls'
+# the inverse of gsplit, on by default since 2026-12-06), stream / stream2 (FERRY_Q8T_STREAM=1 / 2: the
+# q8_0 tiles' stream split for the one-wave matrices / every matrix of 384 tiles and more; other last bits),
+# l2pfN / l2pfNw (FERRY_L2PF=N: the decode matmuls'
 # blocks ask L2 for N x 4,352 bytes of their item before they wait for the kernel before them; w: the first
 # wave's blocks only, FERRY_L2PF_WAVE=1; we: and FERRY_Q8T_EARLY=1; same bits), norowreg (FERRY_ROW_REG=0: AttnRes's inputs loaded
 # in each pass instead of once into registers, on by default since 2026-12-06; same bits). The arm base runs bin/ferry-base with BASE_ENV's
@@ -76,6 +78,7 @@ arm_env() {
     nogsplit) echo FERRY_Q8T_GROUP_SPLIT=0;; norowreg) echo FERRY_ROW_REG=0;;
     l2pf[0-9]*we) n=${1#l2pf}; echo FERRY_L2PF=${n%we} FERRY_L2PF_WAVE=1 FERRY_Q8T_EARLY=1;;
     l2pf[0-9]*w) n=${1#l2pf}; echo FERRY_L2PF=${n%w} FERRY_L2PF_WAVE=1;; l2pf[0-9]*) echo FERRY_L2PF=${1#l2pf};;
+    stream) echo FERRY_Q8T_STREAM=1;; stream2) echo FERRY_Q8T_STREAM=2;;
     pdl-*) echo FERRY_PDL=1 FERRY_PDL_ONLY=${1#pdl-};;
   esac
 }
@@ -184,10 +187,14 @@ for a in auto dec; do [ -f "$R/$a-1.hash" ] && [ -f "$R/cores-1.hash" ] && "$B/b
 [ -f "$R/ilp-1.hash" ] && echo "auto vs ilp (attention / indexer, wider loops): must be identical:" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/ilp-1.hash" | tail -3
 [ -f "$R/next-1.hash" ] && echo "auto vs next (onelaunch + row1 + early + pdl + ilp): must be identical:" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/next-1.hash" | tail -3
 # Every other arm only changes speed: its logits must be auto's, bit for bit.
-for a in $(echo $ARMS | tr ' ' '\n' | grep -vxE 'auto|base|cores|dec.*|rowq8|nosplit|group|rowmx|onelaunch|row1|early|pdl|ilp|next|nogroup'); do
+for a in $(echo $ARMS | tr ' ' '\n' | grep -vxE 'auto|base|cores|dec.*|rowq8|nosplit|group|rowmx|onelaunch|row1|early|pdl|ilp|next|nogroup|stream.*'); do
   [ -f "$R/$a-1.hash" ] && echo "auto vs $a ($(arm_env $a)): must be identical:" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/$a-1.hash" | tail -3
 done
 [ -f "$R/nogroup-1.hash" ] && echo "auto vs nogroup (x prepared per matmul): must be identical:" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/nogroup-1.hash" | tail -3
+for a in stream stream2; do  # another split of K: other last bits, the same greedy ids expected
+  [ -f "$R/$a-1.hash" ] && echo "auto vs $a ($(arm_env $a): the stream split, other last bits):" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/$a-1.hash" | tail -3
+  [ -f "$R/$a-2.hash" ] && echo "$a vs $a (two runs): must be identical:" && "$B/bin/ferry" trace diff "$R/$a-1.hash" "$R/$a-2.hash" | tail -3
+done
 [ -f "$R/rowq8-1.hash" ] && echo "rowq8 vs auto (q8_0 tiles: other last bits, same greedy ids):" && "$B/bin/ferry" trace diff "$R/rowq8-1.hash" "$R/auto-1.hash" | tail -3
 [ -f "$R/nosplit-1.hash" ] && echo "auto vs nosplit (the split changes the last bits, not the greedy ids):" && "$B/bin/ferry" trace diff "$R/nosplit-1.hash" "$R/auto-1.hash" | tail -3
 for a in auto dec; do

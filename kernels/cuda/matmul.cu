@@ -654,7 +654,7 @@ void CudaBackend::matmul_group(const MatmulOut* outs, size_t count, const float*
   SplitScratch total;
   for (const MatmulOut* o : tiles) {
     const KSplit ks = matmul_q8t_split(*o->w);
-    if (!one || (ks.parts > 1 && !split_too)) {
+    if (!one || (ks.parts > 1 && !split_too) || ks.stream > 0) {  // the group's kernel has no stream split
       launch_matmul_q8t(*o->w, xp, n, o->y, stream_, split_bufs(*o->w, n));
       continue;
     }
@@ -686,6 +686,7 @@ splitk::Bufs CudaBackend::split_bufs(const Weight& w, int64_t n) {
   splitk::Bufs b;
   b.parts = ks.parts;
   b.unit = ks.unit;
+  b.stream = ks.stream;
   if (ks.parts <= 1) return b;
   const SplitScratch need = split_scratch(w, ks, n);
   b.part = static_cast<float*>(scratch(kSplitPart, need.part_floats * sizeof(float)));

@@ -77,6 +77,7 @@ namespace ferry::cuda {
 struct KSplit {
   int parts = 1;
   int unit = 1024;
+  int stream = 0;  // q8_0 tiles only: > 0, the stream split's workers (splitk.cuh Bufs::stream); parts its most a tile
 };
 KSplit matmul_ksplit(const Weight& w);
 // Benchmark knob: -1 the rule (default), 0 never split, P > 0 that many parts (capped by the units of
@@ -92,6 +93,15 @@ void launch_q8t_pack(const Weight& w, void* scratch, size_t scratch_bytes, cudaS
 // the parts for measurements: -1 the rule, 0 none, P parts).
 KSplit matmul_q8t_split(const Weight& w);
 void matmul_q8t_split_tune(int parts);
+// The stream split of a q8_0-tiles weight's decode matmul (splitk.cuh, "stream split"): -1 the rule or the
+// environment's (FERRY_Q8T_STREAM=1 on: matrices of 384 to 527 tiles, one partial wave of the 4-blocks-a-SM
+// grid, with 8 units or more a worker; =2 every matrix of 384 tiles and more whose tiles are not whole waves,
+// for measurements; 0 or unset: off), 0 off, W > 0 every q8_0-tiles weight with W workers
+// (tests). It changes the bits of the weights it takes (a split of K), as any split does, and keeps every row's
+// bits independent of the rows in the call.
+void matmul_q8t_stream_tune(int workers);
+// The rule's shapes (whether the switch is on or not).
+bool matmul_q8t_stream_rule(const Weight& w);
 // Whether the q8_0-tiles decode kernels let the next programmatic-dependent launch start as soon as their
 // last block is resident (its first weight loads then overlap this kernel's last wave): off until measured
 // on the GPU (FERRY_Q8T_EARLY=1, or this knob: 1 on, 0 off, -1 the environment's). Same bits either way.

@@ -135,7 +135,7 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
 // on st (prep_x), so that its blocks issue their first weight copies while prep_x runs (FERRY_DEC_PDL=0:
 // a plain launch, for measurements).
 template <class Arg>
-void launch_dependent(void (*kernel)(Arg), unsigned grid, size_t smem, cudaStream_t st, const Arg& arg) {
+void launch_dependent(void (*kernel)(Arg), dim3 grid, size_t smem, cudaStream_t st, const Arg& arg) {
   static const bool pdl = [] {
     const char* v = std::getenv("FERRY_DEC_PDL");
     return !(v && v[0] == '0');

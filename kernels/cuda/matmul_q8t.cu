@@ -70,6 +70,35 @@ bool q8t_early() {
   return switch_on(g_q8t_early, env);
 }
 
+// The stream split (splitk.cuh): worker blockIdx.x of p.sk.stream takes its run of the tiles' units, for
+// row group blockIdx.y, as a sequence of items, one per tile its run touches: the tile's part, item_body's
+// loop and order over the part's columns, its sums stored or added in part order by the tile's last part.
+template <int NRA>
+__global__ void __launch_bounds__(kThreads, NRA <= 4 ? 4 : 2) q8t_stream_kernel(const __grid_constant__ mma::PlainTc p) {
+  const int64_t U = p.cols / kUnitCols, L = static_cast<int64_t>(p.ntiles) * U, W = p.sk.stream;
+  const int64_t b = blockIdx.x;
+  int64_t x = splitk::stream_start(b, L, W);
+  const int64_t end = splitk::stream_start(b + 1, L, W);
+  mma::Item it;
+  it.z = 0;
+  it.r0 = static_cast<int>(blockIdx.y) * NRA;
+  it.nr = static_cast<int>(min(static_cast<int64_t>(NRA), p.n - it.r0));
+  it.nrows = kRows;
+  while (x < end) {
+    const int64_t t = x / U, t0 = t * U, e = min(end, t0 + U);
+    const int64_t first = splitk::stream_worker(t0, L, W);  // the worker of the tile's part 0
+    it.part = static_cast<int>(b - first);
+    it.parts = static_cast<int>(splitk::stream_worker(t0 + U - 1, L, W) - first + 1);
+    it.c = static_cast<int>(blockIdx.y * p.ntiles + t);  // the tile's counter in this row group
+    it.row0 = static_cast<int>(t) * kRows;
+    it.w = p.w + static_cast<size_t>(it.row0) * p.row_bytes;
+    it.k0 = static_cast<int>((x - t0) * kUnitCols);
+    it.k1 = static_cast<int>((e - t0) * kUnitCols);
+    item_body<NRA>(p, it);
+    x = e;
+  }
+}
+
 template <int NRA>
 void launch_n(mma::PlainTc p, cudaStream_t st) {
   p.group = NRA;
@@ -78,6 +107,13 @@ void launch_n(mma::PlainTc p, cudaStream_t st) {
   p.ntiles = p.rows / kRows;
   const int64_t items = static_cast<int64_t>(p.ntiles) * ((p.n + NRA - 1) / NRA) * p.parts;
   if (items > (int64_t{1} << 31) - 1) throw LimitError("cuda matmul: " + std::to_string(items) + " tiles in one call");
+  if (p.sk.stream > 0) {
+    const int64_t groups = (p.n + NRA - 1) / NRA;
+    if (groups > 65535) throw LimitError("cuda matmul: " + std::to_string(p.n) + " rows in one stream-split call");
+    dec::set_prefetch(p, q8t_stream_kernel<NRA>, 1);
+    return dec::launch_dependent(q8t_stream_kernel<NRA>, dim3(static_cast<unsigned>(p.sk.stream), static_cast<unsigned>(groups)),
+                                 0, st, p);
+  }
   dec::set_prefetch(p, q8t_kernel<NRA, false>, 1);
   if (q8t_early())
     dec::launch_dependent(q8t_kernel<NRA, true>, static_cast<unsigned>(items), 0, st, p);
@@ -269,12 +305,43 @@ void matmul_q8t_prompt_wgmma_tune(int on) { g_q8t_prompt_wgmma = on; }
 // 256-column unit per warp (3584x7168: 15.2 us unsplit, 14.5 in 2 parts, 16.5 in 4; 1536x7168: 14.0
 // unsplit, 9.4 in 5 parts, 11.3 in 7; 128x7168: 11.2 unsplit, 6.1 in 7). FERRY_Q8T_PARTS fixes the count
 // (measurements).
+namespace {
+int g_q8t_stream = -1;  // matmul_q8t_stream_tune
+}  // namespace
+void matmul_q8t_stream_tune(int workers) { g_q8t_stream = workers; }
+
+bool matmul_q8t_stream_rule(const Weight& w) {
+  const int64_t tiles = w.rows / kRows, L = tiles * (w.cols / kUnitCols);
+  return tiles >= 384 && tiles < splitk::kStreamWorkers && L >= 8 * int64_t{splitk::kStreamWorkers};
+}
+
 KSplit matmul_q8t_split(const Weight& w) {
   static const int env = [] {
     const char* v = std::getenv("FERRY_Q8T_PARTS");
     return v ? std::atoi(v) : -1;
   }();
+  static const int stream_env = [] {  // FERRY_Q8T_STREAM: 1 the rule, 2 every matrix of 384 tiles and more
+    const char* v = std::getenv("FERRY_Q8T_STREAM");
+    return v ? std::atoi(v) : 0;
+  }();
   KSplit ks;
+  {
+    // The stream split: forced by the knob (W workers), or the rule where it is on.
+    const int64_t tiles = w.rows / kRows, U = w.cols / kUnitCols, L = tiles * U;
+    int64_t workers = 0;
+    if (g_q8t_stream > 0)
+      workers = g_q8t_stream;
+    else if (g_q8t_stream < 0 && (stream_env == 1 ? matmul_q8t_stream_rule(w)
+                                                  : stream_env == 2 && tiles >= 384 && tiles % splitk::kStreamWorkers != 0 &&
+                                                        L >= 8 * int64_t{splitk::kStreamWorkers}))
+      workers = splitk::kStreamWorkers;
+    if (workers > 0 && L >= workers) {
+      ks.stream = static_cast<int>(workers);
+      ks.parts = splitk::stream_max_parts(L, U, workers);
+      ks.unit = kUnitCols;
+      return ks;
+    }
+  }
   ks.unit = w.cols % 1024 == 0 ? 1024 : w.cols % 512 == 0 ? 512 : 256;
   const int64_t units = w.cols / ks.unit, tiles = w.rows / kRows;
   const int force = g_q8t_parts >= 0 ? g_q8t_parts : env;

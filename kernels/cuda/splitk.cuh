@@ -33,7 +33,23 @@ struct Bufs {
   int unit = 1024;
   float* part = nullptr;
   int* cnt = nullptr;
+  int stream = 0;  // the stream split's workers (below), 0 for the uniform split above
 };
+
+// The stream split (q8_0 tiles' decode kernel, matmul_q8t.cu q8t_stream_kernel). A matrix of T 16-row tiles
+// of U units each (256 columns) is L = T x U units in tile-major order, dealt to W workers (thread blocks)
+// as equal runs: worker b takes units [b L / W, (b + 1) L / W). A worker's run covers parts of one or more
+// tiles; a tile's parts are the pieces the workers' boundaries cut it into, numbered in column order, and are
+// added in that order as any split's (finish below). Why: a matrix of 448 tiles (7,168 rows) is one partial
+// wave of 528 block slots (4 a SM on 132 SMs): 52 SMs stream 4 tiles while 80 stream 3, and the 4-tile SMs
+// decide the time. With W = 528 every slot streams the same bytes. W is a constant (kStreamWorkers), not the
+// GPU's SM count, so the parts, and the bits, are a function of the weight's shape alone.
+constexpr int kStreamWorkers = 528;
+// The worker whose run holds unit x (the largest b with b L / W <= x).
+__host__ __device__ inline int64_t stream_worker(int64_t x, int64_t L, int64_t W) { return ((x + 1) * W - 1) / L; }
+__host__ __device__ inline int64_t stream_start(int64_t b, int64_t L, int64_t W) { return b * L / W; }
+// The most parts any tile of U units gets when L units are dealt to W workers.
+inline int stream_max_parts(int64_t L, int64_t U, int64_t W) { return static_cast<int>((U + L / W - 1) / (L / W)) + 1; }
 
 // Columns [k0, k1) of part `part` of `parts` for a row of `cols` columns cut in units of `unit` (the
 // last part ends at cols; one part is the whole row).

@@ -955,6 +955,70 @@ TEST_F(Ops, Q8TilesMatmulMatchesCpuForEverySplitAndKeepsRowBits) {
 #endif
 }
 
+// The q8_0 tiles' stream split (splitk.cuh: the tiles' units dealt to W workers in equal runs; a tile's
+// parts are where the runs cut it): agrees with the CPU, a row alone has the bits of the row in a call of
+// 2..40 rows (one and several row groups), two runs give the same bits, and where no run boundary falls
+// inside a tile (W = 1, W = the tiles) every output has the unsplit kernel's bits.
+TEST_F(Ops, Q8TilesStreamSplitMatchesCpuKeepsRowBitsAndUnsplitBitsWhereNoTileIsCut) {
+#if FERRY_WITH_CUDA
+  struct Shape { int64_t rows, cols; };
+  struct StreamTune {
+    explicit StreamTune(int w) { cuda::matmul_q8t_stream_tune(w); }
+    ~StreamTune() { cuda::matmul_q8t_stream_tune(-1); }
+  };
+  for (const Shape s : {Shape{48, 768}, Shape{64, 2560}, Shape{128, 7168}, Shape{112, 3584}}) {
+    const auto bytes = random_weight(WType::q8_0, s.rows, s.cols, 41);
+    auto wb = both_bytes(bytes.data(), bytes.size());
+    Weight w{WType::q8_0, s.rows, s.cols, wb->g};
+    gpu().prepare_matmul_weight(w);
+    ASSERT_EQ(w.layout, WLayout::q8_tiles);
+    const Weight wc{WType::q8_0, s.rows, s.cols, wb->c};
+    const int64_t n = 40, tiles = s.rows / 16, units = tiles * (s.cols / 256);
+    auto x = both(random_floats(static_cast<size_t>(n * s.cols), 42));
+    auto yc = poisoned_pair(static_cast<size_t>(n * s.rows));
+    cpu().matmul(wc, x.cpu(), n, yc.cpu());
+    const auto c = get(cpu(), yc.cpu(), yc.c.size());
+    const std::string shape = std::to_string(s.rows) + "x" + std::to_string(s.cols);
+    auto run = [&](int workers, int64_t r0, int64_t m) {
+      StreamTune tune(workers);
+      FixedQ8tParts unsplit(workers == 0 ? 1 : -1);
+      auto y = poisoned_pair(static_cast<size_t>(m * s.rows));
+      gpu().matmul(w, x.gpu() + r0 * s.cols, m, y.gpu());
+      return get(gpu(), y.gpu(), y.g.size());
+    };
+    const auto plain = run(0, 0, n);
+    for (const int64_t workers : {int64_t{1}, tiles, int64_t{3}, int64_t{7}, units / 2, units}) {
+      if (workers < 1 || workers > units) continue;
+      StreamTune probe(static_cast<int>(workers));
+      ASSERT_EQ(cuda::matmul_q8t_split(w).stream, workers) << shape;
+      const std::string what = "q8t stream " + shape + " W=" + std::to_string(workers);
+      const auto a = run(static_cast<int>(workers), 0, n);
+      EXPECT_LE(rel_err((what + " n=40").c_str(), c, a), kMmaTol) << what;
+      EXPECT_LT(first_bit_diff(run(static_cast<int>(workers), 0, n).data(), a.data(), n * s.rows), 0) << what << " twice";
+      if (workers == 1 || workers == tiles)
+        EXPECT_LT(first_bit_diff(a.data(), plain.data(), n * s.rows), 0) << what << ": no tile cut, the unsplit bits";
+      for (const auto& [r0, m] : {std::pair{int64_t{0}, int64_t{1}}, std::pair{int64_t{39}, int64_t{1}},
+                                  std::pair{int64_t{5}, int64_t{4}}, std::pair{int64_t{20}, int64_t{16}},
+                                  std::pair{int64_t{2}, int64_t{17}}}) {
+        const auto p = run(static_cast<int>(workers), r0, m);
+        EXPECT_LT(first_bit_diff(p.data(), a.data() + r0 * s.rows, m * s.rows), 0) << what << " rows " << r0 << "+" << m;
+      }
+    }
+  }
+  // The rule (used under FERRY_Q8T_STREAM=1) takes the one-partial-wave matrices: 7,168 rows (448 tiles),
+  // not 12,288 (768 tiles) or 3,584 (224), nor a short row (8 units a worker at least).
+  for (const auto& [rows, cols, want] : {std::tuple{int64_t{7168}, int64_t{12288}, true},
+                                         std::tuple{int64_t{7168}, int64_t{3584}, true},
+                                         std::tuple{int64_t{7168}, int64_t{2048}, false},
+                                         std::tuple{int64_t{12288}, int64_t{7168}, false},
+                                         std::tuple{int64_t{3584}, int64_t{7168}, false}})
+    EXPECT_EQ(cuda::matmul_q8t_stream_rule(Weight{WType::q8_0, rows, cols, nullptr, WLayout::q8_tiles}), want)
+        << rows << "x" << cols;
+#else
+  GTEST_SKIP() << "no CUDA back-end in this build";
+#endif
+}
+
 // Backend::matmul_group with x prepared once for its q8_0-tiles weights (matmul_group_tune(1)): a launch
 // per weight, the unsplit ones in one launch (matmul_group_launch_tune), or the split ones in it too, each
 // with its own partials (matmul_group_split_tune), with and without the early launch of dependents
@@ -1097,6 +1161,13 @@ TEST_F(Ops, MatmulBenchQ8Tiles) {
       const int p = cuda::matmul_q8t_split(ws[0]).parts;
       if (p != parts) break;
       line("tiles", p, 1, time_matmul(be, ws, x.get(), 1, y.get()));
+    }
+    // The stream split (splitk.cuh) with the rule's 528 workers, at 1, 4 and 16 rows.
+    if (ws[0].rows / 16 >= 384) {
+      cuda::matmul_q8t_stream_tune(cuda::splitk::kStreamWorkers);
+      const int p = cuda::matmul_q8t_split(ws[0]).parts;
+      for (int64_t n : {1, 4, 16}) line("stream", p, n, time_matmul(be, ws, x.get(), n, y.get()));
+      cuda::matmul_q8t_stream_tune(-1);
     }
   }
 #else
