@@ -141,26 +141,6 @@ bool fused_gate() {
 }
 void fused_gate_tune(int on) { g_fused_gate = on; }
 
-namespace {
-int g_l2pf = -1;       // l2_prefetch_tune
-int g_l2pf_wave = -1;  // l2_prefetch_wave_tune
-}  // namespace
-
-int l2_prefetch_units() {
-  static const int env = [] {
-    const char* v = std::getenv("FERRY_L2PF");
-    return v ? std::max(0, std::atoi(v)) : 0;
-  }();
-  return g_l2pf >= 0 ? g_l2pf : env;
-}
-void l2_prefetch_tune(int units) { g_l2pf = units; }
-
-int l2_prefetch_blocks(int per_sm) {
-  static const bool env = env_switch("FERRY_L2PF_WAVE", false);
-  return switch_on(g_l2pf_wave, env) ? per_sm * sm_count() : std::numeric_limits<int>::max();
-}
-void l2_prefetch_wave_tune(int on) { g_l2pf_wave = on; }
-
 bool is_device_pointer(const void* p) {
   cudaPointerAttributes a{};
   if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {

@@ -125,12 +125,6 @@ struct Mx {
 __device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void allow_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 
-// Asks L2 for `bytes` at p (both multiples of 16; a hint: nothing waits for it, nothing changes if it is
-// dropped). The decode matmuls' blocks call it before grid_dependency_wait (switches.hpp l2_prefetch_units).
-__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
-}
-
 // Launches kernel<<<grid, kThreads, smem, st>>>(arg) as a programmatic dependent of the kernel before it
 // on st (prep_x), so that its blocks issue their first weight copies while prep_x runs (FERRY_DEC_PDL=0:
 // a plain launch, for measurements).
@@ -141,22 +135,6 @@ void launch_dependent(void (*kernel)(Arg), dim3 grid, size_t smem, cudaStream_t 
     return !(v && v[0] == '0');
   }();
   launch_kernel(pdl, kernel, grid, kThreads, smem, st, arg);
-}
-
-// Fills a decode launch's L2 prefetch fields (p.pf, p.pf_blocks: switches.hpp l2_prefetch_units) for
-// `kernel`, whose units are `per_q8t_unit` to a q8_0-tiles unit of 4,352 bytes (mxfp4 tiles: 4). The
-// blocks resident a SM are the occupancy API's, asked once per kernel.
-template <class Arg, class P>
-void set_prefetch(P& p, void (*kernel)(Arg), int per_q8t_unit) {
-  const int units = l2_prefetch_units();
-  p.pf = units * per_q8t_unit;
-  if (!units) return;
-  static const int per_sm = [kernel] {
-    int n = 0;
-    FERRY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, 0));
-    return n;
-  }();
-  p.pf_blocks = l2_prefetch_blocks(per_sm);
 }
 
 // One work item: a 16-row weight tile against a group of nr (<= NRA) activation rows. As mma::Item.

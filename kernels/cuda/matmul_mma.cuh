@@ -183,9 +183,6 @@ struct PlainTc {
   // Item order (speed only): tiles before row groups (false), or a tile's row groups next to each other
   // (true: the q8_0 tiles' prompt passes, whose row groups then read each weight tile while it is in L2).
   bool groups_fastest = false;
-  // L2 prefetch before the dependency wait (decode kernels, switches.hpp l2_prefetch_units): units a block
-  // asks for, and the blocks that do (blockIdx.x < pf_blocks). Speed only.
-  int pf = 0, pf_blocks = 0;
   // Item j = (row group, tile, part), parts fastest.
   __device__ Item item(int64_t j) const {
     Item it;

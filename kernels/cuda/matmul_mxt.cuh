@@ -164,6 +164,11 @@ __device__ __forceinline__ void set_math(const Set<U>& s, const __half* const x[
 // into the next (the next item's first set issued while the current one's last set computes; the items'
 // warp sums reduced after the last, one barrier): a 16-expert batch 145-156 us against 121.7 for this, slice
 // decode 484 / 480 against 504 tok/s (H100, MoeBenchExpertBatchMxTiles and gpu-decode arms items2 / items4).
+// Tried 2026-12-06 and not kept: every block of this kernel and of the q8_0 tiles' one-row kernels asking L2
+// for its item's next 35-140 KB (cp.async.bulk.prefetch.L2) before it waits for the kernel before it, so that
+// HBM streams them while a short kernel (a norm, prep_x) runs: slice decode 593.6 (all blocks, 35 KB), 595.2
+// (first wave's blocks, 70 KB), 588.1 (first wave, 140 KB) against 610.1 tok/s (H200, same call;
+// docs/results/2026-12-06i-l2pf).
 // XS (one activation row): after the wait, the block copies its row of prepared x (hi then lo, p.cols halves
 // each: x_smem_bytes) into dynamic shared memory, and the warps read x there. For the down projections,
 // whose x differs per expert: consecutive blocks, which share an expert, go to different SMs, so each block
@@ -183,11 +188,6 @@ __device__ __forceinline__ void item_body(const P& p, const mma::Item& it) {
   Set<U> A, B;
   // The first set's weights do not depend on the kernel before this one (prep_x): load them first.
   load_set<U>(A, qp, ep, u0, u1);
-  // L2 prefetch of the units after the first set (p.pf of them), while the kernel before may still run.
-  if (p.pf > 0 && threadIdx.x == 0 && static_cast<int>(blockIdx.x) < p.pf_blocks) {
-    const int a = u0 + U, b = min(u1, a + p.pf);
-    if (b > a) dec::prefetch_l2(it.w + static_cast<size_t>(a) * kUnitBytes, static_cast<uint32_t>(b - a) * kUnitBytes);
-  }
   __syncthreads();
   dec::grid_dependency_wait();
   // x[j]: this lane's halves 8t .. 8t + 7 of warp w's block of unit 0.

@@ -110,11 +110,9 @@ void launch_n(mma::PlainTc p, cudaStream_t st) {
   if (p.sk.stream > 0) {
     const int64_t groups = (p.n + NRA - 1) / NRA;
     if (groups > 65535) throw LimitError("cuda matmul: " + std::to_string(p.n) + " rows in one stream-split call");
-    dec::set_prefetch(p, q8t_stream_kernel<NRA>, 1);
     return dec::launch_dependent(q8t_stream_kernel<NRA>, dim3(static_cast<unsigned>(p.sk.stream), static_cast<unsigned>(groups)),
                                  0, st, p);
   }
-  dec::set_prefetch(p, q8t_kernel<NRA, false>, 1);
   if (q8t_early())
     dec::launch_dependent(q8t_kernel<NRA, true>, static_cast<unsigned>(items), 0, st, p);
   else
@@ -223,7 +221,6 @@ struct MultiTc {
   mma::XPrep xp;
   int64_t n;
   int group;
-  int pf = 0, pf_blocks = 0;  // L2 prefetch (mma::PlainTc's)
   __device__ mma::Item item(int64_t j) const {
     int k = 0;
     while (k + 1 < count && j >= first[k + 1]) ++k;
@@ -269,7 +266,6 @@ void launch_multi_n(MultiTc p, cudaStream_t st) {
     p.first[k + 1] = p.first[k] + static_cast<int64_t>(p.rows[k] / kRows) * ngroups * p.sk[k].parts;
   const int64_t items = p.first[p.count];
   if (items > (int64_t{1} << 31) - 1) throw LimitError("cuda matmul: " + std::to_string(items) + " tiles in one call");
-  dec::set_prefetch(p, q8t_multi_kernel<NRA, false>, 1);
   if (q8t_early())
     dec::launch_dependent(q8t_multi_kernel<NRA, true>, static_cast<unsigned>(items), 0, st, p);
   else

@@ -139,11 +139,6 @@ __device__ __forceinline__ void item_body(const P& p, const mma::Item& it) {
   int u = u0 + warp;
   // The first unit's weights do not depend on the kernel before this one (prep_x): load them first.
   if (u < u1) load_unit(A, it.w + static_cast<size_t>(u) * kUnitBytes, lane, g);
-  // L2 prefetch of the units after the first set (p.pf of them), while the kernel before may still run.
-  if (p.pf > 0 && threadIdx.x == 0 && static_cast<int>(blockIdx.x) < p.pf_blocks) {
-    const int a = u0 + kWarps, b = min(u1, a + p.pf);
-    if (b > a) dec::prefetch_l2(it.w + static_cast<size_t>(a) * kUnitBytes, static_cast<uint32_t>(b - a) * kUnitBytes);
-  }
   __syncthreads();
   dec::grid_dependency_wait();
   const __half* x[NT];

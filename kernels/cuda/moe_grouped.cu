@@ -157,7 +157,6 @@ struct GroupTc {
   int ntiles, nb;
   int group;  // activation rows per item: kMmaBN (prompt passes) or the decode kernel's NRA
   int bm;     // weight rows per tile: mma::tile_rows(MW) (prompt passes) or dec::kRows
-  int pf = 0, pf_blocks = 0;  // L2 prefetch (mma::PlainTc's; the mxfp4 tiles' decode kernel)
   __device__ mma::Item item(int64_t j) const {
     return table_item<mma::Item>(t, static_cast<int>(j), nb, ntiles, group, bm, rows, cols, which, row_bytes);
   }
@@ -289,7 +288,6 @@ void launch_mxt_nr(GroupTc& a, int nz, cudaStream_t st) {
   a.ntiles = a.rows / mxt::kRows;
   const int64_t items = static_cast<int64_t>(nz) * nb * a.ntiles;
   constexpr bool kOne = NRA == 1;  // measured at one row (decode steps); 16 registers of x
-  dec::set_prefetch(a, grouped_mxt_kernel<NRA, U, false>, 4);
   if (kOne && a.which == 2 && matmul_mxt_xsmem())
     return dec::launch_dependent(grouped_mxt_kernel<NRA, U, false, kOne>, static_cast<unsigned>(items),
                                  mxt::x_smem_bytes(a.cols), st, a);

@@ -57,17 +57,4 @@ void fused_ops_tune(int on);
 bool fused_gate();
 void fused_gate_tune(int on);
 
-// L2 prefetch of the decode matmuls' weights (the q8_0 tiles' and the mxfp4 tiles' one-row kernels): each
-// block, before it waits for the kernel before it (griddepcontrol.wait), asks L2 for the bytes of its item
-// that follow its first load set (cp.async.bulk.prefetch.L2), so that HBM streams them while a short kernel
-// before the matmul (a norm, an activation, prep_x) runs. Speed only, the same bits. Off by default until
-// measured: FERRY_L2PF=N or l2_prefetch_tune(N) prefetches N x 4,352 bytes a block (N q8_0-tiles units; the
-// same bytes for the mxfp4 tiles: 4N of their units), 0 none. FERRY_L2PF_WAVE=1 (l2_prefetch_wave_tune(1)):
-// only the blocks of the first wave (those resident while the kernel before still runs) prefetch.
-int l2_prefetch_units();
-void l2_prefetch_tune(int units);
-// The blocks of a launch of `per_sm` resident blocks a SM that prefetch: all, or the first wave's.
-int l2_prefetch_blocks(int per_sm);
-void l2_prefetch_wave_tune(int on);
-
 }  // namespace ferry::cuda

@@ -97,8 +97,6 @@ struct AllSameBitsSwitches {
     cuda::rownorm::row_reg_inputs_tune(on);
     cuda::moe_wave_tune(on);
     cuda::moe_wave_wgmma_tune(on);
-    cuda::l2_prefetch_tune(on == 1 ? 8 : on);  // on: 8 units a block
-    cuda::l2_prefetch_wave_tune(on);
   }
 #endif
 };
