@@ -3,7 +3,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -12,7 +11,6 @@
 #include "kernels/cuda/cuda_backend.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.cuh"
-#include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda_backend.hpp"
 
 namespace ferry::cuda {

@@ -94,9 +94,9 @@ void launch_q8t_pack(const Weight& w, void* scratch, size_t scratch_bytes, cudaS
 KSplit matmul_q8t_split(const Weight& w);
 void matmul_q8t_split_tune(int parts);
 // The stream split of a q8_0-tiles weight's decode matmul (splitk.cuh, "stream split"): -1 the rule or the
-// environment's (FERRY_Q8T_STREAM=1 on: matrices of 384 to 527 tiles, one partial wave of the 4-blocks-a-SM
-// grid, with 8 units or more a worker; =2 every matrix of 384 tiles and more whose tiles are not whole waves,
-// for measurements; 0 or unset: off), 0 off, W > 0 every q8_0-tiles weight with W workers
+// environment's (FERRY_Q8T_STREAM=1 on: matrices of fewer than 528 tiles, one partial wave of the
+// 4-blocks-a-SM grid, with 8 units or more a worker; =2 also those of 528 tiles and more whose tiles are not
+// whole waves, for measurements; 0 or unset: off), 0 off, W > 0 every q8_0-tiles weight with W workers
 // (tests). It changes the bits of the weights it takes (a split of K), as any split does, and keeps every row's
 // bits independent of the rows in the call.
 void matmul_q8t_stream_tune(int workers);
@@ -141,7 +141,7 @@ bool matmul_mxt_packable(const Weight& w);
 void launch_mxt_pack(const Weight& w, void* scratch, size_t scratch_bytes, cudaStream_t stream);
 void launch_matmul_mxt(const Weight& w, const mma::XPrep& xp, int64_t n, float* y, cudaStream_t stream);
 // Benchmark knob: units per load set of the grouped mxfp4-tiles kernel at one row per expert (2, 4, 8 or 14;
-// 0 the default, mxt::set_units). Speed only: the bits are the same.
+// 0 the default, mxt::set_units; -1 the environment's, FERRY_MXT_SET). Speed only: the bits are the same.
 void matmul_mxt_set_tune(int units);
 int matmul_mxt_set();
 // Whether the grouped mxfp4-tiles decode kernel stages each down-projection item's x (one row) in shared

@@ -1,5 +1,6 @@
 // mxfp4 tiles (matmul_mxt.cuh): the repacking of resident experts and the plain matmul's launchers.
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "io/errors.hpp"
@@ -59,13 +60,19 @@ void launch_n(mma::PlainTc p, cudaStream_t st) {
   dec::launch_dependent(mxt_kernel<NRA>, static_cast<unsigned>(items), 0, st, p);
 }
 
-int g_set = 0;  // matmul_mxt_set_tune
+int g_set = -1;  // matmul_mxt_set_tune (-1: FERRY_MXT_SET)
 int g_xsmem = -1;  // matmul_mxt_xsmem_tune
 
 }  // namespace
 
 void matmul_mxt_set_tune(int units) { g_set = units; }
-int matmul_mxt_set() { return g_set; }
+int matmul_mxt_set() {
+  static const int env = [] {
+    const char* v = std::getenv("FERRY_MXT_SET");
+    return v ? std::atoi(v) : 0;
+  }();
+  return g_set >= 0 ? g_set : env;
+}
 void matmul_mxt_xsmem_tune(int on) { g_xsmem = on; }
 bool matmul_mxt_xsmem() {
   static const bool env = env_switch("FERRY_MXT_XSMEM", false);

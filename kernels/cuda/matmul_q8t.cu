@@ -70,33 +70,10 @@ bool q8t_early() {
   return switch_on(g_q8t_early, env);
 }
 
-// The stream split (splitk.cuh): worker blockIdx.x of p.sk.stream takes its run of the tiles' units, for
-// row group blockIdx.y, as a sequence of items, one per tile its run touches: the tile's part, item_body's
-// loop and order over the part's columns, its sums stored or added in part order by the tile's last part.
+// The stream split (splitk.cuh, matmul_q8t.cuh stream_body).
 template <int NRA>
 __global__ void __launch_bounds__(kThreads, NRA <= 4 ? 4 : 2) q8t_stream_kernel(const __grid_constant__ mma::PlainTc p) {
-  const int64_t U = p.cols / kUnitCols, L = static_cast<int64_t>(p.ntiles) * U, W = p.sk.stream;
-  const int64_t b = blockIdx.x;
-  int64_t x = splitk::stream_start(b, L, W);
-  const int64_t end = splitk::stream_start(b + 1, L, W);
-  mma::Item it;
-  it.z = 0;
-  it.r0 = static_cast<int>(blockIdx.y) * NRA;
-  it.nr = static_cast<int>(min(static_cast<int64_t>(NRA), p.n - it.r0));
-  it.nrows = kRows;
-  while (x < end) {
-    const int64_t t = x / U, t0 = t * U, e = min(end, t0 + U);
-    const int64_t first = splitk::stream_worker(t0, L, W);  // the worker of the tile's part 0
-    it.part = static_cast<int>(b - first);
-    it.parts = static_cast<int>(splitk::stream_worker(t0 + U - 1, L, W) - first + 1);
-    it.c = static_cast<int>(blockIdx.y * p.ntiles + t);  // the tile's counter in this row group
-    it.row0 = static_cast<int>(t) * kRows;
-    it.w = p.w + static_cast<size_t>(it.row0) * p.row_bytes;
-    it.k0 = static_cast<int>((x - t0) * kUnitCols);
-    it.k1 = static_cast<int>((e - t0) * kUnitCols);
-    item_body<NRA>(p, it);
-    x = e;
-  }
+  stream_body<NRA>(p);
 }
 
 template <int NRA>
@@ -295,22 +272,26 @@ void matmul_q8t_prompt_mw_tune(int mw) { g_q8t_prompt_mw = mw; }
 void matmul_q8t_prompt_swz_tune(int on) { g_q8t_prompt_swz = on; }
 void matmul_q8t_prompt_wgmma_tune(int on) { g_q8t_prompt_wgmma = on; }
 
+namespace {
+int g_q8t_stream = -1;  // matmul_q8t_stream_tune
+}  // namespace
+void matmul_q8t_stream_tune(int workers) { g_q8t_stream = workers; }
+
+// The stream split's rule (FERRY_Q8T_STREAM=1): matrices that are one partial wave of the 4-blocks-a-SM grid,
+// unsplit or in today's parts (fewer than 528 tiles: the 7,168-row outputs, the shared experts' 6,144-row gate
+// and up, the latent MoE's 3,584-row down projection, split in 2 parts today: 448 items), with 8 units or more a
+// worker (so not the small ones the uniform split spreads, e.g. 1536x7168).
+bool matmul_q8t_stream_rule(const Weight& w) {
+  const int64_t tiles = w.rows / kRows, L = tiles * (w.cols / kUnitCols);
+  return tiles < splitk::kStreamWorkers && L >= 8 * int64_t{splitk::kStreamWorkers};
+}
+
 // Measured on the H200 (MatmulBenchQ8Tiles, one row, 2026-12-02): matrices of 384 tiles (6,144 rows) and
 // more run fastest unsplit (a split only adds partials: 7168x7168 21.3 us unsplit, 25.5 in 3 parts);
 // fewer tiles leave SMs idle, so their columns are cut into about 448 / tiles parts, down to one
 // 256-column unit per warp (3584x7168: 15.2 us unsplit, 14.5 in 2 parts, 16.5 in 4; 1536x7168: 14.0
 // unsplit, 9.4 in 5 parts, 11.3 in 7; 128x7168: 11.2 unsplit, 6.1 in 7). FERRY_Q8T_PARTS fixes the count
 // (measurements).
-namespace {
-int g_q8t_stream = -1;  // matmul_q8t_stream_tune
-}  // namespace
-void matmul_q8t_stream_tune(int workers) { g_q8t_stream = workers; }
-
-bool matmul_q8t_stream_rule(const Weight& w) {
-  const int64_t tiles = w.rows / kRows, L = tiles * (w.cols / kUnitCols);
-  return tiles >= 384 && tiles < splitk::kStreamWorkers && L >= 8 * int64_t{splitk::kStreamWorkers};
-}
-
 KSplit matmul_q8t_split(const Weight& w) {
   static const int env = [] {
     const char* v = std::getenv("FERRY_Q8T_PARTS");
@@ -328,7 +309,7 @@ KSplit matmul_q8t_split(const Weight& w) {
     if (g_q8t_stream > 0)
       workers = g_q8t_stream;
     else if (g_q8t_stream < 0 && (stream_env == 1 ? matmul_q8t_stream_rule(w)
-                                                  : stream_env == 2 && tiles >= 384 && tiles % splitk::kStreamWorkers != 0 &&
+                                                  : stream_env == 2 && tiles % splitk::kStreamWorkers != 0 &&
                                                         L >= 8 * int64_t{splitk::kStreamWorkers}))
       workers = splitk::kStreamWorkers;
     if (workers > 0 && L >= workers) {

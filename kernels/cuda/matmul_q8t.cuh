@@ -160,6 +160,81 @@ __device__ __forceinline__ void item_body(const P& p, const mma::Item& it) {
   dec::store_warp_sums<NT>(p, it, acc, red);
 }
 
+// ---- the stream split (splitk.cuh) -----------------------------------------------------------------------
+// Worker blockIdx.x of p.sk.stream, row group blockIdx.y: its run of the tiles' units as one item per tile the
+// run touches (the tile's part; splitk.cuh numbers the parts). Each item is item_body's loop and order over the
+// part's columns, so the sums are those of item_body on that item; between items the next item's first unit is
+// loaded before this item's sums are reduced, so a worker's stream does not drain at a tile boundary.
+template <class P>
+__device__ __forceinline__ bool stream_item(const P& p, int64_t b, int64_t x, int64_t end, mma::Item& it) {
+  const int64_t U = p.cols / kUnitCols, L = static_cast<int64_t>(p.ntiles) * U, W = p.sk.stream;
+  if (x >= end) return false;
+  const int64_t t = x / U, t0 = t * U, e = min(end, t0 + U);
+  const int64_t first = splitk::stream_worker(t0, L, W);  // the worker of the tile's part 0
+  it.part = static_cast<int>(b - first);
+  it.parts = static_cast<int>(splitk::stream_worker(t0 + U - 1, L, W) - first + 1);
+  it.c = static_cast<int>(blockIdx.y * p.ntiles + t);  // the tile's counter in this row group
+  it.row0 = static_cast<int>(t) * kRows;
+  it.w = p.w + static_cast<size_t>(it.row0) * p.row_bytes;
+  it.k0 = static_cast<int>((x - t0) * kUnitCols);
+  it.k1 = static_cast<int>((e - t0) * kUnitCols);
+  return true;
+}
+
+template <int NRA, class P>
+__device__ __forceinline__ void stream_body(const P& p) {
+  constexpr int NT = (NRA + 3) / 4;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
+  const int64_t U = p.cols / kUnitCols, L = static_cast<int64_t>(p.ntiles) * U, W = p.sk.stream, b = blockIdx.x;
+  const int64_t end = splitk::stream_start(b + 1, L, W);
+  int64_t x = splitk::stream_start(b, L, W);
+  __shared__ int64_t xrow[NRA];
+  __shared__ float red[kWarps * NT * 2 * 32];
+  mma::Item it;
+  it.z = 0;
+  it.r0 = static_cast<int>(blockIdx.y) * NRA;
+  it.nr = static_cast<int>(min(static_cast<int64_t>(NRA), p.n - it.r0));
+  it.nrows = kRows;
+  if (!stream_item(p, b, x, end, it)) return;
+  if (threadIdx.x < NRA) xrow[threadIdx.x] = threadIdx.x < it.nr ? p.xrow(it, threadIdx.x) : -1;
+  Unit A, B;
+  int u = it.k0 / kUnitCols + warp, u1 = it.k1 / kUnitCols;
+  // The first unit's weights do not depend on the kernel before this one (prep_x): load them first.
+  if (u < u1) load_unit(A, it.w + static_cast<size_t>(u) * kUnitBytes, lane, g);
+  __syncthreads();
+  dec::grid_dependency_wait();
+  const __half* xs[NT];
+  float xinv[NT];
+  dec::lane_x<NT>(p, it, xrow, 0, 1.0f, xs, xinv);  // the row group's: the same for every item of the run
+  for (;;) {
+    float acc[NT][2];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = 0.0f;
+    while (u < u1) {  // item_body's loop
+      const int v = u + kWarps;
+      if (v < u1) load_unit(B, it.w + static_cast<size_t>(v) * kUnitBytes, lane, g);
+      unit_math<NT>(A, xs, u * kUnitCols, xinv, acc);
+      if (v >= u1) break;
+      u = v + kWarps;
+      if (u < u1) load_unit(A, it.w + static_cast<size_t>(u) * kUnitBytes, lane, g);
+      unit_math<NT>(B, xs, v * kUnitCols, xinv, acc);
+    }
+    // The next item's first unit loads while this one's sums are reduced and stored.
+    x = static_cast<int64_t>(it.row0 / kRows) * U + it.k1 / kUnitCols;
+    mma::Item next = it;
+    const bool more = stream_item(p, b, x, end, next);
+    if (more) {
+      u = next.k0 / kUnitCols + warp;
+      u1 = next.k1 / kUnitCols;
+      if (u < u1) load_unit(A, next.w + static_cast<size_t>(u) * kUnitBytes, lane, g);
+    }
+    dec::store_warp_sums<NT>(p, it, acc, red);
+    if (!more) return;
+    __syncthreads();  // every warp has read `red` (an unsplit item's store has no barrier after its reads)
+    it = next;
+  }
+}
+
 // ---- prompt passes ------------------------------------------------------------------------------------
 // A prompt pass's rows are many, so the weights are read once per group of kPromptRows activation rows
 // and the kernel is bound by the tensor cores, not by HBM: as the prompt kernel of matmul_mma.cuh (whose

@@ -995,8 +995,9 @@ TEST_F(Ops, Q8TilesStreamSplitMatchesCpuKeepsRowBitsAndUnsplitBitsWhereNoTileIsC
       const auto a = run(static_cast<int>(workers), 0, n);
       EXPECT_LE(rel_err((what + " n=40").c_str(), c, a), kMmaTol) << what;
       EXPECT_LT(first_bit_diff(run(static_cast<int>(workers), 0, n).data(), a.data(), n * s.rows), 0) << what << " twice";
-      if (workers == 1 || workers == tiles)
+      if (workers == 1 || workers == tiles) {
         EXPECT_LT(first_bit_diff(a.data(), plain.data(), n * s.rows), 0) << what << ": no tile cut, the unsplit bits";
+      }
       for (const auto& [r0, m] : {std::pair{int64_t{0}, int64_t{1}}, std::pair{int64_t{39}, int64_t{1}},
                                   std::pair{int64_t{5}, int64_t{4}}, std::pair{int64_t{20}, int64_t{16}},
                                   std::pair{int64_t{2}, int64_t{17}}}) {
@@ -1005,13 +1006,14 @@ TEST_F(Ops, Q8TilesStreamSplitMatchesCpuKeepsRowBitsAndUnsplitBitsWhereNoTileIsC
       }
     }
   }
-  // The rule (used under FERRY_Q8T_STREAM=1) takes the one-partial-wave matrices: 7,168 rows (448 tiles),
-  // not 12,288 (768 tiles) or 3,584 (224), nor a short row (8 units a worker at least).
+  // The rule (used under FERRY_Q8T_STREAM=1) takes the one-partial-wave matrices: 7,168 rows (448 tiles) and
+  // 3,584 (224 tiles, 2 parts today), not 12,288 (768 tiles), nor short rows (8 units a worker at least).
   for (const auto& [rows, cols, want] : {std::tuple{int64_t{7168}, int64_t{12288}, true},
                                          std::tuple{int64_t{7168}, int64_t{3584}, true},
                                          std::tuple{int64_t{7168}, int64_t{2048}, false},
                                          std::tuple{int64_t{12288}, int64_t{7168}, false},
-                                         std::tuple{int64_t{3584}, int64_t{7168}, false}})
+                                         std::tuple{int64_t{3584}, int64_t{7168}, true},
+                                         std::tuple{int64_t{1536}, int64_t{7168}, false}})
     EXPECT_EQ(cuda::matmul_q8t_stream_rule(Weight{WType::q8_0, rows, cols, nullptr, WLayout::q8_tiles}), want)
         << rows << "x" << cols;
 #else
@@ -1162,11 +1164,13 @@ TEST_F(Ops, MatmulBenchQ8Tiles) {
       if (p != parts) break;
       line("tiles", p, 1, time_matmul(be, ws, x.get(), 1, y.get()));
     }
-    // The stream split (splitk.cuh) with the rule's 528 workers, at 1, 4 and 16 rows.
-    if (ws[0].rows / 16 >= 384) {
+    // The stream split (splitk.cuh) with the rule's 528 workers, at 1, 4 and 16 rows (rule: whether
+    // FERRY_Q8T_STREAM=1 would take the shape: "stream*").
+    if (ws[0].rows / 16 * (ws[0].cols / 256) >= 8 * cuda::splitk::kStreamWorkers) {
       cuda::matmul_q8t_stream_tune(cuda::splitk::kStreamWorkers);
       const int p = cuda::matmul_q8t_split(ws[0]).parts;
-      for (int64_t n : {1, 4, 16}) line("stream", p, n, time_matmul(be, ws, x.get(), n, y.get()));
+      for (int64_t n : {1, 4, 16})
+        line(cuda::matmul_q8t_stream_rule(ws[0]) ? "stream*" : "stream", p, n, time_matmul(be, ws, x.get(), n, y.get()));
       cuda::matmul_q8t_stream_tune(-1);
     }
   }
