@@ -281,10 +281,16 @@ void matmul_q8t_stream_tune(int workers) { g_q8t_stream = workers; }
 // unsplit or in today's parts (fewer than 528 tiles: the 7,168-row outputs, the shared experts' 6,144-row gate
 // and up, the latent MoE's 3,584-row down projection, split in 2 parts today: 448 items), with 8 units or more a
 // worker (so not the small ones the uniform split spreads, e.g. 1536x7168).
-bool matmul_q8t_stream_rule(const Weight& w) {
+// wide (FERRY_Q8T_STREAM=2, measurements): also the larger matrices whose tiles are not whole waves.
+namespace {
+bool stream_shape(const Weight& w, bool wide) {
+  constexpr int64_t W = splitk::kStreamWorkers;
   const int64_t tiles = w.rows / kRows, L = tiles * (w.cols / kUnitCols);
-  return tiles < splitk::kStreamWorkers && L >= 8 * int64_t{splitk::kStreamWorkers};
+  return L >= 8 * W && (tiles < W || (wide && tiles % W != 0));
 }
+}  // namespace
+
+bool matmul_q8t_stream_rule(const Weight& w) { return stream_shape(w, false); }
 
 // Measured on the H200 (MatmulBenchQ8Tiles, one row, 2026-12-02): matrices of 384 tiles (6,144 rows) and
 // more run fastest unsplit (a split only adds partials: 7168x7168 21.3 us unsplit, 25.5 in 3 parts);
@@ -308,9 +314,7 @@ KSplit matmul_q8t_split(const Weight& w) {
     int64_t workers = 0;
     if (g_q8t_stream > 0)
       workers = g_q8t_stream;
-    else if (g_q8t_stream < 0 && (stream_env == 1 ? matmul_q8t_stream_rule(w)
-                                                  : stream_env == 2 && tiles % splitk::kStreamWorkers != 0 &&
-                                                        L >= 8 * int64_t{splitk::kStreamWorkers}))
+    else if (g_q8t_stream < 0 && (stream_env == 1 || stream_env == 2) && stream_shape(w, stream_env == 2))
       workers = splitk::kStreamWorkers;
     if (workers > 0 && L >= workers) {
       ks.stream = static_cast<int>(workers);

@@ -127,6 +127,24 @@ __device__ __forceinline__ void unit_math(const Unit& u, const __half* const x[N
 
 // Item it of a plain problem (mma::PlainTc with bm = 16): out[r][row0 + i] for i < 16, r < nr, over the
 // item's columns [k0, k1) (multiples of 256).
+// A warp's units u, u + 4, ... below u1 of the tile at w into acc (zeroed first), unit u already loading in A:
+// two register sets, the next unit of this warp loading while the current one computes.
+template <int NT>
+__device__ __forceinline__ void units_loop(Unit& A, Unit& B, const uint8_t* w, int u, int u1, const __half* const x[NT],
+                                           const float xinv[NT], float acc[NT][2], int lane, int g) {
+#pragma unroll
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = 0.0f;
+  while (u < u1) {
+    const int v = u + kWarps;
+    if (v < u1) load_unit(B, w + static_cast<size_t>(v) * kUnitBytes, lane, g);
+    unit_math<NT>(A, x, u * kUnitCols, xinv, acc);
+    if (v >= u1) break;
+    u = v + kWarps;
+    if (u < u1) load_unit(A, w + static_cast<size_t>(u) * kUnitBytes, lane, g);
+    unit_math<NT>(B, x, v * kUnitCols, xinv, acc);
+  }
+}
+
 template <int NRA, class P>
 __device__ __forceinline__ void item_body(const P& p, const mma::Item& it) {
   constexpr int NT = (NRA + 3) / 4;
@@ -145,28 +163,18 @@ __device__ __forceinline__ void item_body(const P& p, const mma::Item& it) {
   float xinv[NT];
   dec::lane_x<NT>(p, it, xrow, 0, 1.0f, x, xinv);
   float acc[NT][2];
-#pragma unroll
-  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = 0.0f;
-  // Two register sets: the next unit of this warp loads while the current one computes.
-  while (u < u1) {
-    const int v = u + kWarps;
-    if (v < u1) load_unit(B, it.w + static_cast<size_t>(v) * kUnitBytes, lane, g);
-    unit_math<NT>(A, x, u * kUnitCols, xinv, acc);
-    if (v >= u1) break;
-    u = v + kWarps;
-    if (u < u1) load_unit(A, it.w + static_cast<size_t>(u) * kUnitBytes, lane, g);
-    unit_math<NT>(B, x, v * kUnitCols, xinv, acc);
-  }
+  units_loop<NT>(A, B, it.w, u, u1, x, xinv, acc, lane, g);
   dec::store_warp_sums<NT>(p, it, acc, red);
 }
 
 // ---- the stream split (splitk.cuh) -----------------------------------------------------------------------
 // Worker blockIdx.x of p.sk.stream, row group blockIdx.y: its run of the tiles' units as one item per tile the
 // run touches (the tile's part; splitk.cuh numbers the parts). Each item is item_body's loop and order over the
-// part's columns, so the sums are those of item_body on that item; between items the next item's first unit is
-// loaded before this item's sums are reduced, so a worker's stream does not drain at a tile boundary.
+// part's columns (units_loop), so the sums are those of item_body on that item; between items the next item's
+// first unit is loaded before this item's sums are reduced, so a worker's stream does not drain at a tile boundary.
+// stream_item: the item of worker b starting at unit x of its run [x, end) (false past the run); x moves to its end.
 template <class P>
-__device__ __forceinline__ bool stream_item(const P& p, int64_t b, int64_t x, int64_t end, mma::Item& it) {
+__device__ __forceinline__ bool stream_item(const P& p, int64_t b, int64_t& x, int64_t end, mma::Item& it) {
   const int64_t U = p.cols / kUnitCols, L = static_cast<int64_t>(p.ntiles) * U, W = p.sk.stream;
   if (x >= end) return false;
   const int64_t t = x / U, t0 = t * U, e = min(end, t0 + U);
@@ -178,6 +186,7 @@ __device__ __forceinline__ bool stream_item(const P& p, int64_t b, int64_t x, in
   it.w = p.w + static_cast<size_t>(it.row0) * p.row_bytes;
   it.k0 = static_cast<int>((x - t0) * kUnitCols);
   it.k1 = static_cast<int>((e - t0) * kUnitCols);
+  x = e;
   return true;
 }
 
@@ -208,19 +217,8 @@ __device__ __forceinline__ void stream_body(const P& p) {
   dec::lane_x<NT>(p, it, xrow, 0, 1.0f, xs, xinv);  // the row group's: the same for every item of the run
   for (;;) {
     float acc[NT][2];
-#pragma unroll
-    for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = 0.0f;
-    while (u < u1) {  // item_body's loop
-      const int v = u + kWarps;
-      if (v < u1) load_unit(B, it.w + static_cast<size_t>(v) * kUnitBytes, lane, g);
-      unit_math<NT>(A, xs, u * kUnitCols, xinv, acc);
-      if (v >= u1) break;
-      u = v + kWarps;
-      if (u < u1) load_unit(A, it.w + static_cast<size_t>(u) * kUnitBytes, lane, g);
-      unit_math<NT>(B, xs, v * kUnitCols, xinv, acc);
-    }
+    units_loop<NT>(A, B, it.w, u, u1, xs, xinv, acc, lane, g);
     // The next item's first unit loads while this one's sums are reduced and stored.
-    x = static_cast<int64_t>(it.row0 / kRows) * U + it.k1 / kUnitCols;
     mma::Item next = it;
     const bool more = stream_item(p, b, x, end, next);
     if (more) {
