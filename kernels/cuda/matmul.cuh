@@ -150,6 +150,11 @@ int matmul_mxt_set();
 // the environment's). Same bits either way.
 void matmul_mxt_xsmem_tune(int on);
 bool matmul_mxt_xsmem();
+// Whether the grouped mxfp4-tiles decode kernel at one row per expert takes its lean loop (matmul_mxt.cuh
+// item_body Lean: whole steps without per-unit tests, 80 registers, 6 blocks a SM): off until measured on the
+// GPU (built 2026-12-07; FERRY_MXT_LEAN=1, or this knob: 1 on, 0 off, -1 the environment's). Same bits.
+void matmul_mxt_lean_tune(int on);
+bool matmul_mxt_lean();
 
 // Backend::matmul_group on q8_0 tiles: x prepared once for every q8_0-tiles weight of the group outside
 // prompt passes (then one launch per weight, each with the bits of its matmul alone). On by default

@@ -62,6 +62,7 @@ void launch_n(mma::PlainTc p, cudaStream_t st) {
 
 int g_set = -1;  // matmul_mxt_set_tune (-1: FERRY_MXT_SET)
 int g_xsmem = -1;  // matmul_mxt_xsmem_tune
+int g_lean = -1;   // matmul_mxt_lean_tune
 
 }  // namespace
 
@@ -77,6 +78,12 @@ void matmul_mxt_xsmem_tune(int on) { g_xsmem = on; }
 bool matmul_mxt_xsmem() {
   static const bool env = env_switch("FERRY_MXT_XSMEM", false);
   return switch_on(g_xsmem, env);
+}
+
+void matmul_mxt_lean_tune(int on) { g_lean = on; }
+bool matmul_mxt_lean() {
+  static const bool env = env_switch("FERRY_MXT_LEAN", false);
+  return switch_on(g_lean, env);
 }
 
 bool matmul_mxt_packable(const Weight& w) {

@@ -89,15 +89,26 @@ struct Set {
   uint32_t e[U];
 };
 
-template <int U>
+// Loads the set of U units starting at unit u (qp / ep: this lane's bytes of unit 0). Full: all U units
+// are before u1 (no per-unit test; the addresses one base and immediate offsets).
+template <int U, bool Full = false>
 __device__ __forceinline__ void load_set(Set<U>& s, const uint8_t* qp, const uint8_t* ep, int u, int u1) {
+  const size_t base = static_cast<size_t>(u) * kUnitBytes;
 #pragma unroll
   for (int i = 0; i < U; ++i) {
-    if (u + i < u1) {
-      s.q[i] = ld_stream8(qp + static_cast<size_t>(u + i) * kUnitBytes);
-      s.e[i] = ld_stream16(ep + static_cast<size_t>(u + i) * kUnitBytes);
+    if (Full || u + i < u1) {
+      s.q[i] = ld_stream8(qp + base + i * kUnitBytes);
+      s.e[i] = ld_stream16(ep + base + i * kUnitBytes);
     }
   }
+}
+
+// 2^(e - 127) as a float for the e8m0 byte e (e = 0: 2^-127, the subnormal 0x00400000), from the scale
+// bits at [8h, 8h + 8) of s: the shifted byte is 0 or at least 0x00800000, so an unsigned max replaces the
+// test and select (fewer instructions in the issue-bound one-row kernel; the same values).
+template <int H>
+__device__ __forceinline__ float e8m0_at(uint32_t s) {
+  return __uint_as_float(max((s << (23 - 8 * H)) & 0x7f800000u, 0x00400000u));
 }
 
 // The set's blocks against NT n8 tiles of x (x[j] + col: this lane's B column's 8 halves of the set's
@@ -107,7 +118,7 @@ __device__ __forceinline__ void load_set(Set<U>& s, const uint8_t* qp, const uin
 // blocks per SM instead of 6), so it is for the down projections only, whose x differs per expert and
 // misses L1 more: H200 slice 2026-12-02, down 43-44 us against 47-49, gate / up 80 against 68.
 // XS: x[j] points into shared memory (item_body's staged row), read with plain loads.
-template <int U, int NT, bool XB, bool XS>
+template <int U, int NT, bool XB, bool XS, bool Full = false>
 __device__ __forceinline__ void set_math(const Set<U>& s, const __half* const x[NT], int64_t col, int u, int u1,
                                          const float xinv[NT], float acc[NT][2]) {
   auto ldx = [](const __half* a) -> uint4 {
@@ -116,28 +127,31 @@ __device__ __forceinline__ void set_math(const Set<U>& s, const __half* const x[
     else
       return q8t::ld_x(a);
   };
+  // This set's x: one pointer per n8 tile, the units at immediate offsets of 4 blocks of 32 halves.
+  const __half* xu[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) xu[j] = x[j] + col;
   uint4 xb[XB ? U : 1][NT];
   if constexpr (XB) {
 #pragma unroll
     for (int i = 0; i < U; ++i)
 #pragma unroll
       for (int j = 0; j < NT; ++j)
-        if (u + i < u1) xb[i][j] = ldx(x[j] + col + static_cast<int64_t>(i) * 4 * 32);
+        if (Full || u + i < u1) xb[i][j] = ldx(xu[j] + i * 4 * 32);
   }
 #pragma unroll
   for (int i = 0; i < U; ++i) {
-    if (u + i >= u1) break;
+    if (!Full && u + i >= u1) break;
     uint32_t af[2][2][2];  // [row g / g + 8][step][k lo / hi], as dec::Mx::frag
     dec::Mx::decode(s.q[i].x, af[0]);
     dec::Mx::decode(s.q[i].y, af[1]);
     uint32_t a[2][4];
 #pragma unroll
     for (int st = 0; st < 2; ++st) a[st][0] = af[0][st][0], a[st][1] = af[1][st][0], a[st][2] = af[0][st][1], a[st][3] = af[1][st][1];
-    const unsigned e0 = s.e[i] & 0xffu, e1 = s.e[i] >> 8;
-    const float d0 = __uint_as_float(e0 ? e0 << 23 : 0x00400000u), d1 = __uint_as_float(e1 ? e1 << 23 : 0x00400000u);
+    const float d0 = e8m0_at<0>(s.e[i]), d1 = e8m0_at<1>(s.e[i]);
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
-      const uint4 b = XB ? xb[XB ? i : 0][j] : ldx(x[j] + col + static_cast<int64_t>(i) * 4 * 32);
+      const uint4 b = XB ? xb[XB ? i : 0][j] : ldx(xu[j] + i * 4 * 32);
       float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       mma::mma16816(sum, a[0], b.x, b.y, sum);
       mma::mma16816(sum, a[1], b.z, b.w, sum);
@@ -174,7 +188,11 @@ __device__ __forceinline__ void set_math(const Set<U>& s, const __half* const x[
 // whose x differs per expert: consecutive blocks, which share an expert, go to different SMs, so each block
 // finds its expert's x missing from L1 and waits for L2 unit by unit (Nsight Compute, 2026-12-02: L1 hit
 // rate 15 % against 30 % for gate / up, which share one x). Where x comes from only: the same bits.
-template <int NRA, int U, bool XB, bool XS = false, class P>
+// Lean (matmul_mxt_lean): the sets of a step are tested against u1 once, not unit by unit, where both and
+// the next step's first are whole (a branch per step; the addresses one base and immediate offsets). Fewer
+// instructions in a kernel that Nsight finds issue-bound (0.6 IPC, 40 % of cycles with no eligible warp); the
+// same loads, math and order, so the same bits. Its kernels are capped at 80 registers (6 blocks a SM).
+template <int NRA, int U, bool XB, bool XS = false, bool Lean = false, class P>
 __device__ __forceinline__ void item_body(const P& p, const mma::Item& it) {
   static_assert(!XS || NRA == 1, "x in shared memory: one activation row per item");
   constexpr int NT = (NRA + 3) / 4;
@@ -210,6 +228,13 @@ __device__ __forceinline__ void item_body(const P& p, const mma::Item& it) {
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = 0.0f;
   for (int u = u0; u < u1; u += 2 * U) {
+    if (Lean && u + 3 * U <= u1) {  // both sets of this step and the next one's first are whole
+      load_set<U, true>(B, qp, ep, u + U, u1);
+      set_math<U, NT, XB, XS, true>(A, x, static_cast<int64_t>(u) * kUnitCols, u, u1, xinv, acc);
+      load_set<U, true>(A, qp, ep, u + 2 * U, u1);
+      set_math<U, NT, XB, XS, true>(B, x, static_cast<int64_t>(u + U) * kUnitCols, u + U, u1, xinv, acc);
+      continue;
+    }
     load_set<U>(B, qp, ep, u + U, u1);
     set_math<U, NT, XB, XS>(A, x, static_cast<int64_t>(u) * kUnitCols, u, u1, xinv, acc);
     if (u + U >= u1) break;

@@ -263,9 +263,10 @@ void launch_dec_f(GroupTc& a, int nz, cudaStream_t st) {
 // The mxfp4 tiles' decode kernel (matmul_mxt.cuh): the bits of dec::item_body<dec::Mx> on the rows.
 // XB: the x loads of a load set together (mxt::set_math), for the down projections at one row; XS: their x
 // staged in shared memory instead (mxt::item_body; matmul_mxt_xsmem).
-template <int NRA, int U, bool XB, bool XS = false>
-__global__ void __launch_bounds__(mxt::kThreads, U <= 2 ? 8 : 4) grouped_mxt_kernel(const __grid_constant__ GroupTc a) {
-  mxt::item_body<NRA, U, XB, XS>(a, a.item(blockIdx.x));
+// Lean: mxt::item_body's whole-step path, registers capped for 6 blocks a SM (matmul_mxt_lean).
+template <int NRA, int U, bool XB, bool XS = false, bool Lean = false>
+__global__ void __launch_bounds__(mxt::kThreads, Lean ? 6 : U <= 2 ? 8 : 4) grouped_mxt_kernel(const __grid_constant__ GroupTc a) {
+  mxt::item_body<NRA, U, XB, XS, Lean>(a, a.item(blockIdx.x));
 }
 
 // U: units per load set (mxt::set_units by default; at one row per expert also 2, 8 and 14 under
@@ -288,6 +289,18 @@ void launch_mxt_nr(GroupTc& a, int nz, cudaStream_t st) {
   a.ntiles = a.rows / mxt::kRows;
   const int64_t items = static_cast<int64_t>(nz) * nb * a.ntiles;
   constexpr bool kOne = NRA == 1;  // measured at one row (decode steps); 16 registers of x
+  if constexpr (kOne && U == mxt::set_units(1)) {
+    if (matmul_mxt_lean()) {
+      if (a.which == 2 && matmul_mxt_xsmem())
+        return dec::launch_dependent(grouped_mxt_kernel<NRA, U, false, true, true>, static_cast<unsigned>(items),
+                                     mxt::x_smem_bytes(a.cols), st, a);
+      if (a.which == 2)
+        return dec::launch_dependent(grouped_mxt_kernel<NRA, U, true, false, true>, static_cast<unsigned>(items), 0,
+                                     st, a);
+      return dec::launch_dependent(grouped_mxt_kernel<NRA, U, false, false, true>, static_cast<unsigned>(items), 0,
+                                   st, a);
+    }
+  }
   if (kOne && a.which == 2 && matmul_mxt_xsmem())
     return dec::launch_dependent(grouped_mxt_kernel<NRA, U, false, kOne>, static_cast<unsigned>(items),
                                  mxt::x_smem_bytes(a.cols), st, a);
