@@ -60,7 +60,8 @@ fi
 # the inverse of gsplit, on by default since 2026-12-06), stream / stream2 (FERRY_Q8T_STREAM=1 / 2: the
 # q8_0 tiles' stream split for the one-wave matrices / every matrix of 384 tiles and more; other last bits), mxsetN
 # (FERRY_MXT_SET=N: N units a load set in the experts' one-row kernel, 2 / 8 / 14; same bits), lean (FERRY_MXT_LEAN=1:
-# that kernel's lean loop; same bits), leanstream (lean and stream), norowreg (FERRY_ROW_REG=0: AttnRes's inputs loaded
+# that kernel's lean loop; same bits), leanstream (lean and stream), push (FERRY_ROW_PUSH=1: the row norms'
+# cluster kernel exchanging its sums by pushes; same bits), leanpush (lean and push; same bits), norowreg (FERRY_ROW_REG=0: AttnRes's inputs loaded
 # in each pass instead of once into registers, on by default since 2026-12-06; same bits). The arm base runs bin/ferry-base with BASE_ENV's
 # switches.
 arm_env() {
@@ -74,7 +75,7 @@ arm_env() {
     nopdl) echo FERRY_PDL=0;; gsplit) echo FERRY_Q8T_GROUP_SPLIT=1;; xsmem) echo FERRY_MXT_XSMEM=1;;
     nofuse) echo FERRY_FUSE=0;; gate) echo FERRY_FUSE_GATE=1;; nokreg) echo FERRY_KDA_REG=0;; nocluster) echo FERRY_ROW_CLUSTER=0;; add) echo FERRY_FUSE_ADD=1;; gateadd) echo FERRY_FUSE_GATE=1 FERRY_FUSE_ADD=1;;
     noilp) echo FERRY_ATTN_ILP=0;; noadd) echo FERRY_FUSE_ADD=0;;
-    nogsplit) echo FERRY_Q8T_GROUP_SPLIT=0;; norowreg) echo FERRY_ROW_REG=0;;
+    nogsplit) echo FERRY_Q8T_GROUP_SPLIT=0;; norowreg) echo FERRY_ROW_REG=0;; push) echo FERRY_ROW_PUSH=1;; leanpush) echo FERRY_MXT_LEAN=1 FERRY_ROW_PUSH=1;;
     stream) echo FERRY_Q8T_STREAM=1;; stream2) echo FERRY_Q8T_STREAM=2;; mxset[0-9]*) echo FERRY_MXT_SET=${1#mxset};; lean) echo FERRY_MXT_LEAN=1;; leanstream) echo FERRY_MXT_LEAN=1 FERRY_Q8T_STREAM=1;;
     pdl-*) echo FERRY_PDL=1 FERRY_PDL_ONLY=${1#pdl-};;
   esac

@@ -49,11 +49,99 @@ __device__ __forceinline__ void load_part(const float* v, const int64_t (&e)[kPe
   for (int k = 0; k < kPer; ++k) x[k] = e[k] < D ? v[e[k]] : 0.0f;
 }
 
+// ---- the push exchange (row_push) ----------------------------------------------------------------------
+// cluster_totals and cluster_max pull: every block writes its part sums into its own shared memory, the
+// cluster synchronises, and each block reads the others' (a cluster barrier and a round of remote reads per
+// reduction, 5 barriers a launch). Here each block pushes its values into a slot of every block's shared
+// memory with st.async, whose completion counts bytes on the receiver's mbarrier (one per reduction, armed
+// once with the bytes it will receive), and a block waits on its own mbarrier only: one remote write and a
+// local wait per reduction, one cluster barrier a launch (after the mbarriers' initialisation, before the
+// first push; its arrive is split from its wait so the loads run in between). Nothing is read remotely and a
+// block receives only what it waits for, so no block needs another to stay resident at the end. The values and
+// the order of every sum are cluster_totals': the same bits.
+__device__ __forceinline__ uint32_t smem_u32(const void* a) { return static_cast<uint32_t>(__cvta_generic_to_shared(a)); }
+__device__ __forceinline__ uint32_t rank_addr(uint32_t a, uint32_t rank) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(rank));
+  return r;
+}
+// One thread: the mbarrier completes its phase 0 once `bytes` have arrived.
+__device__ __forceinline__ void bar_arm(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_u32(bar)) : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bar_wait0(uint64_t* bar) {
+  asm volatile(
+      "{\n .reg .pred P;\n"
+      "WAIT:\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 P, [%0], 0;\n @!P bra WAIT;\n}\n" ::"r"(
+          smem_u32(bar))
+      : "memory");
+}
+__device__ __forceinline__ void push64(uint32_t dst, double v, uint32_t bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];\n" ::"r"(dst), "d"(v), "r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void push32(uint32_t dst, float v, uint32_t bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n" ::"r"(dst),
+               "r"(__float_as_uint(v)), "r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
+
+// The receive side of the push exchange: one mbarrier and slots per reduction.
+struct Push {
+  uint64_t bar[4];                      // ss, sc, norm, max
+  double ss[kMaxParts * kMaxInputs];    // [part][input]
+  double sc[kMaxParts * kMaxInputs];
+  double n[kMaxParts];
+  float mx[kMaxParts];
+};
+
+// cluster_totals by pushes: this block's part sums (the warps' trees in sh, in warp order) go to slot p of
+// every block's `slots` (part r's values at r * stride); the totals are the slots added in rank order. Every
+// thread calls it.
+__device__ __forceinline__ void push_totals(const double* sh, double* slots, int stride, uint64_t* bar, double* tot,
+                                            int n, int parts, int p) {
+  __syncthreads();
+  if (threadIdx.x < n) {
+    double t = 0.0;
+    for (int w = 0; w < kWarps; ++w) t += sh[w * kMaxInputs + threadIdx.x];
+    const uint32_t dst = smem_u32(slots + p * stride + threadIdx.x), b = smem_u32(bar);
+    for (int r = 0; r < parts; ++r) push64(rank_addr(dst, r), t, rank_addr(b, r));
+  }
+  bar_wait0(bar);
+  if (threadIdx.x < n) {
+    double t = 0.0;
+    for (int r = 0; r < parts; ++r) t += slots[r * stride + threadIdx.x];
+    tot[threadIdx.x] = t;
+  }
+  __syncthreads();
+}
+
+// cluster_max by pushes (a max: any order).
+__device__ __forceinline__ float push_max(float m, Push& ps, int parts, int p) {
+  __shared__ float wmax[kWarps];
+#pragma unroll
+  for (int o = 16; o >= 1; o >>= 1) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, o));
+  if ((threadIdx.x & 31) == 0) wmax[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x < parts) {
+    float b = wmax[0];
+    for (int w = 1; w < kWarps; ++w) b = fmaxf(b, wmax[w]);
+    push32(rank_addr(smem_u32(ps.mx + p), threadIdx.x), b, rank_addr(smem_u32(&ps.bar[3]), threadIdx.x));
+  }
+  bar_wait0(&ps.bar[3]);
+  float rm = 0.0f;
+  for (int r = 0; r < parts; ++r) rm = fmaxf(rm, ps.mx[r]);
+  return rm;
+}
+
 // Block (part p of row t) = cluster rank p of row t's cluster. AttnRes: as attn_res_scores_kernel +
 // attn_res_mix_kernel did per row (the norm of each input, its score, the softmax by one thread in
 // order, the mix in increasing s); the norm: as rmsnorm_kernel did; both sums in the part order.
-// R: AttnRes inputs kept in registers (0 or 8: row_reg_inputs).
-template <int R>
+// R: AttnRes inputs kept in registers (0 or 8: row_reg_inputs). P: the push exchange (row_push).
+template <int R, bool P = false>
 __global__ void __launch_bounds__(kThreads) row_norm_kernel(const __grid_constant__ Call c) {
   cg::cluster_group cl = cg::this_cluster();
   const int parts = static_cast<int>(cl.num_blocks());
@@ -62,6 +150,27 @@ __global__ void __launch_bounds__(kThreads) row_norm_kernel(const __grid_constan
   __shared__ double sh[kWarps * kMaxInputs];
   __shared__ double mine_ss[kMaxInputs], mine_sc[kMaxInputs], mine_n[1], tot[kMaxInputs];
   __shared__ float scale[kMaxInputs], prob[kMaxInputs];
+  __shared__ Push ps;
+  if constexpr (P) {
+    if (threadIdx.x == 0) {  // armed with what each reduction will receive; nothing arrives before the barrier
+      const uint32_t in = static_cast<uint32_t>(parts * c.nv * sizeof(double));
+      bar_arm(&ps.bar[0], in);
+      bar_arm(&ps.bar[1], in);
+      bar_arm(&ps.bar[2], c.norm ? static_cast<uint32_t>(parts * sizeof(double)) : 0u);
+      bar_arm(&ps.bar[3], c.norm && c.prep.hi ? static_cast<uint32_t>(parts * sizeof(float)) : 0u);
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    cluster_arrive();
+  }
+  bool waited = false;  // the cluster barrier's wait, before this block's first push
+  auto totals = [&](double* mine, double* slots, int stride, int phase, int n) {
+    if constexpr (P) {
+      if (!waited) cluster_wait(), waited = true;
+      push_totals(sh, slots, stride, &ps.bar[phase], tot, n, parts, p);
+    } else {
+      cluster_totals(cl, sh, mine, tot, n, parts);
+    }
+  };
   int64_t e[kPer];
 #pragma unroll
   for (int k = 0; k < kPer; ++k) e[k] = p * kPart + threadIdx.x + static_cast<int64_t>(k) * kThreads;
@@ -109,7 +218,7 @@ __global__ void __launch_bounds__(kThreads) row_norm_kernel(const __grid_constan
         if (e[k] < D) ss += static_cast<double>(v[k]) * v[k];
       warp_tree(ss, sh, s);
     });
-    cluster_totals(cl, sh, mine_ss, tot, c.nv, parts);
+    totals(mine_ss, ps.ss, kMaxInputs, 0, c.nv);
     if (threadIdx.x < c.nv)
       scale[threadIdx.x] = static_cast<float>(1.0 / sqrt(tot[threadIdx.x] / static_cast<double>(D) + c.res_eps));
     __syncthreads();
@@ -121,7 +230,7 @@ __global__ void __launch_bounds__(kThreads) row_norm_kernel(const __grid_constan
         if (e[k] < D) sc += static_cast<double>(mul(v[k], inv)) * rw[k];
       warp_tree(sc, sh, s);
     });
-    cluster_totals(cl, sh, mine_sc, tot, c.nv, parts);
+    totals(mine_sc, ps.sc, kMaxInputs, 1, c.nv);
     if (threadIdx.x < c.nv) prob[threadIdx.x] = static_cast<float>(tot[threadIdx.x]);
     __syncthreads();
     if (threadIdx.x == 0) res_softmax(prob, c.nv, prob);
@@ -147,7 +256,7 @@ __global__ void __launch_bounds__(kThreads) row_norm_kernel(const __grid_constan
     for (int k = 0; k < kPer; ++k)
       if (e[k] < D) ss += static_cast<double>(x[k]) * x[k];
     warp_tree(ss, sh, 0);
-    cluster_totals(cl, sh, mine_n, tot, 1, parts);
+    totals(mine_n, ps.n, 1, 2, 1);
     const auto inv = static_cast<float>(1.0 / sqrt(tot[0] / static_cast<double>(D) + c.norm_eps));
     float m = 0.0f;
 #pragma unroll
@@ -159,7 +268,14 @@ __global__ void __launch_bounds__(kThreads) row_norm_kernel(const __grid_constan
       }
     }
     if (c.prep.hi) {  // xprep::write_row's rule, with the row's max over the cluster
-      const int ex = xprep::scale_exp(cluster_max(cl, m));
+      float rm;
+      if constexpr (P) {
+        if (!waited) cluster_wait(), waited = true;
+        rm = push_max(m, ps, parts, p);
+      } else {
+        rm = cluster_max(cl, m);
+      }
+      const int ex = xprep::scale_exp(rm);
       const float up = __int_as_float((ex + 127) << 23);
 #pragma unroll
       for (int k = 0; k < kPer; ++k) {
@@ -169,12 +285,17 @@ __global__ void __launch_bounds__(kThreads) row_norm_kernel(const __grid_constan
       if (p == 0 && threadIdx.x == 0) c.prep.inv[t] = __int_as_float((127 - ex) << 23);
     }
   }
-  cl.sync();  // distributed shared memory: no block leaves while another may still read its own
+  if constexpr (P) {
+    if (!waited) cluster_wait();  // every arrive has its wait
+  } else {
+    cl.sync();  // distributed shared memory: no block leaves while another may still read its own
+  }
 }
 
 int g_row_cluster = -1;  // row_cluster_tune
 int g_fused_add = -1;    // fused_add_tune
 int g_row_reg = -1;      // row_reg_inputs_tune
+int g_row_push = -1;     // row_push_tune
 
 }  // namespace
 
@@ -193,6 +314,11 @@ bool row_reg_inputs() {
   return switch_on(g_row_reg, env);
 }
 void row_reg_inputs_tune(int on) { g_row_reg = on; }
+bool row_push() {
+  static const bool env = env_switch("FERRY_ROW_PUSH", false);
+  return switch_on(g_row_push, env);
+}
+void row_push_tune(int on) { g_row_push = on; }
 
 void launch(const Call& c, int64_t rows, cudaStream_t st) {
   if (rows <= 0) return;
@@ -202,6 +328,9 @@ void launch(const Call& c, int64_t rows, cudaStream_t st) {
   const int64_t parts = (c.dim + kPart - 1) / kPart;
   if (rows > 0x7fffffff / parts)
     throw LimitError("cuda row norm: " + std::to_string(rows) + " rows of " + std::to_string(c.dim) + " in one call");
+  if (row_reg_inputs() && row_push())
+    return launch_small_cluster(static_cast<unsigned>(parts), row_norm_kernel<8, true>,
+                                dim3(static_cast<unsigned>(rows * parts)), dim3(kThreads), 0, st, c);
   if (row_reg_inputs())
     return launch_small_cluster(static_cast<unsigned>(parts), row_norm_kernel<8>,
                                 dim3(static_cast<unsigned>(rows * parts)), dim3(kThreads), 0, st, c);

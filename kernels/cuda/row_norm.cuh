@@ -97,6 +97,12 @@ void fused_add_tune(int on);
 // 0 off, -1 the environment's) turns it off. Same bits.
 bool row_reg_inputs();
 void row_reg_inputs_tune(int on);
+// Whether the cluster kernel (with row_reg_inputs) exchanges its partial sums by pushes (row_norm.cu "the push
+// exchange": st.async into every block's shared memory, an mbarrier per reduction, one cluster barrier a launch
+// instead of five): off until measured on the GPU (built 2026-12-07; FERRY_ROW_PUSH=1 or row_push_tune(1); 0
+// off, -1 the environment's). Same sums in the same order: the same bits.
+bool row_push();
+void row_push_tune(int on);
 // The cluster kernel takes these rows: row_cluster() and fits().
 inline bool takes(int64_t dim, int64_t nv) { return row_cluster() && fits(dim, nv); }
 

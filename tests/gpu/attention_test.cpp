@@ -282,7 +282,8 @@ TEST_F(Ops, AttnResNormGivesTheBitsOfAttnResThenRmsnorm) {
 // attn_res_scores_kernel + attn_res_mix_kernel) add in the same part order (row_norm.cuh): the same bits for
 // rmsnorm (with and without a weight), attn_res and attn_res_norm, for rows of one part, one part and one
 // more element, several parts and the most the cluster takes (8,192), 1 to 32 inputs; and every row of a
-// block of rows has the bits of that row alone.
+// block of rows has the bits of that row alone. Variant 3, the push exchange (row_push_tune: part sums
+// stored into every block by st.async, an mbarrier per reduction), gives the same bits.
 TEST_F(Ops, RowNormClusterGivesTheBitsOfOneBlockPerRow) {
   for (const int64_t D : {257, 1000, 1024, 1025, 3000, 7168, 8192})
     for (const int64_t T : {1, 5})
@@ -296,12 +297,13 @@ TEST_F(Ops, RowNormClusterGivesTheBitsOfOneBlockPerRow) {
         std::vector<const float*> pg;
         for (auto& p : vs) pg.push_back(p.gpu());
         // [0]: the cluster kernel, [1]: one block per row, [2]: the cluster kernel with AttnRes's inputs in
-        // registers (row_reg_inputs_tune).
-        std::vector<float> y[3], yn[3], o[3], h[3], x[3];
-        for (const int variant : {0, 1, 2}) {
+        // registers (row_reg_inputs_tune), [3]: [2] with the push exchange (row_push_tune).
+        std::vector<float> y[4], yn[4], o[4], h[4], x[4];
+        for (const int variant : {0, 1, 2, 3}) {
           const int one_block = variant == 1 ? 1 : 0;
           cuda::rownorm::row_cluster_tune(one_block ? 0 : 1);
-          cuda::rownorm::row_reg_inputs_tune(variant == 2 ? 1 : 0);
+          cuda::rownorm::row_reg_inputs_tune(variant >= 2 ? 1 : 0);
+          cuda::rownorm::row_push_tune(variant == 3 ? 1 : 0);
           auto a = poisoned_pair(nd), b = poisoned_pair(nd), c = poisoned_pair(nd), d = poisoned_pair(nd),
                e = poisoned_pair(nd);
           gpu().rmsnorm(pg[0], nw.gpu(), T, D, 1e-5f, a.gpu());
@@ -337,9 +339,15 @@ TEST_F(Ops, RowNormClusterGivesTheBitsOfOneBlockPerRow) {
         EXPECT_TRUE(bits_equal(("attn_res registers " + what).c_str(), o[2], o[1])) << what;
         EXPECT_TRUE(bits_equal(("attn_res_norm out registers " + what).c_str(), h[2], h[1])) << what;
         EXPECT_TRUE(bits_equal(("attn_res_norm y registers " + what).c_str(), x[2], x[1])) << what;
+        EXPECT_TRUE(bits_equal(("rmsnorm push " + what).c_str(), y[3], y[1])) << what;
+        EXPECT_TRUE(bits_equal(("rmsnorm no weight push " + what).c_str(), yn[3], yn[1])) << what;
+        EXPECT_TRUE(bits_equal(("attn_res push " + what).c_str(), o[3], o[1])) << what;
+        EXPECT_TRUE(bits_equal(("attn_res_norm out push " + what).c_str(), h[3], h[1])) << what;
+        EXPECT_TRUE(bits_equal(("attn_res_norm y push " + what).c_str(), x[3], x[1])) << what;
       }
   cuda::rownorm::row_cluster_tune(-1);
   cuda::rownorm::row_reg_inputs_tune(-1);
+  cuda::rownorm::row_push_tune(-1);
 }
 
 // Backend::add_attn_res_norm (CUDA under FERRY_FUSE_ADD=1: p += a in the cluster kernel's launch) gives p,
@@ -356,10 +364,12 @@ TEST_F(Ops, AddAttnResNormGivesTheBitsOfAddThenAttnResNorm) {
         for (int64_t s = 0; s + 1 < nv; ++s) blocks.push_back(both(random_floats(nd, 72 + static_cast<uint32_t>(s), -2, 2)));
         auto w = both(random_floats(static_cast<size_t>(D), 25));
         auto nw = both(random_floats(static_cast<size_t>(D), 26, 0.5f, 1.5f));
-        std::vector<float> p[3], h[3], x[3];
-        for (const int fused : {0, 1, 2}) {  // 2: fused, AttnRes's inputs in registers (row_reg_inputs_tune)
+        std::vector<float> p[4], h[4], x[4];
+        // 2: fused, AttnRes's inputs in registers (row_reg_inputs_tune); 3: 2 with the push exchange (row_push_tune)
+        for (const int fused : {0, 1, 2, 3}) {
           cuda::rownorm::fused_add_tune(fused > 0);
-          cuda::rownorm::row_reg_inputs_tune(fused == 2);
+          cuda::rownorm::row_reg_inputs_tune(fused >= 2);
+          cuda::rownorm::row_push_tune(fused == 3);
           auto pp = both(pv);
           auto hh = poisoned_pair(nd), xx = poisoned_pair(nd);
           std::vector<const float*> vs;
@@ -374,8 +384,9 @@ TEST_F(Ops, AddAttnResNormGivesTheBitsOfAddThenAttnResNorm) {
         }
         cuda::rownorm::fused_add_tune(-1);
         cuda::rownorm::row_reg_inputs_tune(-1);
+        cuda::rownorm::row_push_tune(-1);
         const std::string what = "D=" + std::to_string(D) + " T=" + std::to_string(T) + " nv=" + std::to_string(nv);
-        for (const int v : {1, 2}) {
+        for (const int v : {1, 2, 3}) {
           EXPECT_TRUE(bits_equal(("p " + what).c_str(), p[0], p[v])) << what << " " << v;
           EXPECT_TRUE(bits_equal(("out " + what).c_str(), h[0], h[v])) << what << " " << v;
           EXPECT_TRUE(bits_equal(("y " + what).c_str(), x[0], x[v])) << what << " " << v;
