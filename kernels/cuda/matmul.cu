@@ -239,6 +239,72 @@ __global__ void __launch_bounds__(kRow1Warps * 32)
   if (lane == 0) y[blockIdx.z * s.y_head + o] = v;
 }
 
+// The same rows, order and bits with the row in flight at once (FERRY_F32_ROW_BULK=1, row_bulk_on; built
+// 2026-12-07, off until measured). The routers (896x7168) ran at 2.3 TB/s (H200, 11.1 us each): a warp walks its
+// row in 7 dependent batches of loads and there are 6.8 warps a SM. Here a block is one warp and one row: lane 0
+// asks for the whole row with bulk copies into shared memory (cp.async.bulk, one mbarrier per 1,024 columns)
+// before the programmatic wait, so every weight byte of the launch is requested at once (28 KB a block: 7 blocks a
+// SM by shared memory, 924 rows in one wave); x comes from L2 batch by batch as before (the next batch loaded
+// while this one's chunk is awaited), and lane l adds columns l, l + 32, ... from shared memory in column order.
+constexpr int kBulkChunkCols = 1024;
+constexpr int kBulkMaxChunks = 12;  // rows of up to 12,288 columns (48 KB of shared memory)
+
+__device__ __forceinline__ uint32_t smem_addr32(const void* a) { return static_cast<uint32_t>(__cvta_generic_to_shared(a)); }
+
+__global__ void __launch_bounds__(32)
+    matmul_f32_row_bulk_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t rows, int64_t cols,
+                               const float* __restrict__ x, float* __restrict__ y, Strides s) {
+  extern __shared__ __align__(16) uint8_t smem[];  // the row (cp.async.bulk: 16-byte aligned)
+  __shared__ __align__(8) uint64_t bar[kBulkMaxChunks];
+  float* ws = reinterpret_cast<float*>(smem);
+  const int lane = threadIdx.x;
+  const int64_t o = blockIdx.x;
+  const int nchunks = static_cast<int>((cols + kBulkChunkCols - 1) / kBulkChunkCols);
+  if (lane == 0) {
+    const uint8_t* row = w + blockIdx.z * s.w_head + static_cast<size_t>(o) * row_bytes;
+    for (int c = 0; c < nchunks; ++c)
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr32(&bar[c])) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    for (int c = 0; c < nchunks; ++c) {
+      const int64_t c0 = static_cast<int64_t>(c) * kBulkChunkCols;
+      const int64_t c1 = cols < c0 + kBulkChunkCols ? cols : c0 + kBulkChunkCols;
+      const uint32_t bytes = static_cast<uint32_t>((c1 - c0) * sizeof(float));
+      const uint32_t b = smem_addr32(&bar[c]);
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(b), "r"(bytes) : "memory");
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                       smem_addr32(ws + c0)),
+                   "l"(row + c0 * sizeof(float)), "r"(bytes), "r"(b)
+                   : "memory");
+    }
+  }
+  __syncwarp();
+  pdl_begin();
+  const float* xr = x + blockIdx.z * s.x_head + lane;
+  const int64_t nb = cols / 32;
+  float acc = 0.0f;
+  float xv[kRow1Batch], xn[kRow1Batch];
+  auto load_x = [&](int64_t b0, float (&v)[kRow1Batch]) {
+#pragma unroll
+    for (int u = 0; u < kRow1Batch; ++u) v[u] = b0 + u < nb ? __ldcg(xr + (b0 + u) * 32) : 0.0f;
+  };
+  load_x(0, xv);
+  for (int64_t b = 0; b < nb; b += kRow1Batch) {  // a batch of 32 blocks = one chunk of 1,024 columns
+    if (b + kRow1Batch < nb) load_x(b + kRow1Batch, xn);
+    const uint32_t bb = smem_addr32(&bar[b / kRow1Batch]);
+    asm volatile(
+        "{\n .reg .pred P;\n"
+        "WAIT:\n mbarrier.try_wait.parity.shared::cta.b64 P, [%0], 0;\n @!P bra WAIT;\n}\n" ::"r"(bb)
+        : "memory");
+#pragma unroll
+    for (int u = 0; u < kRow1Batch; ++u)
+      if (b + u < nb) acc = add(acc, mul(xv[u], ws[(b + u) * 32 + lane]));
+#pragma unroll
+    for (int u = 0; u < kRow1Batch; ++u) xv[u] = xn[u];
+  }
+  const float v = warp_fold(acc);
+  if (lane == 0) y[blockIdx.z * s.y_head + o] = v;
+}
+
 // Rows of up to 32 x NB columns (MLA's per-head W_uk^T, 512x128 per head: 4 blocks of 32): one warp per row
 // loads 4 floats per lane, so a warp has 512 bytes in flight and a block of 4 warps lives for one load
 // round trip (H200 slice, 2026-12-02: 62 us for the 25 MB of 96 heads, 0.4 TB/s). Here a warp owns RW =
@@ -371,6 +437,20 @@ bool row1_on() {
   return switch_on(g_row1, env);
 }
 
+int g_row_bulk = -1;  // matmul_f32_row_bulk_tune
+
+bool row_bulk_on() {
+  static const bool env = env_switch("FERRY_F32_ROW_BULK", false);
+  return switch_on(g_row_bulk, env);
+}
+
+// Rows the bulk kernel takes: whole 16-byte granules, aligned, at most kBulkMaxChunks chunks.
+bool row_bulk_takes(const Weight& w, const Strides& s) {
+  const auto al = [](uintptr_t v) { return (v & 15u) == 0; };
+  return row_bulk_on() && w.cols % 32 == 0 && w.cols <= int64_t{kBulkChunkCols} * kBulkMaxChunks &&
+         al(reinterpret_cast<uintptr_t>(w.data)) && w.row_bytes() % 16 == 0 && s.w_head % 16 == 0;
+}
+
 template <int NB>
 void launch_f32_short(const Weight& w, const float* x, float* y, cudaStream_t st, const Strides& s, int64_t heads) {
   constexpr int64_t rows_per_block = int64_t{kRow1Warps} * (kRow1Batch / NB);
@@ -384,6 +464,11 @@ void launch_f32_row1(const Weight& w, const float* x, float* y, cudaStream_t st,
   if (nb <= 2) return launch_f32_short<2>(w, x, y, st, s, heads);
   if (nb <= 4) return launch_f32_short<4>(w, x, y, st, s, heads);
   if (nb <= 8) return launch_f32_short<8>(w, x, y, st, s, heads);
+  if (row_bulk_takes(w, s)) {
+    const dim3 grid(static_cast<unsigned>(w.rows), 1, static_cast<unsigned>(heads));
+    return launch_small(matmul_f32_row_bulk_kernel, grid, 32, static_cast<size_t>(w.cols) * sizeof(float), st,
+                        static_cast<const uint8_t*>(w.data), w.row_bytes(), w.rows, w.cols, x, y, s);
+  }
   const dim3 grid(static_cast<unsigned>((w.rows + kRow1Warps - 1) / kRow1Warps), 1, static_cast<unsigned>(heads));
   launch_small(matmul_f32_row1_kernel, grid, kRow1Warps * 32, 0, st, static_cast<const uint8_t*>(w.data), w.row_bytes(),
                w.rows, w.cols, x, y, s);
@@ -446,6 +531,7 @@ int g_split = -1;  // matmul_ksplit_tune: -1 the rule (or FERRY_KSPLIT), 0 never
 
 void matmul_ksplit_tune(int parts) { g_split = parts; }
 void matmul_f32_row1_tune(int on) { g_row1 = on; }
+void matmul_f32_row_bulk_tune(int on) { g_row_bulk = on; }
 void matmul_f32_tile_tune(int on) { g_f32_tile = on; }
 
 // The rule, from the H200 sweep (docs/BENCHMARKS.md "split K", MatmulBenchSplitKSweep; graph replays,

@@ -180,6 +180,10 @@ void matmul_group_split_tune(int on);
 // 8.7 against 28.3 us, slice decode 463 against 458 tok/s, identical hashes); FERRY_F32_ROW1=0 or this
 // knob (1 on, 0 off, -1 the environment's) turns it off. Same bits either way.
 void matmul_f32_row1_tune(int on);
+// The one-row f32 kernel with each block's row bulk-copied into shared memory before the programmatic wait
+// (matmul_f32_row_bulk_kernel, matmul.cu): off until measured on the GPU (built 2026-12-07; FERRY_F32_ROW_BULK=1
+// or this knob: 1 on, 0 off, -1 the environment's). Same order, same bits.
+void matmul_f32_row_bulk_tune(int on);
 // f32 matmuls of 32+ rows (a prompt pass's routers) on a kernel of register tiles that keeps the generic
 // path's order (matmul_f32_tile_kernel, matmul.cu): on by default; FERRY_F32_TILE=0 or this knob (1 on,
 // 0 off, -1 the environment's) turns it off. Same bits either way (the CPU's).

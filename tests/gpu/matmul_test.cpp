@@ -136,11 +136,13 @@ TEST_F(Ops, F32TileKernelKeepsTheCpuBitsPlainAndPerHead) {
 // matmul_f32_short_kernel, several rows per warp, for rows of up to 256 columns) keep the generic kernel's
 // order, so the CPU's bits, for rows in whole batches of 32 blocks (896x7168: 7), with a partial last batch
 // (40x1056: 33 blocks), rows of 1 to 8 blocks with the last warp's rows partial (67x96, 1000x256, 5x32,
-// 33x64), plain and per head (512x128); with the kernels off the generic kernel runs (the same check).
+// 33x64), plain and per head (512x128); with the kernels off the generic kernel runs (the same check). on = 2:
+// the one-row kernel with its rows bulk-copied into shared memory (matmul_f32_row_bulk_tune), the same bits.
 TEST_F(Ops, F32OneRowKernelKeepsTheCpuBitsPlainAndPerHead) {
 #if FERRY_WITH_CUDA
-  for (const int on : {1, 0}) {
-    cuda::matmul_f32_row1_tune(on);
+  for (const int on : {2, 1, 0}) {
+    cuda::matmul_f32_row1_tune(on > 0 ? 1 : 0);
+    cuda::matmul_f32_row_bulk_tune(on == 2 ? 1 : 0);
     for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{896, 7168}, {40, 1056}, {67, 96}, {7, 4096}, {1000, 256},
                                      {5, 32}, {33, 64}, {9, 8192}, {3, 8224}, {11, 288}}) {
       const auto bytes = random_weight(WType::f32, rows, cols, 21);
@@ -166,6 +168,7 @@ TEST_F(Ops, F32OneRowKernelKeepsTheCpuBitsPlainAndPerHead) {
     EXPECT_TRUE(bits_equal(("row1=" + std::to_string(on) + " heads").c_str(), c, g));
   }
   cuda::matmul_f32_row1_tune(-1);
+  cuda::matmul_f32_row_bulk_tune(-1);
 #else
   GTEST_SKIP() << "no CUDA back-end in this build";
 #endif
