@@ -60,9 +60,8 @@ fi
 # the inverse of gsplit, on by default since 2026-12-06), stream / stream2 (FERRY_Q8T_STREAM=1 / 2: the
 # q8_0 tiles' stream split for the one-wave matrices / every matrix of 384 tiles and more; other last bits), mxsetN
 # (FERRY_MXT_SET=N: N units a load set in the experts' one-row kernel, 2 / 8 / 14; same bits), lean (FERRY_MXT_LEAN=1:
-# that kernel's lean loop; same bits), leanstream (lean and stream), push (FERRY_ROW_PUSH=1: the row norms'
-# cluster kernel exchanging its sums by pushes; same bits), leanpush (lean and push; same bits), all3 (lean,
-# push and stream), bulk (FERRY_F32_ROW_BULK=1: the one-row f32 kernel's rows bulk-copied into shared memory;
+# that kernel's lean loop; same bits), push (FERRY_ROW_PUSH=1: the row norms'
+# cluster kernel exchanging its sums by pushes; same bits), bulk (FERRY_F32_ROW_BULK=1: the one-row f32 kernel's rows bulk-copied into shared memory;
 # same bits), all (lean, push, bulk and stream), norowreg (FERRY_ROW_REG=0: AttnRes's inputs loaded
 # in each pass instead of once into registers, on by default since 2026-12-06; same bits). The arm base runs bin/ferry-base with BASE_ENV's
 # switches.
@@ -77,8 +76,8 @@ arm_env() {
     nopdl) echo FERRY_PDL=0;; gsplit) echo FERRY_Q8T_GROUP_SPLIT=1;; xsmem) echo FERRY_MXT_XSMEM=1;;
     nofuse) echo FERRY_FUSE=0;; gate) echo FERRY_FUSE_GATE=1;; nokreg) echo FERRY_KDA_REG=0;; nocluster) echo FERRY_ROW_CLUSTER=0;; add) echo FERRY_FUSE_ADD=1;; gateadd) echo FERRY_FUSE_GATE=1 FERRY_FUSE_ADD=1;;
     noilp) echo FERRY_ATTN_ILP=0;; noadd) echo FERRY_FUSE_ADD=0;;
-    nogsplit) echo FERRY_Q8T_GROUP_SPLIT=0;; norowreg) echo FERRY_ROW_REG=0;; push) echo FERRY_ROW_PUSH=1;; leanpush) echo FERRY_MXT_LEAN=1 FERRY_ROW_PUSH=1;; all3) echo FERRY_MXT_LEAN=1 FERRY_ROW_PUSH=1 FERRY_Q8T_STREAM=1;; bulk) echo FERRY_F32_ROW_BULK=1;; all) echo FERRY_MXT_LEAN=1 FERRY_ROW_PUSH=1 FERRY_F32_ROW_BULK=1 FERRY_Q8T_STREAM=1;;
-    stream) echo FERRY_Q8T_STREAM=1;; stream2) echo FERRY_Q8T_STREAM=2;; mxset[0-9]*) echo FERRY_MXT_SET=${1#mxset};; lean) echo FERRY_MXT_LEAN=1;; leanstream) echo FERRY_MXT_LEAN=1 FERRY_Q8T_STREAM=1;;
+    nogsplit) echo FERRY_Q8T_GROUP_SPLIT=0;; norowreg) echo FERRY_ROW_REG=0;; push) echo FERRY_ROW_PUSH=1;; bulk) echo FERRY_F32_ROW_BULK=1;; all) echo FERRY_MXT_LEAN=1 FERRY_ROW_PUSH=1 FERRY_F32_ROW_BULK=1 FERRY_Q8T_STREAM=1;;
+    stream) echo FERRY_Q8T_STREAM=1;; stream2) echo FERRY_Q8T_STREAM=2;; mxset[0-9]*) echo FERRY_MXT_SET=${1#mxset};; lean) echo FERRY_MXT_LEAN=1;;
     pdl-*) echo FERRY_PDL=1 FERRY_PDL_ONLY=${1#pdl-};;
   esac
 }
@@ -187,11 +186,11 @@ for a in auto dec; do [ -f "$R/$a-1.hash" ] && [ -f "$R/cores-1.hash" ] && "$B/b
 [ -f "$R/ilp-1.hash" ] && echo "auto vs ilp (attention / indexer, wider loops): must be identical:" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/ilp-1.hash" | tail -3
 [ -f "$R/next-1.hash" ] && echo "auto vs next (onelaunch + row1 + early + pdl + ilp): must be identical:" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/next-1.hash" | tail -3
 # Every other arm only changes speed: its logits must be auto's, bit for bit.
-for a in $(echo $ARMS | tr ' ' '\n' | grep -vxE 'auto|base|cores|dec.*|rowq8|nosplit|group|rowmx|onelaunch|row1|early|pdl|ilp|next|nogroup|stream.*|leanstream|all3|all'); do
+for a in $(echo $ARMS | tr ' ' '\n' | grep -vxE 'auto|base|cores|dec.*|rowq8|nosplit|group|rowmx|onelaunch|row1|early|pdl|ilp|next|nogroup|stream.*|all'); do
   [ -f "$R/$a-1.hash" ] && echo "auto vs $a ($(arm_env $a)): must be identical:" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/$a-1.hash" | tail -3
 done
 [ -f "$R/nogroup-1.hash" ] && echo "auto vs nogroup (x prepared per matmul): must be identical:" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/nogroup-1.hash" | tail -3
-for a in stream stream2 leanstream all3 all; do  # another split of K: other last bits, the same greedy ids expected
+for a in stream stream2 all; do  # another split of K: other last bits, the same greedy ids expected
   [ -f "$R/$a-1.hash" ] && echo "auto vs $a ($(arm_env $a): the stream split, other last bits):" && "$B/bin/ferry" trace diff "$R/auto-1.hash" "$R/$a-1.hash" | tail -3
   [ -f "$R/$a-2.hash" ] && echo "$a vs $a (two runs): must be identical:" && "$B/bin/ferry" trace diff "$R/$a-1.hash" "$R/$a-2.hash" | tail -3
 done

@@ -65,6 +65,41 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// mbarriers that count bytes (sm_90): bulk copies into shared memory (matmul.cu's f32 bulk rows) and
+// st.async stores from the cluster's other blocks (row_norm.cu's push exchange) complete their bytes on one;
+// waiting for its phase 0 makes them visible. `bar` is a uint64_t in shared memory.
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+// One thread: an mbarrier whose phase 0 completes once `bytes` have arrived (one arrival, with the count).
+// fence_mbar_init() then, before another thread, block or the async proxy uses it.
+__device__ __forceinline__ void mbar_arm(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_u32(bar)) : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void fence_mbar_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+// Waits for phase 0. Cluster: the bytes come from other blocks of the cluster (acquire at cluster scope).
+template <bool Cluster = false>
+__device__ __forceinline__ void mbar_wait0(uint64_t* bar) {
+  if constexpr (Cluster)
+    asm volatile(
+        "{\n .reg .pred P;\n"
+        "WAIT:\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 P, [%0], 0;\n @!P bra WAIT;\n}\n" ::"r"(
+            smem_u32(bar))
+        : "memory");
+  else
+    asm volatile(
+        "{\n .reg .pred P;\n"
+        "WAIT:\n mbarrier.try_wait.parity.shared::cta.b64 P, [%0], 0;\n @!P bra WAIT;\n}\n" ::"r"(smem_u32(bar))
+        : "memory");
+}
+// A bulk copy of `bytes` (a multiple of 16; both addresses 16-byte aligned) into this block's shared memory,
+// completing on bar.
+__device__ __forceinline__ void bulk_copy_to_smem(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smem_u32(dst)),
+               "l"(src), "r"(bytes), "r"(smem_u32(bar))
+               : "memory");
+}
+
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ float siluf_(float x) { return x / (1.0f + expf(-x)); }
 

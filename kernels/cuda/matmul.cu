@@ -246,10 +246,8 @@ __global__ void __launch_bounds__(kRow1Warps * 32)
 // before the programmatic wait, so every weight byte of the launch is requested at once (28 KB a block: 7 blocks a
 // SM by shared memory, 924 rows in one wave); x comes from L2 batch by batch as before (the next batch loaded
 // while this one's chunk is awaited), and lane l adds columns l, l + 32, ... from shared memory in column order.
-constexpr int kBulkChunkCols = 1024;
+constexpr int kBulkChunkCols = kRow1Batch * 32;  // one batch of x: 1,024 columns
 constexpr int kBulkMaxChunks = 12;  // rows of up to 12,288 columns (48 KB of shared memory)
-
-__device__ __forceinline__ uint32_t smem_addr32(const void* a) { return static_cast<uint32_t>(__cvta_generic_to_shared(a)); }
 
 __global__ void __launch_bounds__(32)
     matmul_f32_row_bulk_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t rows, int64_t cols,
@@ -262,20 +260,15 @@ __global__ void __launch_bounds__(32)
   const int nchunks = static_cast<int>((cols + kBulkChunkCols - 1) / kBulkChunkCols);
   if (lane == 0) {
     const uint8_t* row = w + blockIdx.z * s.w_head + static_cast<size_t>(o) * row_bytes;
-    for (int c = 0; c < nchunks; ++c)
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr32(&bar[c])) : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    for (int c = 0; c < nchunks; ++c) {
+    const auto bytes = [&](int c) {  // chunk c's: columns [c0, min(cols, c0 + kBulkChunkCols))
       const int64_t c0 = static_cast<int64_t>(c) * kBulkChunkCols;
-      const int64_t c1 = cols < c0 + kBulkChunkCols ? cols : c0 + kBulkChunkCols;
-      const uint32_t bytes = static_cast<uint32_t>((c1 - c0) * sizeof(float));
-      const uint32_t b = smem_addr32(&bar[c]);
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(b), "r"(bytes) : "memory");
-      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                       smem_addr32(ws + c0)),
-                   "l"(row + c0 * sizeof(float)), "r"(bytes), "r"(b)
-                   : "memory");
-    }
+      return static_cast<uint32_t>(((cols < c0 + kBulkChunkCols ? cols : c0 + kBulkChunkCols) - c0) * sizeof(float));
+    };
+    for (int c = 0; c < nchunks; ++c) mbar_arm(&bar[c], bytes(c));
+    fence_mbar_init();
+    for (int c = 0; c < nchunks; ++c)
+      bulk_copy_to_smem(ws + c * kBulkChunkCols, row + static_cast<size_t>(c) * kBulkChunkCols * sizeof(float), bytes(c),
+                        &bar[c]);
   }
   __syncwarp();
   pdl_begin();
@@ -290,11 +283,7 @@ __global__ void __launch_bounds__(32)
   load_x(0, xv);
   for (int64_t b = 0; b < nb; b += kRow1Batch) {  // a batch of 32 blocks = one chunk of 1,024 columns
     if (b + kRow1Batch < nb) load_x(b + kRow1Batch, xn);
-    const uint32_t bb = smem_addr32(&bar[b / kRow1Batch]);
-    asm volatile(
-        "{\n .reg .pred P;\n"
-        "WAIT:\n mbarrier.try_wait.parity.shared::cta.b64 P, [%0], 0;\n @!P bra WAIT;\n}\n" ::"r"(bb)
-        : "memory");
+    mbar_wait0(&bar[b / kRow1Batch]);
 #pragma unroll
     for (int u = 0; u < kRow1Batch; ++u)
       if (b + u < nb) acc = add(acc, mul(xv[u], ws[(b + u) * 32 + lane]));

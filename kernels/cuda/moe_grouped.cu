@@ -289,24 +289,19 @@ void launch_mxt_nr(GroupTc& a, int nz, cudaStream_t st) {
   a.ntiles = a.rows / mxt::kRows;
   const int64_t items = static_cast<int64_t>(nz) * nb * a.ntiles;
   constexpr bool kOne = NRA == 1;  // measured at one row (decode steps); 16 registers of x
-  if constexpr (kOne && U == mxt::set_units(1)) {
-    if (matmul_mxt_lean()) {
-      if (a.which == 2 && matmul_mxt_xsmem())
-        return dec::launch_dependent(grouped_mxt_kernel<NRA, U, false, true, true>, static_cast<unsigned>(items),
-                                     mxt::x_smem_bytes(a.cols), st, a);
-      if (a.which == 2)
-        return dec::launch_dependent(grouped_mxt_kernel<NRA, U, true, false, true>, static_cast<unsigned>(items), 0,
-                                     st, a);
-      return dec::launch_dependent(grouped_mxt_kernel<NRA, U, false, false, true>, static_cast<unsigned>(items), 0,
-                                   st, a);
-    }
+  const auto grid = static_cast<unsigned>(items);
+  // The kernel of this problem (the down projections' x batched or staged at one row), lean or not.
+  const auto launch = [&](auto lean) {
+    constexpr bool L = decltype(lean)::value;
+    if (kOne && a.which == 2 && matmul_mxt_xsmem())
+      return dec::launch_dependent(grouped_mxt_kernel<NRA, U, false, kOne, L>, grid, mxt::x_smem_bytes(a.cols), st, a);
+    if (kOne && a.which == 2) return dec::launch_dependent(grouped_mxt_kernel<NRA, U, kOne, false, L>, grid, 0, st, a);
+    dec::launch_dependent(grouped_mxt_kernel<NRA, U, false, false, L>, grid, 0, st, a);
+  };
+  if constexpr (kOne && U == mxt::set_units(1)) {  // the lean loop: the default load set at one row
+    if (matmul_mxt_lean()) return launch(std::true_type{});
   }
-  if (kOne && a.which == 2 && matmul_mxt_xsmem())
-    return dec::launch_dependent(grouped_mxt_kernel<NRA, U, false, kOne>, static_cast<unsigned>(items),
-                                 mxt::x_smem_bytes(a.cols), st, a);
-  if (kOne && a.which == 2)
-    return dec::launch_dependent(grouped_mxt_kernel<NRA, U, kOne>, static_cast<unsigned>(items), 0, st, a);
-  dec::launch_dependent(grouped_mxt_kernel<NRA, U, false>, static_cast<unsigned>(items), 0, st, a);
+  launch(std::false_type{});
 }
 
 void launch_dec(GroupTc& a, WType type, WLayout layout, int nz, cudaStream_t st) {

@@ -59,23 +59,10 @@ __device__ __forceinline__ void load_part(const float* v, const int64_t (&e)[kPe
 // first push; its arrive is split from its wait so the loads run in between). Nothing is read remotely and a
 // block receives only what it waits for, so no block needs another to stay resident at the end. The values and
 // the order of every sum are cluster_totals': the same bits.
-__device__ __forceinline__ uint32_t smem_u32(const void* a) { return static_cast<uint32_t>(__cvta_generic_to_shared(a)); }
 __device__ __forceinline__ uint32_t rank_addr(uint32_t a, uint32_t rank) {
   uint32_t r;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(rank));
   return r;
-}
-// One thread: the mbarrier completes its phase 0 once `bytes` have arrived.
-__device__ __forceinline__ void bar_arm(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_u32(bar)) : "memory");
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void bar_wait0(uint64_t* bar) {
-  asm volatile(
-      "{\n .reg .pred P;\n"
-      "WAIT:\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 P, [%0], 0;\n @!P bra WAIT;\n}\n" ::"r"(
-          smem_u32(bar))
-      : "memory");
 }
 __device__ __forceinline__ void push64(uint32_t dst, double v, uint32_t bar) {
   asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];\n" ::"r"(dst), "d"(v), "r"(bar)
@@ -110,7 +97,7 @@ __device__ __forceinline__ void push_totals(const double* sh, double* slots, int
     const uint32_t dst = smem_u32(slots + p * stride + threadIdx.x), b = smem_u32(bar);
     for (int r = 0; r < parts; ++r) push64(rank_addr(dst, r), t, rank_addr(b, r));
   }
-  bar_wait0(bar);
+  mbar_wait0<true>(bar);
   if (threadIdx.x < n) {
     double t = 0.0;
     for (int r = 0; r < parts; ++r) t += slots[r * stride + threadIdx.x];
@@ -131,7 +118,7 @@ __device__ __forceinline__ float push_max(float m, Push& ps, int parts, int p) {
     for (int w = 1; w < kWarps; ++w) b = fmaxf(b, wmax[w]);
     push32(rank_addr(smem_u32(ps.mx + p), threadIdx.x), b, rank_addr(smem_u32(&ps.bar[3]), threadIdx.x));
   }
-  bar_wait0(&ps.bar[3]);
+  mbar_wait0<true>(&ps.bar[3]);
   float rm = 0.0f;
   for (int r = 0; r < parts; ++r) rm = fmaxf(rm, ps.mx[r]);
   return rm;
@@ -154,11 +141,11 @@ __global__ void __launch_bounds__(kThreads) row_norm_kernel(const __grid_constan
   if constexpr (P) {
     if (threadIdx.x == 0) {  // armed with what each reduction will receive; nothing arrives before the barrier
       const uint32_t in = static_cast<uint32_t>(parts * c.nv * sizeof(double));
-      bar_arm(&ps.bar[0], in);
-      bar_arm(&ps.bar[1], in);
-      bar_arm(&ps.bar[2], c.norm ? static_cast<uint32_t>(parts * sizeof(double)) : 0u);
-      bar_arm(&ps.bar[3], c.norm && c.prep.hi ? static_cast<uint32_t>(parts * sizeof(float)) : 0u);
-      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+      mbar_arm(&ps.bar[0], in);
+      mbar_arm(&ps.bar[1], in);
+      mbar_arm(&ps.bar[2], c.norm ? static_cast<uint32_t>(parts * sizeof(double)) : 0u);
+      mbar_arm(&ps.bar[3], c.norm && c.prep.hi ? static_cast<uint32_t>(parts * sizeof(float)) : 0u);
+      fence_mbar_init();
     }
     cluster_arrive();
   }

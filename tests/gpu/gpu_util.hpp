@@ -81,7 +81,9 @@ struct AllSameBitsSwitches {
     cuda::matmul_group_launch_tune(on);
     cuda::matmul_group_split_tune(on);
     cuda::matmul_mxt_xsmem_tune(on);
+    cuda::matmul_mxt_lean_tune(on);
     cuda::matmul_f32_row1_tune(on);
+    cuda::matmul_f32_row_bulk_tune(on);
     cuda::matmul_f32_tile_tune(on);
     cuda::attention_ilp_tune(on);
     cuda::attention_multi_tune(on);
@@ -95,6 +97,7 @@ struct AllSameBitsSwitches {
     cuda::rownorm::row_cluster_tune(on);
     cuda::rownorm::fused_add_tune(on);
     cuda::rownorm::row_reg_inputs_tune(on);
+    cuda::rownorm::row_push_tune(on);
     cuda::moe_wave_tune(on);
     cuda::moe_wave_wgmma_tune(on);
   }
