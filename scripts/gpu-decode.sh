@@ -58,7 +58,8 @@ fi
 # activations and their preparation in one launch too, off by default; same bits), noilp / noadd
 # (FERRY_ATTN_ILP=0 / FERRY_FUSE_ADD=0: on by default since 2026-12-06), nogsplit (FERRY_Q8T_GROUP_SPLIT=0:
 # the inverse of gsplit, on by default since 2026-12-06), stream / stream2 (FERRY_Q8T_STREAM=1 / 2: the
-# q8_0 tiles' stream split for the one-wave matrices / every matrix of 384 tiles and more; other last bits), mxsetN
+# q8_0 tiles' stream split for the one-wave matrices / also those of 528 tiles and more whose tiles are not whole
+# waves; other last bits), mxsetN
 # (FERRY_MXT_SET=N: N units a load set in the experts' one-row kernel, 2 / 8 / 14; same bits), lean (FERRY_MXT_LEAN=1:
 # that kernel's lean loop; same bits), push (FERRY_ROW_PUSH=1: the row norms'
 # cluster kernel exchanging its sums by pushes; same bits), bulk (FERRY_F32_ROW_BULK=1: the one-row f32 kernel's rows bulk-copied into shared memory;
