@@ -31,6 +31,26 @@ if [ "${MEMCHECK:-1}" = 1 ] && command -v compute-sanitizer > /dev/null; then
     --gtest_filter="${MEMCHECK_FILTER:-Ops.Decode*:Ops.ExpertFfnDecode*:Ops.ExpertFfnK3*:Ops.MatmulSixteen*:Ops.SplitK*:Ops.AttnRes*:Ops.MatmulMatchesCpu*}" > "$R/memcheck.log" 2>&1
   echo "memcheck exit $? : $(grep -E 'ERROR SUMMARY' "$R/memcheck.log" | tail -1)"
 fi
+# RACECHECK=1: compute-sanitizer's racecheck over MEMCHECK_FILTER's tests (shared-memory hazards of the
+# cluster and mbarrier kernels). SASS='regex': the SASS of bin/ferry's kernels whose mangled names match,
+# into decode/sass.txt (cuobjdump of the GPU machine: this machine's cannot read CUDA 13 cubins).
+if [ "${RACECHECK:-0}" = 1 ] && command -v compute-sanitizer > /dev/null; then
+  stamp "racecheck"
+  timeout 150 compute-sanitizer --tool racecheck "$B/bin/ferry_test_gpu" \
+    --gtest_filter="${MEMCHECK_FILTER:-Ops.RowNormCluster*:Ops.AddAttnRes*:Ops.F32OneRow*}" > "$R/racecheck.log" 2>&1
+  echo "racecheck exit $? : $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$R/racecheck.log" | tail -1)"
+fi
+if [ -n "${SASS:-}" ] && command -v cuobjdump > /dev/null; then
+  stamp "sass $SASS"
+  cuobjdump -sass "$B/bin/ferry" 2> /dev/null | python3 -c '
+import re, sys
+pat, keep = re.compile(sys.argv[1]), False
+for line in sys.stdin:
+    m = re.match(r"\s*Function : (\S+)", line)
+    if m: keep = bool(pat.search(m.group(1)))
+    if keep: sys.stdout.write(line)' "$SASS" > "$R/sass.txt"
+  grep -c . "$R/sass.txt"; grep -E 'Function :' "$R/sass.txt"
+fi
 # Arms: cores (FERRY_DEC_MMA=0: the CUDA-core kernels), auto (the default: the tensor-core decode kernels for
 # the weights where they were measured faster), dec (FERRY_DEC_MMA=1: the tensor-core decode kernels for all),
 # dec4 / dec1 (FERRY_DEC_KB: their stage width capped at 512 / 128 columns; speed only, same bits as dec),
