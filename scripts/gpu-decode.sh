@@ -98,6 +98,7 @@ arm_env() {
     nofuse) echo FERRY_FUSE=0;; gate) echo FERRY_FUSE_GATE=1;; nokreg) echo FERRY_KDA_REG=0;; nocluster) echo FERRY_ROW_CLUSTER=0;; add) echo FERRY_FUSE_ADD=1;; gateadd) echo FERRY_FUSE_GATE=1 FERRY_FUSE_ADD=1;;
     noilp) echo FERRY_ATTN_ILP=0;; noadd) echo FERRY_FUSE_ADD=0;;
     nogsplit) echo FERRY_Q8T_GROUP_SPLIT=0;; norowreg) echo FERRY_ROW_REG=0;; push) echo FERRY_ROW_PUSH=1;; bulk) echo FERRY_F32_ROW_BULK=1;; all) echo FERRY_MXT_LEAN=1 FERRY_ROW_PUSH=1 FERRY_F32_ROW_BULK=1 FERRY_Q8T_STREAM=1;;
+    lpb) echo FERRY_MXT_LEAN=1 FERRY_ROW_PUSH=1 FERRY_F32_ROW_BULK=1;;
     stream) echo FERRY_Q8T_STREAM=1;; stream2) echo FERRY_Q8T_STREAM=2;; mxset[0-9]*) echo FERRY_MXT_SET=${1#mxset};; lean) echo FERRY_MXT_LEAN=1;;
     pdl-*) echo FERRY_PDL=1 FERRY_PDL_ONLY=${1#pdl-};;
   esac
@@ -233,7 +234,12 @@ r, copy, gb, arms = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.arg
 floor = gb / (copy / 1e3)  # ms
 print(f"HBM floor of a decode step: {gb} GB / {copy:.0f} GB/s = {floor:.3f} ms")
 for a in arms:
-    ts = [json.load(open(f))['steady'] for f in sorted(glob.glob(f"{r}/{a}-[0-9]*.json"))]
+    ts = []
+    for f in sorted(glob.glob(f"{r}/{a}-[0-9]*.json")):
+        try:
+            ts.append(json.load(open(f))['steady'])
+        except (ValueError, KeyError):  # a run that failed (its .err says why)
+            print(f"{a}: {f.rsplit('/', 1)[-1]} has no result")
     if not ts: continue
     best = max(ts)
     print(f"{a}: steady decode {' '.join(f'{t:.1f}' for t in ts)} tok/s; best {best:.1f} tok/s = "

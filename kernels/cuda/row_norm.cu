@@ -54,7 +54,9 @@ __device__ __forceinline__ void load_part(const float* v, const int64_t (&e)[kPe
 // cluster synchronises, and each block reads the others' (a cluster barrier and a round of remote reads per
 // reduction, 5 barriers a launch). Here each block pushes its values into a slot of every block's shared
 // memory with st.async, whose completion counts bytes on the receiver's mbarrier (one per reduction, armed
-// once with the bytes it will receive), and a block waits on its own mbarrier only: one remote write and a
+// once with the bytes it will receive), and a block waits on its own mbarrier only (its own part it keeps in
+// a register: st.async into the executing block's own shared memory is undefined, and on the H100 it is an
+// illegal instruction, CUDA error 715, 2026-12-07): one remote write and a
 // local wait per reduction, one cluster barrier a launch (after the mbarriers' initialisation, before the
 // first push; its arrive is split from its wait so the loads run in between). Nothing is read remotely and a
 // block receives only what it waits for, so no block needs another to stay resident at the end. The values and
@@ -91,16 +93,17 @@ struct Push {
 __device__ __forceinline__ void push_totals(const double* sh, double* slots, int stride, uint64_t* bar, double* tot,
                                             int n, int parts, int p) {
   __syncthreads();
+  double own = 0.0;  // this block's part: kept in a register (st.async to the executing block is undefined)
   if (threadIdx.x < n) {
-    double t = 0.0;
-    for (int w = 0; w < kWarps; ++w) t += sh[w * kMaxInputs + threadIdx.x];
+    for (int w = 0; w < kWarps; ++w) own += sh[w * kMaxInputs + threadIdx.x];
     const uint32_t dst = smem_u32(slots + p * stride + threadIdx.x), b = smem_u32(bar);
-    for (int r = 0; r < parts; ++r) push64(rank_addr(dst, r), t, rank_addr(b, r));
+    for (int r = 0; r < parts; ++r)
+      if (r != p) push64(rank_addr(dst, r), own, rank_addr(b, r));
   }
   mbar_wait0<true>(bar);
   if (threadIdx.x < n) {
     double t = 0.0;
-    for (int r = 0; r < parts; ++r) t += slots[r * stride + threadIdx.x];
+    for (int r = 0; r < parts; ++r) t += r == p ? own : slots[r * stride + threadIdx.x];
     tot[threadIdx.x] = t;
   }
   __syncthreads();
@@ -113,14 +116,14 @@ __device__ __forceinline__ float push_max(float m, Push& ps, int parts, int p) {
   for (int o = 16; o >= 1; o >>= 1) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, o));
   if ((threadIdx.x & 31) == 0) wmax[threadIdx.x >> 5] = m;
   __syncthreads();
-  if (threadIdx.x < parts) {
-    float b = wmax[0];
-    for (int w = 1; w < kWarps; ++w) b = fmaxf(b, wmax[w]);
+  float b = wmax[0];  // every thread: this block's maximum, its own part (not pushed to itself)
+  for (int w = 1; w < kWarps; ++w) b = fmaxf(b, wmax[w]);
+  if (threadIdx.x < parts && threadIdx.x != p)
     push32(rank_addr(smem_u32(ps.mx + p), threadIdx.x), b, rank_addr(smem_u32(&ps.bar[3]), threadIdx.x));
-  }
   mbar_wait0<true>(&ps.bar[3]);
-  float rm = 0.0f;
-  for (int r = 0; r < parts; ++r) rm = fmaxf(rm, ps.mx[r]);
+  float rm = b;
+  for (int r = 0; r < parts; ++r)
+    if (r != p) rm = fmaxf(rm, ps.mx[r]);
   return rm;
 }
 
@@ -140,11 +143,12 @@ __global__ void __launch_bounds__(kThreads) row_norm_kernel(const __grid_constan
   __shared__ Push ps;
   if constexpr (P) {
     if (threadIdx.x == 0) {  // armed with what each reduction will receive; nothing arrives before the barrier
-      const uint32_t in = static_cast<uint32_t>(parts * c.nv * sizeof(double));
+      const uint32_t others = static_cast<uint32_t>(parts - 1);  // a block keeps its own part
+      const uint32_t in = static_cast<uint32_t>(others * c.nv * sizeof(double));
       mbar_arm(&ps.bar[0], in);
       mbar_arm(&ps.bar[1], in);
-      mbar_arm(&ps.bar[2], c.norm ? static_cast<uint32_t>(parts * sizeof(double)) : 0u);
-      mbar_arm(&ps.bar[3], c.norm && c.prep.hi ? static_cast<uint32_t>(parts * sizeof(float)) : 0u);
+      mbar_arm(&ps.bar[2], c.norm ? static_cast<uint32_t>(others * sizeof(double)) : 0u);
+      mbar_arm(&ps.bar[3], c.norm && c.prep.hi ? static_cast<uint32_t>(others * sizeof(float)) : 0u);
       fence_mbar_init();
     }
     cluster_arrive();
