@@ -239,8 +239,8 @@ __global__ void __launch_bounds__(kRow1Warps * 32)
   if (lane == 0) y[blockIdx.z * s.y_head + o] = v;
 }
 
-// The same rows, order and bits with the row in flight at once (FERRY_F32_ROW_BULK=1, row_bulk_on; built
-// 2026-12-07, off until measured). The routers (896x7168) ran at 2.3 TB/s (H200, 11.1 us each): a warp walks its
+// The same rows, order and bits with the row in flight at once (row_bulk_on; on by default since 2026-12-07,
+// FERRY_F32_ROW_BULK=0 turns it off). The routers (896x7168) ran at 2.3 TB/s (H200, 11.1 us each): a warp walks its
 // row in 7 dependent batches of loads and there are 6.8 warps a SM. Here a block is one warp and one row: lane 0
 // asks for the whole row with bulk copies into shared memory (cp.async.bulk, one mbarrier per 1,024 columns)
 // before the programmatic wait, so every weight byte of the launch is requested at once (28 KB a block: 7 blocks a
@@ -429,7 +429,7 @@ bool row1_on() {
 int g_row_bulk = -1;  // matmul_f32_row_bulk_tune
 
 bool row_bulk_on() {
-  static const bool env = env_switch("FERRY_F32_ROW_BULK", false);
+  static const bool env = env_switch("FERRY_F32_ROW_BULK", true);
   return switch_on(g_row_bulk, env);
 }
 

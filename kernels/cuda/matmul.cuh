@@ -151,8 +151,9 @@ int matmul_mxt_set();
 void matmul_mxt_xsmem_tune(int on);
 bool matmul_mxt_xsmem();
 // Whether the grouped mxfp4-tiles decode kernel at one row per expert takes its lean loop (matmul_mxt.cuh
-// item_body Lean: whole steps without per-unit tests, 80 registers, 6 blocks a SM): off until measured on the
-// GPU (built 2026-12-07; FERRY_MXT_LEAN=1, or this knob: 1 on, 0 off, -1 the environment's). Same bits.
+// item_body Lean: whole steps without per-unit tests, 80 registers, 6 blocks a SM): on by default (H100,
+// 2026-12-07: alone within noise, +0.3 % decode with the push exchange); FERRY_MXT_LEAN=0 or this knob (1 on,
+// 0 off, -1 the environment's) turns it off. Same bits.
 void matmul_mxt_lean_tune(int on);
 bool matmul_mxt_lean();
 
@@ -181,8 +182,9 @@ void matmul_group_split_tune(int on);
 // knob (1 on, 0 off, -1 the environment's) turns it off. Same bits either way.
 void matmul_f32_row1_tune(int on);
 // The one-row f32 kernel with each block's row bulk-copied into shared memory before the programmatic wait
-// (matmul_f32_row_bulk_kernel, matmul.cu): off until measured on the GPU (built 2026-12-07; FERRY_F32_ROW_BULK=1
-// or this knob: 1 on, 0 off, -1 the environment's). Same order, same bits.
+// (matmul_f32_row_bulk_kernel, matmul.cu): on by default (H100, 2026-12-07: +0.5 % decode with the push
+// exchange; slower serialized under Nsight, 17 against 13 us a router, as its copies then overlap nothing);
+// FERRY_F32_ROW_BULK=0 or this knob (1 on, 0 off, -1 the environment's) turns it off. Same order, same bits.
 void matmul_f32_row_bulk_tune(int on);
 // f32 matmuls of 32+ rows (a prompt pass's routers) on a kernel of register tiles that keeps the generic
 // path's order (matmul_f32_tile_kernel, matmul.cu): on by default; FERRY_F32_TILE=0 or this knob (1 on,

@@ -82,7 +82,7 @@ bool matmul_mxt_xsmem() {
 
 void matmul_mxt_lean_tune(int on) { g_lean = on; }
 bool matmul_mxt_lean() {
-  static const bool env = env_switch("FERRY_MXT_LEAN", false);
+  static const bool env = env_switch("FERRY_MXT_LEAN", true);
   return switch_on(g_lean, env);
 }
 

@@ -277,7 +277,7 @@ int g_q8t_stream = -1;  // matmul_q8t_stream_tune
 }  // namespace
 void matmul_q8t_stream_tune(int workers) { g_q8t_stream = workers; }
 
-// The stream split's rule (FERRY_Q8T_STREAM=1): matrices that are one partial wave of the 4-blocks-a-SM grid,
+// The stream split's rule (FERRY_Q8T_STREAM=1; off: 496 against 525 tok/s on the H100 slice, 2026-12-07): matrices that are one partial wave of the 4-blocks-a-SM grid,
 // unsplit or in today's parts (fewer than 528 tiles: the 7,168-row outputs, the shared experts' 6,144-row gate
 // and up, the latent MoE's 3,584-row down projection, split in 2 parts today: 448 items), with 8 units or more a
 // worker (so not the small ones the uniform split spreads, e.g. 1536x7168).

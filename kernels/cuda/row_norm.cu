@@ -306,7 +306,7 @@ bool row_reg_inputs() {
 }
 void row_reg_inputs_tune(int on) { g_row_reg = on; }
 bool row_push() {
-  static const bool env = env_switch("FERRY_ROW_PUSH", false);
+  static const bool env = env_switch("FERRY_ROW_PUSH", true);
   return switch_on(g_row_push, env);
 }
 void row_push_tune(int on) { g_row_push = on; }

@@ -99,8 +99,9 @@ bool row_reg_inputs();
 void row_reg_inputs_tune(int on);
 // Whether the cluster kernel (with row_reg_inputs) exchanges its partial sums by pushes (row_norm.cu "the push
 // exchange": st.async into every block's shared memory, an mbarrier per reduction, one cluster barrier a launch
-// instead of five): off until measured on the GPU (built 2026-12-07; FERRY_ROW_PUSH=1 or row_push_tune(1); 0
-// off, -1 the environment's). Same sums in the same order: the same bits.
+// instead of five): on by default (H100, 2026-12-07: the 14 row norms of a slice step 129.4 -> 98.9 us, decode
+// +2.0 %, memcheck and racecheck clean); FERRY_ROW_PUSH=0 or row_push_tune(0) turns it off (1 on, -1 the
+// environment's). Same sums in the same order: the same bits.
 bool row_push();
 void row_push_tune(int on);
 // The cluster kernel takes these rows: row_cluster() and fits().
