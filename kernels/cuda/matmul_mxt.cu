@@ -67,12 +67,14 @@ int g_lean = -1;   // matmul_mxt_lean_tune
 }  // namespace
 
 void matmul_mxt_set_tune(int units) { g_set = units; }
-int matmul_mxt_set() {
-  static const int env = [] {
-    const char* v = std::getenv("FERRY_MXT_SET");
+int matmul_mxt_set(bool down) {
+  static const auto env = [](const char* name) {
+    const char* v = std::getenv(name);
     return v ? std::atoi(v) : 0;
-  }();
-  return g_set >= 0 ? g_set : env;
+  };
+  static const int both = env("FERRY_MXT_SET"), down_only = env("FERRY_MXT_SET_DOWN");
+  if (g_set >= 0) return g_set;
+  return down && down_only > 0 ? down_only : both;
 }
 void matmul_mxt_xsmem_tune(int on) { g_xsmem = on; }
 bool matmul_mxt_xsmem() {

@@ -274,7 +274,7 @@ __global__ void __launch_bounds__(mxt::kThreads, Lean ? 6 : U <= 2 ? 8 : 4) grou
 template <int NRA, int U = mxt::set_units(NRA)>
 void launch_mxt_nr(GroupTc& a, int nz, cudaStream_t st) {
   if constexpr (NRA == 1 && U == mxt::set_units(1)) {
-    switch (matmul_mxt_set()) {
+    switch (matmul_mxt_set(a.which == 2)) {
       case 2: return launch_mxt_nr<1, 2>(a, nz, st);
       case 8: return launch_mxt_nr<1, 8>(a, nz, st);
       case 14: return launch_mxt_nr<1, 14>(a, nz, st);
