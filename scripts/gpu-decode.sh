@@ -84,7 +84,8 @@ fi
 # the same for the down projections only), lean (FERRY_MXT_LEAN=1:
 # that kernel's lean loop; same bits), push (FERRY_ROW_PUSH=1: the row norms'
 # cluster kernel exchanging its sums by pushes; same bits), bulk (FERRY_F32_ROW_BULK=1: the one-row f32 kernel's rows bulk-copied into shared memory;
-# same bits; these three on by default since 2026-12-07), old (the three off: the default before), nolean / nobulk (one
+# same bits; these three on by default since 2026-12-07), old (the three off: the default before), leandown (the lean
+# loop for the down projections only), nolean / nobulk (one
 # of them off), lpb / pl / pb (the
 # three / lean + push / push + bulk on), all (lean, push, bulk and stream), norowreg (FERRY_ROW_REG=0: AttnRes's inputs loaded
 # in each pass instead of once into registers, on by default since 2026-12-06; same bits). The arm base runs bin/ferry-base with BASE_ENV's
@@ -101,7 +102,7 @@ arm_env() {
     nofuse) echo FERRY_FUSE=0;; gate) echo FERRY_FUSE_GATE=1;; nokreg) echo FERRY_KDA_REG=0;; nocluster) echo FERRY_ROW_CLUSTER=0;; add) echo FERRY_FUSE_ADD=1;; gateadd) echo FERRY_FUSE_GATE=1 FERRY_FUSE_ADD=1;;
     noilp) echo FERRY_ATTN_ILP=0;; noadd) echo FERRY_FUSE_ADD=0;;
     nogsplit) echo FERRY_Q8T_GROUP_SPLIT=0;; norowreg) echo FERRY_ROW_REG=0;; push) echo FERRY_ROW_PUSH=1;; bulk) echo FERRY_F32_ROW_BULK=1;; all) echo FERRY_MXT_LEAN=1 FERRY_ROW_PUSH=1 FERRY_F32_ROW_BULK=1 FERRY_Q8T_STREAM=1;;
-    old) echo FERRY_MXT_LEAN=0 FERRY_ROW_PUSH=0 FERRY_F32_ROW_BULK=0;; nolean) echo FERRY_MXT_LEAN=0;; nobulk) echo FERRY_F32_ROW_BULK=0;; lpb) echo FERRY_MXT_LEAN=1 FERRY_ROW_PUSH=1 FERRY_F32_ROW_BULK=1;; pl) echo FERRY_MXT_LEAN=1 FERRY_ROW_PUSH=1;; pb) echo FERRY_ROW_PUSH=1 FERRY_F32_ROW_BULK=1;;
+    old) echo FERRY_MXT_LEAN=0 FERRY_ROW_PUSH=0 FERRY_F32_ROW_BULK=0;; nolean) echo FERRY_MXT_LEAN=0;; leandown) echo FERRY_MXT_LEAN=2;; nobulk) echo FERRY_F32_ROW_BULK=0;; lpb) echo FERRY_MXT_LEAN=1 FERRY_ROW_PUSH=1 FERRY_F32_ROW_BULK=1;; pl) echo FERRY_MXT_LEAN=1 FERRY_ROW_PUSH=1;; pb) echo FERRY_ROW_PUSH=1 FERRY_F32_ROW_BULK=1;;
     stream) echo FERRY_Q8T_STREAM=1;; stream2) echo FERRY_Q8T_STREAM=2;; mxset[0-9]*) echo FERRY_MXT_SET=${1#mxset};; dset[0-9]*) echo FERRY_MXT_SET_DOWN=${1#dset};; lean) echo FERRY_MXT_LEAN=1;;
     pdl-*) echo FERRY_PDL=1 FERRY_PDL_ONLY=${1#pdl-};;
   esac

@@ -155,9 +155,11 @@ bool matmul_mxt_xsmem();
 // Whether the grouped mxfp4-tiles decode kernel at one row per expert takes its lean loop (matmul_mxt.cuh
 // item_body Lean: whole steps without per-unit tests, 80 registers, 6 blocks a SM): on by default (H100,
 // 2026-12-07: alone within noise, +0.3 % decode with the push exchange); FERRY_MXT_LEAN=0 or this knob (1 on,
-// 0 off, -1 the environment's) turns it off. Same bits.
+// 0 off, -1 the environment's) turns it off; 2 (or FERRY_MXT_LEAN=2): the down projections only (H100,
+// 2026-12-07, Nsight serialized: lean made the down launches 46.2 -> 43.0 us, 6 blocks a SM instead of 5, and
+// the gate / up ones 76.8 -> 79.0). Same bits.
 void matmul_mxt_lean_tune(int on);
-bool matmul_mxt_lean();
+bool matmul_mxt_lean(bool down = false);
 
 // Backend::matmul_group on q8_0 tiles: x prepared once for every q8_0-tiles weight of the group outside
 // prompt passes (then one launch per weight, each with the bits of its matmul alone). On by default

@@ -83,9 +83,13 @@ bool matmul_mxt_xsmem() {
 }
 
 void matmul_mxt_lean_tune(int on) { g_lean = on; }
-bool matmul_mxt_lean() {
-  static const bool env = env_switch("FERRY_MXT_LEAN", true);
-  return switch_on(g_lean, env);
+bool matmul_mxt_lean(bool down) {
+  static const int env = [] {  // FERRY_MXT_LEAN: 0... off, 2... the down projections only, else (or unset) on
+    const char* v = std::getenv("FERRY_MXT_LEAN");
+    return !v ? 1 : v[0] == '0' ? 0 : v[0] == '2' ? 2 : 1;
+  }();
+  const int mode = g_lean >= 0 ? g_lean : env;
+  return mode == 1 || (mode == 2 && down);
 }
 
 bool matmul_mxt_packable(const Weight& w) {

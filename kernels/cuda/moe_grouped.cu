@@ -299,7 +299,7 @@ void launch_mxt_nr(GroupTc& a, int nz, cudaStream_t st) {
     dec::launch_dependent(grouped_mxt_kernel<NRA, U, false, false, L>, grid, 0, st, a);
   };
   if constexpr (kOne && U == mxt::set_units(1)) {  // the lean loop: the default load set at one row
-    if (matmul_mxt_lean()) return launch(std::true_type{});
+    if (matmul_mxt_lean(a.which == 2)) return launch(std::true_type{});
   }
   launch(std::false_type{});
 }
