@@ -254,6 +254,16 @@ TEST_F(Ops, MxTilesExpertsGiveTheBitsOfTheRowLayout) {
       EXPECT_TRUE(bits_equal((std::string(c.what) + ": tiles, set of " + std::to_string(units) + ", x in shared memory " +
                               std::to_string(xsmem)).c_str(), r, t));
     }
+    // The lean loop (matmul_mxt_lean_tune; on by default) off, and for the down projections only: the same bits.
+    for (const int lean : {0, 2}) {
+      if (c.prompt || *std::max_element(c.m.begin(), c.m.end()) != 1) break;
+      gpu().upload(yt, poison.data(), poison.size() * 4);
+      cuda::matmul_mxt_lean_tune(lean);
+      gpu().expert_ffn(args_for(bt.bind(), x, c.x_rows, yt, y_rows, c.s, all_acts()[2]));
+      cuda::matmul_mxt_lean_tune(-1);
+      gpu().download(t.data(), yt, t.size() * 4);
+      EXPECT_TRUE(bits_equal((std::string(c.what) + ": tiles, lean loop " + std::to_string(lean)).c_str(), r, t));
+    }
     // The plain matmul of one tiled matrix (gate, then down) against its rows.
     for (const bool prompt : {false, true})
       for (const int64_t n : {1, 2, 4, 5, 8, 16, 100}) {
