@@ -80,14 +80,13 @@ fi
 # the inverse of gsplit, on by default since 2026-12-06), stream / stream2 (FERRY_Q8T_STREAM=1 / 2: the
 # q8_0 tiles' stream split for the one-wave matrices / also those of 528 tiles and more whose tiles are not whole
 # waves; other last bits), mxsetN
-# (FERRY_MXT_SET=N: N units a load set in the experts' one-row kernel, 2 / 8 / 14; same bits), dsetN (FERRY_MXT_SET_DOWN=N:
-# the same for the down projections only), lean (FERRY_MXT_LEAN=1:
-# that kernel's lean loop; same bits), push (FERRY_ROW_PUSH=1: the row norms'
-# cluster kernel exchanging its sums by pushes; same bits), bulk (FERRY_F32_ROW_BULK=1: the one-row f32 kernel's rows bulk-copied into shared memory;
-# same bits; these three on by default since 2026-12-07), old (the three off: the default before), leandown (the lean
-# loop for the down projections only), nolean / nobulk (one
-# of them off), lpb / pl / pb (the
-# three / lean + push / push + bulk on), all (lean, push, bulk and stream), norowreg (FERRY_ROW_REG=0: AttnRes's inputs loaded
+# (FERRY_MXT_SET=N: N units a load set in the experts' one-row kernel, 2 / 8 / 14; same bits), dsetN
+# (FERRY_MXT_SET_DOWN=N: the same for the down projections only), lean / push / bulk (FERRY_MXT_LEAN=1: that
+# kernel's lean loop; FERRY_ROW_PUSH=1: the row norms' cluster kernel exchanging its sums by pushes;
+# FERRY_F32_ROW_BULK=1: the one-row f32 kernel's rows bulk-copied into shared memory; same bits; all three on by
+# default since 2026-12-07, so these arms, and lpb / pl / pb, their combinations, now equal auto), old (the three
+# off: the default before), nolean / nobulk (one of them off), leandown (FERRY_MXT_LEAN=2: the lean loop for the
+# down projections only), all (lean, push, bulk and stream), norowreg (FERRY_ROW_REG=0: AttnRes's inputs loaded
 # in each pass instead of once into registers, on by default since 2026-12-06; same bits). The arm base runs bin/ferry-base with BASE_ENV's
 # switches.
 arm_env() {

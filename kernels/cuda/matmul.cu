@@ -262,7 +262,7 @@ __global__ void __launch_bounds__(32)
     const uint8_t* row = w + blockIdx.z * s.w_head + static_cast<size_t>(o) * row_bytes;
     const auto bytes = [&](int c) {  // chunk c's: columns [c0, min(cols, c0 + kBulkChunkCols))
       const int64_t c0 = static_cast<int64_t>(c) * kBulkChunkCols;
-      return static_cast<uint32_t>(((cols < c0 + kBulkChunkCols ? cols : c0 + kBulkChunkCols) - c0) * sizeof(float));
+      return static_cast<uint32_t>(min(cols - c0, int64_t{kBulkChunkCols}) * sizeof(float));
     };
     for (int c = 0; c < nchunks; ++c) mbar_arm(&bar[c], bytes(c));
     fence_mbar_init();

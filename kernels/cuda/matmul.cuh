@@ -142,8 +142,9 @@ void launch_mxt_pack(const Weight& w, void* scratch, size_t scratch_bytes, cudaS
 void launch_matmul_mxt(const Weight& w, const mma::XPrep& xp, int64_t n, float* y, cudaStream_t stream);
 // Benchmark knob: units per load set of the grouped mxfp4-tiles kernel at one row per expert (2, 4, 8 or 14;
 // 0 the default, mxt::set_units; -1 the environment's, FERRY_MXT_SET). Speed only: the bits are the same.
-// `down`: the down projections' set, FERRY_MXT_SET_DOWN where set (the down launches are the same 43 us on the
-// H100 and the H200, 2026-12-07: a set of 2 gives them 8 blocks a SM instead of 6), else the one of both.
+// `down`: the down projections' set, FERRY_MXT_SET_DOWN where set, else the one of both (the down launches
+// stream at ~2.1 TB/s on the H100 and the H200 alike and gained from 6 blocks a SM over 5, 2026-12-07; a set
+// of 2 gives them 8).
 void matmul_mxt_set_tune(int units);
 int matmul_mxt_set(bool down = false);
 // Whether the grouped mxfp4-tiles decode kernel stages each down-projection item's x (one row) in shared

@@ -56,9 +56,9 @@ __device__ __forceinline__ void load_part(const float* v, const int64_t (&e)[kPe
 // memory with st.async, whose completion counts bytes on the receiver's mbarrier (one per reduction, armed
 // once with the bytes it will receive), and a block waits on its own mbarrier only (its own part it keeps in
 // a register: st.async into the executing block's own shared memory is undefined, and on the H100 it is an
-// illegal instruction, CUDA error 715, 2026-12-07): one remote write and a
-// local wait per reduction, one cluster barrier a launch (after the mbarriers' initialisation, before the
-// first push; its arrive is split from its wait so the loads run in between). Nothing is read remotely and a
+// illegal instruction, CUDA error 715, 2026-12-07): one remote write and a local wait per reduction, one
+// cluster barrier a launch (after the mbarriers' initialisation, before the first push; its arrive is split
+// from its wait so the loads run in between). Nothing is read remotely and a
 // block receives only what it waits for, so no block needs another to stay resident at the end. The values and
 // the order of every sum are cluster_totals': the same bits.
 __device__ __forceinline__ uint32_t rank_addr(uint32_t a, uint32_t rank) {
@@ -111,13 +111,7 @@ __device__ __forceinline__ void push_totals(const double* sh, double* slots, int
 
 // cluster_max by pushes (a max: any order).
 __device__ __forceinline__ float push_max(float m, Push& ps, int parts, int p) {
-  __shared__ float wmax[kWarps];
-#pragma unroll
-  for (int o = 16; o >= 1; o >>= 1) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, o));
-  if ((threadIdx.x & 31) == 0) wmax[threadIdx.x >> 5] = m;
-  __syncthreads();
-  float b = wmax[0];  // every thread: this block's maximum, its own part (not pushed to itself)
-  for (int w = 1; w < kWarps; ++w) b = fmaxf(b, wmax[w]);
+  const float b = block_max(m);  // this block's part, kept (not pushed to itself)
   if (threadIdx.x < parts && threadIdx.x != p)
     push32(rank_addr(smem_u32(ps.mx + p), threadIdx.x), b, rank_addr(smem_u32(&ps.bar[3]), threadIdx.x));
   mbar_wait0<true>(&ps.bar[3]);

@@ -138,20 +138,25 @@ __device__ __forceinline__ void res_softmax(const float* sc, int64_t nv, float* 
 #include "kernels/cuda/common.cuh"
 
 namespace ferry::cuda::rownorm {
-// The largest of every thread's m over the whole cluster, in every thread (a max: any order). Every thread
-// of every block calls it; the cluster must synchronise once more before any block leaves, since the others
-// read this block's shared memory.
-__device__ __forceinline__ float cluster_max(cooperative_groups::cluster_group& cl, float m) {
-  __shared__ float wmax[32], mine[1];
+// The largest of every thread's m over the block, in every thread (a max: any order). Every thread calls it.
+__device__ __forceinline__ float block_max(float m) {
+  __shared__ float wmax[32];
 #pragma unroll
   for (int o = 16; o >= 1; o >>= 1) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, o));
   if ((threadIdx.x & 31) == 0) wmax[threadIdx.x >> 5] = m;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    float b = wmax[0];
-    for (unsigned w = 1; w < blockDim.x / 32; ++w) b = fmaxf(b, wmax[w]);
-    mine[0] = b;
-  }
+  float b = wmax[0];
+  for (unsigned w = 1; w < blockDim.x / 32; ++w) b = fmaxf(b, wmax[w]);
+  return b;
+}
+
+// The largest of every thread's m over the whole cluster, in every thread (a max: any order). Every thread
+// of every block calls it; the cluster must synchronise once more before any block leaves, since the others
+// read this block's shared memory.
+__device__ __forceinline__ float cluster_max(cooperative_groups::cluster_group& cl, float m) {
+  __shared__ float mine[1];
+  const float b = block_max(m);
+  if (threadIdx.x == 0) mine[0] = b;
   cl.sync();
   float rm = 0.0f;
   for (unsigned r = 0; r < cl.num_blocks(); ++r) rm = fmaxf(rm, cl.map_shared_rank(mine, r)[0]);
