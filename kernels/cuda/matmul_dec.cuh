@@ -99,16 +99,10 @@ struct Q8 : mma::Q8 {
 struct Mx {
   static constexpr int kBlockBytes = 17;
   static constexpr float kXScale = 16384.0f;  // 2^14: the decoded values are value * 2^-14
-  // The 4 quant bytes 4t .. 4t + 3 of a row's block -> its fragments a[step][k lo / hi] (also the mxfp4
-  // tiles' decode kernel, matmul_mxt.cuh, on the same bytes loaded from its layout).
-  __device__ static void decode(uint32_t q, uint32_t a[2][2]) {
-    const uint32_t lo = ((q << 1) & 0x0E0E0E0Eu) | ((q << 4) & 0x80808080u);
-    const uint32_t hi = ((q >> 3) & 0x0E0E0E0Eu) | (q & 0x80808080u);
-    a[0][0] = __byte_perm(lo, 0u, 0x1404u);  // elements 4t, 4t + 1
-    a[0][1] = __byte_perm(lo, 0u, 0x3424u);  // 4t + 2, 4t + 3
-    a[1][0] = __byte_perm(hi, 0u, 0x1404u);  // 16 + 4t, 16 + 4t + 1
-    a[1][1] = __byte_perm(hi, 0u, 0x3424u);
-  }
+  // The 4 quant bytes 4t .. 4t + 3 of a row's block -> its fragments a[step][k lo / hi] (the mxfp4 tiles'
+  // decode kernel, matmul_mxt.cuh, loads the same bytes re-ordered and decodes them by e2m1::tile_lo / hi).
+  // Elements 4t, 4t + 1 | 4t + 2, 4t + 3 (step 0), 16 + 4t, ... (step 1): mma::e2m1_frags.
+  __device__ static void decode(uint32_t q, uint32_t a[2][2]) { mma::e2m1_frags(e2m1::row_lo(q), e2m1::row_hi(q), a); }
   __device__ static float frag(const uint8_t* slot, int o, int b, int t, uint32_t a[2][2]) {
     const int off = o + b * kBlockBytes + 1 + 4 * t;
     const uint32_t* w = reinterpret_cast<const uint32_t*>(slot) + (off >> 2);

@@ -5,8 +5,9 @@
 // Exactness, and why a row's bits depend only on the row (the prompt pass's rule: a pass of 64 rows
 // gives every row the bits of the whole prompt in one pass):
 // - Weights enter the tensor cores exactly. A q8_0 quant is an integer in [-128, 127]; an mxfp4 E2M1
-//   value is one of 0, ±0.5 … ±6. Both are exact fp16 values. The block scale (fp16 d, or 2^(e-127))
-//   is applied after the block's products, in fp32: acc = fma(block_sum, scale, acc), blocks in K order.
+//   value (0, ±0.5 … ±6) enters as value * 2^-14 (e2m1_bits.cuh; 2^-15 is an fp16 subnormal). Both are
+//   exact fp16 values. The block scale (fp16 d, or 2^(e-127) * 2^14) is applied after the block's
+//   products, in fp32: acc = fma(block_sum, scale, acc), blocks in K order.
 // - x is prepared per row (prep_x): x' = x * 2^k with k chosen from the row's own max |x| so that
 //   max |x'| lies in [2^14, 2^15) (inside fp16's range), then split into hi = fp16(x') and
 //   lo = fp16(x' - hi): hi + lo carries 22 of x's 24 significant bits (the template's L = 1, chosen by
@@ -20,14 +21,15 @@
 // tensor core's own summation): 2e-7 to 7e-7 of the largest output on the H200 (tests/gpu
 // PromptPassMatmul*). The accumulator holds y * 2^k, so an output must stay below 2^(128 - k) where the
 // CPU's limit is 2^128: only rows with a tiny max |x| against huge mxfp4 block exponents (e > ~200,
-// 2^73 and up; real checkpoints use ~2^-20 .. 2^5) can overflow where the CPU would not.
+// 2^73 and up; real checkpoints use ~2^-20 .. 2^5) can overflow where the CPU would not, and exponents
+// from 241 (2^114) give infinite scales (e2m1::scale14_bits).
 //
 // Tiling: a thread block of 8 warps computes a weight tile of 16 MW rows per warp (128 rows; 256 with
 // MW = 2) against a group of BN activation rows, K in stages of 128 columns (4 quant blocks): cp.async copies, in 16-byte
 // granules, the 16-aligned window over each tile row's raw quant bytes (q8_0: 136 bytes at an 8-aligned
 // start, 9 granules; mxfp4: 68 at a 4-aligned start, 5) and the group's hi / lo rows (fp16, rows padded
 // to 272 bytes so ldmatrix is conflict-free) into one of S stages. Each warp decodes its rows' A fragments
-// straight from the raw bytes (q8_0: int8 -> fp16 by the 0x6400 magic; mxfp4: a byte-permute table),
+// straight from the raw bytes (q8_0: int8 -> fp16 by the 0x6400 magic; mxfp4: shifts and masks),
 // loads B fragments with ldmatrix, and runs 4 mma per 8 activation rows and quant block.
 #pragma once
 
@@ -37,6 +39,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/e2m1_bits.cuh"
 #include "kernels/cuda/matmul_mma_launch.cuh"
 
 namespace ferry::cuda::mma {
@@ -96,39 +99,44 @@ struct Q8 {
   }
 };
 
+// Four fp16 high bytes (lo: a block's elements at k, hi: at k + 16; bytes 0, 1, 2, 3 in k order of a
+// thread's fragment) -> the A fragments a[step][k lo / hi] of fp16 pairs: step 0 from lo, step 1 from hi,
+// each pair two bytes with zero low bytes (e2m1_bits.cuh).
+__device__ __forceinline__ void e2m1_frags(uint32_t lo, uint32_t hi, uint32_t a[2][2]) {
+  a[0][0] = __byte_perm(lo, 0u, 0x1404u);
+  a[0][1] = __byte_perm(lo, 0u, 0x3424u);
+  a[1][0] = __byte_perm(hi, 0u, 0x1404u);
+  a[1][1] = __byte_perm(hi, 0u, 0x3424u);
+}
+
 // mxfp4 (ggml: e8m0 e, 16 bytes; byte j holds element j (low nibble) and j+16 (high nibble)). Step 0
-// is the low nibbles, step 1 the high ones, of bytes 2t, 2t+1 and 2t+8, 2t+9.
+// is the low nibbles, step 1 the high ones, of bytes 2t, 2t+1 and 2t+8, 2t+9: one word of the four
+// (a byte permute of two unaligned 16-bit reads), decoded by e2m1::row_lo / row_hi as value * 2^-14
+// with 2^14 in the block's scale (scale below), 14 instructions per 8 weights where the byte-permute
+// table of the magnitudes (true values) took 18 until 2026-12-07. The products are the same values times
+// 2^-14, yet the bits changed in the last places (H100, 2026-12-07: a 1,024-token pass's logits differ
+// from the table's, the same greedy tokens; docs/results/2026-12-07b-e2m1). The likely cause, not
+// isolated: the tensor core aligns an mma's products to the largest one's exponent before it truncates,
+// and a weight of 0.5 is now an fp16 subnormal (0.1b x 2^-14) whose raw exponent is one above its value's.
+// The decode kernels (matmul_dec.cuh dec::Mx) have decoded this way from the start. Rows and tiles
+// (matmul_mxt.cuh MxT) decode the same values: the same bits as each other (tests/gpu Ops.MxTiles*).
 struct Mx {
   static constexpr bool kTiled = false;
   static constexpr int kBlockBytes = 17;
   static constexpr int kRaw = 4 * kBlockBytes;  // 68
   static constexpr int kWin = 5;                // 16-byte granules covering them (they start 4-aligned)
-  // Two bytes (nibbles lo0, hi0, lo1, hi1 in v's low 16 bits) -> fp16 pairs (lo0, lo1) and (hi0, hi1).
-  // fp16 of an E2M1 value has a zero low byte; the high byte comes from a byte-permute table of the
-  // 8 magnitudes (byte i: nibble i's low 3 bits), with the sign bit set where the nibble's is: byte i of
-  // s holds nibble i's bit 3 at bit 7 (bytes (v << 4).0, v.0, (v << 4).1, v.1), so one lop3 puts the
-  // signs in. 7 instructions per 4 weights (and, prmt, shl, prmt, lop3, prmt, prmt) where the form
-  // with a negated table and a sign-selected permute took 9; the same bytes for all 65,536 inputs
-  // (checked exhaustively on the host against the old form, 2026-12-06).
-  __device__ static void nibbles(uint32_t v, uint32_t& lo, uint32_t& hi) {
-    const uint32_t pos = __byte_perm(0x3E3C3800u, 0x46444240u, v & 0x7777u);  // 0, .5, 1, 1.5 | 2, 3, 4, 6
-    const uint32_t s = __byte_perm(v, v << 4, 0x1504u);
-    const uint32_t h = pos | (s & 0x80808080u);
-    lo = __byte_perm(h, 0u, 0x2404u);
-    hi = __byte_perm(h, 0u, 0x3414u);
-  }
-  // 2^(e-127) from an e8m0 byte (e = 0: 2^-127, a denormal): e << 23 is at least 2^23 > 0x00400000 for
-  // e >= 1, so one integer max replaces the compare and select.
-  __device__ static float scale(unsigned e) { return __uint_as_float(max(e << 23, 0x00400000u)); }
-  // The 16 bits at any byte offset of a 4-aligned buffer.
+  // 2^(e-127) * 2^14 from an e8m0 byte (e2m1::scale14_bits: infinity from e = 241).
+  __device__ static float scale(unsigned e) { return __uint_as_float(e2m1::scale14_bits(e)); }
+  // The 16 bits at any byte offset of a 4-aligned buffer, in the low half (the high half is the next two
+  // bytes: callers take the low half by a byte permute).
   __device__ static uint32_t u16_at(const uint8_t* base, int off) {
     const uint32_t* w = reinterpret_cast<const uint32_t*>(base) + (off >> 2);
-    return __funnelshift_r(w[0], w[1], (off & 3) * 8) & 0xffffu;
+    return __funnelshift_r(w[0], w[1], (off & 3) * 8);
   }
   __device__ static float frag(const uint8_t* slot, int o, int b, int t, uint32_t a[2][2]) {
     const int off = o + b * kBlockBytes;
-    nibbles(u16_at(slot, off + 1 + 2 * t), a[0][0], a[1][0]);
-    nibbles(u16_at(slot, off + 9 + 2 * t), a[0][1], a[1][1]);
+    const uint32_t q = __byte_perm(u16_at(slot, off + 1 + 2 * t), u16_at(slot, off + 9 + 2 * t), 0x5410u);
+    e2m1_frags(e2m1::row_lo(q), e2m1::row_hi(q), a);
     return scale(slot[off]);
   }
 };

@@ -23,7 +23,7 @@ __global__ void mxt_pack_kernel(const uint8_t* __restrict__ src, uint8_t* __rest
                                 size_t row_bytes) {
   pack_granule<kGranules, kUnitBytes>(src, dst, tiles, units, row_bytes, [&](const uint8_t* rows, int gr, int u,
                                                                              uint8_t* out) {
-    if (gr < 64) {  // block b's 256 bytes: granule gr holds lanes 2 (gr % 16) and 2 (gr % 16) + 1
+    if (gr < 64) {  // block b's 256 bytes: granule gr holds lanes 2 (gr % 16) and 2 (gr % 16) + 1, re-ordered
       const int b = gr >> 4;
 #pragma unroll
       for (int k = 0; k < 2; ++k) {
@@ -32,7 +32,8 @@ __global__ void mxt_pack_kernel(const uint8_t* __restrict__ src, uint8_t* __rest
         for (int h = 0; h < 2; ++h)
 #pragma unroll
           for (int i = 0; i < 4; ++i)
-            out[8 * k + 4 * h + i] = rows[(g + 8 * h) * row_bytes + (4 * u + b) * 17 + 1 + 4 * t + i];
+            out[8 * k + 4 * h + i] =
+                static_cast<uint8_t>(e2m1::tile_byte(rows[(g + 8 * h) * row_bytes + (4 * u + b) * 17 + 1 + 4 * t + i]));
       }
     } else {  // scales: byte s = b * 16 + g * 2 + h
 #pragma unroll

@@ -19,8 +19,9 @@
 // 17. Inside a tile, unit u (columns 128u .. 128u + 127: quant blocks 4u + b, b < 4) is the 1,088 bytes
 // at u * 1088:
 //   - quants, 4 x 256 bytes: block 4u + b's are the 32 lanes' 8 bytes at b * 256 + l * 8 (lane l: g =
-//     l / 4, t = l % 4): quant bytes 4t .. 4t + 3 of row g, then of row g + 8 (a byte holds elements j,
-//     low nibble, and j + 16: mma::Mx);
+//     l / 4, t = l % 4): quant bytes 4t .. 4t + 3 of row g, then of row g + 8, each re-ordered by
+//     e2m1::tile_byte (the row layout's byte j holds elements j, low nibble, and j + 16; here the same two
+//     nibbles' bits in the order that decodes in 5 logic ops a word instead of 7: e2m1_bits.cuh);
 //   - scales, 64 bytes at 1024: the e8m0 of (row g + 8h, block 4u + b) at 1024 + b * 16 + g * 2 + h.
 // Decode: warp w of a block loads per unit its 8 bytes at w * 256 + l * 8 and the 2 scale bytes at
 // 1024 + w * 16 + g * 2. A prompt pass's stage of 128 columns is one unit per 16-row tile, contiguous.
@@ -59,9 +60,9 @@ __device__ __forceinline__ uint32_t ld_stream16(const void* p) {
 }
 
 // The prompt kernel's format (mma::item_body with F::kTiled): a stage's weights are one unit per 16-row
-// tile; frag_tile gives mma::Mx::frag's fragments of (row g + 8h, block b of the stage) from the tile's
-// unit in shared memory: the two quant bytes 2t, 2t + 1 (lane (g, t / 2)'s word, byte 2 (t % 2)) and
-// 2t + 8, 2t + 9 (lane (g, 2 + t / 2)'s).
+// tile; frag_tile gives mma::Mx::frag's fragments and scale of (row g + 8h, block b of the stage) from the
+// tile's unit in shared memory: the two quant bytes 2t, 2t + 1 (lane (g, t / 2)'s word, byte 2 (t % 2))
+// and 2t + 8, 2t + 9 (lane (g, 2 + t / 2)'s), one word by a byte permute, decoded by e2m1::tile_lo / hi.
 struct MxT {
   static constexpr bool kTiled = true;
   static constexpr int kBlockBytes = 17;
@@ -70,8 +71,8 @@ struct MxT {
     const uint8_t* q = unit + b * 256 + h * 4 + 2 * (t & 1);
     const uint32_t v0 = *reinterpret_cast<const uint16_t*>(q + (g * 4 + (t >> 1)) * 8);
     const uint32_t v1 = *reinterpret_cast<const uint16_t*>(q + (g * 4 + 2 + (t >> 1)) * 8);
-    mma::Mx::nibbles(v0, a[0][0], a[1][0]);
-    mma::Mx::nibbles(v1, a[0][1], a[1][1]);
+    const uint32_t w = __byte_perm(v0, v1, 0x5410u);
+    mma::e2m1_frags(e2m1::tile_lo(w), e2m1::tile_hi(w), a);
     return mma::Mx::scale(unit[kScaleOff + b * 16 + g * 2 + h]);
   }
 };
@@ -142,9 +143,9 @@ __device__ __forceinline__ void set_math(const Set<U>& s, const __half* const x[
 #pragma unroll
   for (int i = 0; i < U; ++i) {
     if (!Full && u + i >= u1) break;
-    uint32_t af[2][2][2];  // [row g / g + 8][step][k lo / hi], as dec::Mx::frag
-    dec::Mx::decode(s.q[i].x, af[0]);
-    dec::Mx::decode(s.q[i].y, af[1]);
+    uint32_t af[2][2][2];  // [row g / g + 8][step][k lo / hi], dec::Mx::frag's fragments
+    mma::e2m1_frags(e2m1::tile_lo(s.q[i].x), e2m1::tile_hi(s.q[i].x), af[0]);
+    mma::e2m1_frags(e2m1::tile_lo(s.q[i].y), e2m1::tile_hi(s.q[i].y), af[1]);
     uint32_t a[2][4];
 #pragma unroll
     for (int st = 0; st < 2; ++st) a[st][0] = af[0][st][0], a[st][1] = af[1][st][0], a[st][2] = af[0][st][1], a[st][3] = af[1][st][1];
