@@ -163,17 +163,10 @@ __global__ void attention_kernel(AttnParams P, int64_t t0, float* sc) {
 // yet; half the key and value loads again, twice the registers of sums: kChunk keys per load round then 4).
 constexpr int kAttnMultiMaxDk = 1024;  // q rows in shared memory: QN x Dk floats
 
+// The multi kernels' queries of a block: nk[j] keys of query j (0 past the block's nqb queries), maxn the
+// most of them.
 template <int QN>
-__global__ void __launch_bounds__(kAttnThreads) attention_multi_kernel(AttnParams P, int64_t t0, int64_t nq, float* sc) {
-  pdl_begin();
-  extern __shared__ __align__(16) float qs[];  // [QN][Dk]: the block's query rows of head h
-  __shared__ float sh[32];
-  const AttentionArgs& a = P.a;
-  const int64_t h = blockIdx.x, j0 = static_cast<int64_t>(blockIdx.y) * QN;  // first query, within the group
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  const int nqb = static_cast<int>(min(static_cast<int64_t>(QN), nq - j0));
-  const int64_t kh = h / (a.Hq / a.Hk), Dk = a.Dk;
-  int nk[QN];  // keys of each query (0 past the block's queries)
+__device__ __forceinline__ int multi_keys(const AttentionArgs& a, int64_t t0, int64_t j0, int nqb, int (&nk)[QN]) {
   int maxn = 0;
 #pragma unroll
   for (int j = 0; j < QN; ++j) {
@@ -181,36 +174,18 @@ __global__ void __launch_bounds__(kAttnThreads) attention_multi_kernel(AttnParam
     nk[j] = j < nqb && last >= 0 ? static_cast<int>(last + 1) : 0;
     maxn = max(maxn, nk[j]);
   }
-  for (int64_t i = threadIdx.x; i < QN * Dk; i += blockDim.x) {  // rows past the block's queries: zeros
-    const int64_t j = i / Dk, c = i - j * Dk;
-    qs[i] = j < nqb ? a.q[(t0 + j0 + j) * a.q_tok_stride + h * a.q_head_stride + c] : 0.0f;
-  }
-  __syncthreads();
-  // Scores: warp w takes keys w, w + nw, ...; a lane loads its columns of the key row once (8 at a time)
-  // and adds their products into each query's chain.
-  for (int64_t i = warp; i < maxn; i += nw) {
-    const float* kp = a.k + i * a.k_tok_stride + kh * a.k_head_stride;
-    float d[QN];
-#pragma unroll
-    for (int j = 0; j < QN; ++j) d[j] = 0.0f;
-    for (int64_t c0 = lane; c0 < Dk; c0 += 32 * 8) {
-      float kv[8];
-#pragma unroll
-      for (int m = 0; m < 8; ++m) kv[m] = c0 + 32 * m < Dk ? kp[c0 + 32 * m] : 0.0f;
-#pragma unroll
-      for (int m = 0; m < 8; ++m) {
-        if (c0 + 32 * m >= Dk) break;
-#pragma unroll
-        for (int j = 0; j < QN; ++j) d[j] = add(d[j], mul(qs[j * Dk + c0 + 32 * m], kv[m]));
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < QN; ++j) {
-      const float v = warp_fold(d[j]);
-      if (lane == 0 && i < nk[j]) sc[((j0 + j) * a.Hq + h) * P.maxk + i] = mul(v, a.scale);
-    }
-  }
-  __syncthreads();
+  return maxn;
+}
+
+// The multi kernels' softmax and output, after the scores of the block's queries are in sc: each query's
+// max over its scores, p = exp(s - max) in place, then per output column every query's sums over the keys
+// in key order (sum of p, and of p * v) and o * (1 / sum). Thread x takes columns x, x + blockDim, ...; per
+// chunk of keys it loads their values once and every query's probabilities.
+template <int QN>
+__device__ __forceinline__ void multi_softmax_output(const AttnParams& P, int64_t t0, int64_t h, int64_t j0, int nqb,
+                                                     const int (&nk)[QN], int maxn, float* sc, float* sh) {
+  const AttentionArgs& a = P.a;
+  const int64_t kh = h / (a.Hq / a.Hk);
 #pragma unroll
   for (int j = 0; j < QN; ++j) {
     if (j >= nqb) break;  // the same in every thread
@@ -221,8 +196,6 @@ __global__ void __launch_bounds__(kAttnThreads) attention_multi_kernel(AttnParam
     for (int64_t i = threadIdx.x; i < nk[j]; i += blockDim.x) s[i] = expf(__fsub_rn(s[i], m));
   }
   __syncthreads();
-  // Output: thread x takes columns x, x + blockDim, ...; per chunk of 8 keys it loads their values once and
-  // every query's probabilities, then adds them into each query's chains in key order.
   constexpr int kChunk = QN >= 16 ? 4 : 8;
   const float* vh = a.v + kh * a.v_head_stride;
   const float* sq = sc + (j0 * a.Hq + h) * P.maxk;
@@ -254,6 +227,116 @@ __global__ void __launch_bounds__(kAttnThreads) attention_multi_kernel(AttnParam
     for (int j = 0; j < QN; ++j)
       if (j < nqb) a.out[((t0 + j0 + j) * a.Hq + h) * a.Dv + d0] = nk[j] ? mul(o[j], 1.0f / sum[j]) : 0.0f;
   }
+}
+
+template <int QN>
+__global__ void __launch_bounds__(kAttnThreads) attention_multi_kernel(AttnParams P, int64_t t0, int64_t nq, float* sc) {
+  pdl_begin();
+  extern __shared__ __align__(16) float qs[];  // [QN][Dk]: the block's query rows of head h
+  __shared__ float sh[32];
+  const AttentionArgs& a = P.a;
+  const int64_t h = blockIdx.x, j0 = static_cast<int64_t>(blockIdx.y) * QN;  // first query, within the group
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  const int nqb = static_cast<int>(min(static_cast<int64_t>(QN), nq - j0));
+  const int64_t kh = h / (a.Hq / a.Hk), Dk = a.Dk;
+  int nk[QN];  // keys of each query (0 past the block's queries)
+  const int maxn = multi_keys<QN>(a, t0, j0, nqb, nk);
+  for (int64_t i = threadIdx.x; i < QN * Dk; i += blockDim.x) {  // rows past the block's queries: zeros
+    const int64_t j = i / Dk, c = i - j * Dk;
+    qs[i] = j < nqb ? a.q[(t0 + j0 + j) * a.q_tok_stride + h * a.q_head_stride + c] : 0.0f;
+  }
+  __syncthreads();
+  // Scores: warp w takes keys w, w + nw, ...; a lane loads its columns of the key row once (8 at a time)
+  // and adds their products into each query's chain.
+  for (int64_t i = warp; i < maxn; i += nw) {
+    const float* kp = a.k + i * a.k_tok_stride + kh * a.k_head_stride;
+    float d[QN];
+#pragma unroll
+    for (int j = 0; j < QN; ++j) d[j] = 0.0f;
+    for (int64_t c0 = lane; c0 < Dk; c0 += 32 * 8) {
+      float kv[8];
+#pragma unroll
+      for (int m = 0; m < 8; ++m) kv[m] = c0 + 32 * m < Dk ? kp[c0 + 32 * m] : 0.0f;
+#pragma unroll
+      for (int m = 0; m < 8; ++m) {
+        if (c0 + 32 * m >= Dk) break;
+#pragma unroll
+        for (int j = 0; j < QN; ++j) d[j] = add(d[j], mul(qs[j * Dk + c0 + 32 * m], kv[m]));
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < QN; ++j) {
+      const float v = warp_fold(d[j]);
+      if (lane == 0 && i < nk[j]) sc[((j0 + j) * a.Hq + h) * P.maxk + i] = mul(v, a.scale);
+    }
+  }
+  __syncthreads();
+  multi_softmax_output<QN>(P, t0, h, j0, nqb, nk, maxn, sc, sh);
+}
+
+// attention_multi_kernel<8> for keys of at most kAttnRegMaxDk floats (K3.1's MLA prompt pass: 192), with the
+// query rows in registers and the grid head-major (attention_reg()): lane l holds columns l, l + 32, ..
+// (at most 8) of its block's 8 query rows, so a product's query value is a register, not a shared-memory load;
+// a warp scores two keys (w and w + nw) per round, 16 chains in flight; the blocks of one head run together
+// (blockIdx.y the head, the last queries' blocks, which see the most keys, first), so that head's key rows
+// and values stay in L2 for all its blocks instead of every head's at once. Every score is still its (query,
+// key) chain over the lane's columns in order, warp_fold, times the scale, then multi_softmax_output: the
+// bits of attention_multi_kernel.
+constexpr int kAttnRegMaxDk = 256;
+
+__global__ void __launch_bounds__(kAttnThreads) attention_multi_reg_kernel(AttnParams P, int64_t t0, int64_t nq,
+                                                                           float* sc) {
+  constexpr int QN = 8;
+  pdl_begin();
+  __shared__ float sh[32];
+  const AttentionArgs& a = P.a;
+  const int64_t h = blockIdx.y, j0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * QN;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  const int nqb = static_cast<int>(min(static_cast<int64_t>(QN), nq - j0));
+  const int64_t kh = h / (a.Hq / a.Hk);
+  const int Dk = static_cast<int>(a.Dk);
+  int nk[QN];
+  const int maxn = multi_keys<QN>(a, t0, j0, nqb, nk);
+  float qr[QN][8];  // query j's column lane + 32 m (0 past Dk or the block's queries)
+#pragma unroll
+  for (int j = 0; j < QN; ++j)
+#pragma unroll
+    for (int m = 0; m < 8; ++m) {
+      const int c = lane + 32 * m;
+      qr[j][m] = j < nqb && c < Dk ? a.q[(t0 + j0 + j) * a.q_tok_stride + h * a.q_head_stride + c] : 0.0f;
+    }
+  for (int64_t i = warp; i < maxn; i += 2 * nw) {
+    const int64_t i1 = i + nw;  // the round's second key (past maxn: loads key i again, never stored)
+    const float* kp0 = a.k + i * a.k_tok_stride + kh * a.k_head_stride;
+    const float* kp1 = i1 < maxn ? a.k + i1 * a.k_tok_stride + kh * a.k_head_stride : kp0;
+    float k0[8], k1[8];
+#pragma unroll
+    for (int m = 0; m < 8; ++m) {
+      const int c = lane + 32 * m;
+      k0[m] = c < Dk ? kp0[c] : 0.0f;
+      k1[m] = c < Dk ? kp1[c] : 0.0f;
+    }
+    float d0[QN], d1[QN];
+#pragma unroll
+    for (int j = 0; j < QN; ++j) d0[j] = d1[j] = 0.0f;
+#pragma unroll
+    for (int m = 0; m < 8; ++m) {
+      if (lane + 32 * m >= Dk) break;
+#pragma unroll
+      for (int j = 0; j < QN; ++j) {
+        d0[j] = add(d0[j], mul(qr[j][m], k0[m]));
+        d1[j] = add(d1[j], mul(qr[j][m], k1[m]));
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < QN; ++j) {
+      const float v0 = warp_fold(d0[j]), v1 = warp_fold(d1[j]);
+      if (lane == 0 && i < nk[j]) sc[((j0 + j) * a.Hq + h) * P.maxk + i] = mul(v0, a.scale);
+      if (lane == 0 && i1 < nk[j]) sc[((j0 + j) * a.Hq + h) * P.maxk + i1] = mul(v1, a.scale);
+    }
+  }
+  __syncthreads();
+  multi_softmax_output<QN>(P, t0, h, j0, nqb, nk, maxn, sc, sh);
 }
 
 // Warp per (query t, key s): score[t, s] = sum_h w[t,h] * relu(q[t,h,:] . k[s,:]), CPU order.
@@ -344,6 +427,10 @@ void launch_attention_multi_q(const AttnParams& P, int64_t t0, int64_t nq, float
 
 void launch_attention_multi(int qn, const AttnParams& P, int64_t t0, int64_t nq, float* sc, cudaStream_t st) {
   if (qn >= 16) return launch_attention_multi_q<16>(P, t0, nq, sc, st);
+  if (P.a.Dk <= kAttnRegMaxDk && P.a.Hq <= 65535 && attention_reg()) {
+    const dim3 grid(static_cast<unsigned>((nq + 7) / 8), static_cast<unsigned>(P.a.Hq));
+    return launch_small(attention_multi_reg_kernel, grid, kAttnThreads, 0, st, P, t0, nq, sc);
+  }
   launch_attention_multi_q<8>(P, t0, nq, sc, st);
 }
 

@@ -124,6 +124,16 @@ int attention_multi_queries() {
 void attention_multi_tune(int on) { g_attn_multi = on; }
 
 namespace {
+int g_attn_reg = -1;  // attention_reg_tune
+}  // namespace
+
+bool attention_reg() {
+  static const bool env = env_switch("FERRY_ATTN_REG", false);
+  return switch_on(g_attn_reg, env);
+}
+void attention_reg_tune(int on) { g_attn_reg = on; }
+
+namespace {
 int g_fused = -1;  // fused_ops_tune
 }  // namespace
 

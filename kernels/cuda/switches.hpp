@@ -42,6 +42,11 @@ void attention_ilp_tune(int on);
 // attention_multi_queries(): 0 (off), 8 or 16.
 int attention_multi_queries();
 void attention_multi_tune(int on);
+// Whether those 8-query blocks take attention_multi_reg_kernel where keys are at most 256 floats wide (query
+// rows in registers, two keys a warp per round, the grid head-major; attention.cu): off by default until
+// measured (built 2026-12-07); FERRY_ATTN_REG=1 or attention_reg_tune(1) turns it on.
+bool attention_reg();
+void attention_reg_tune(int on);
 
 // Whether the fused ops run fused (CudaBackend's rmsnorm_kept, attn_res_norm, l2norm_qk, conv1d_silu_many:
 // the norms prepare their output for the decode matmuls, which skip their own preparation; each fused op
