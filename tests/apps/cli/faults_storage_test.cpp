@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace fs = std::filesystem;
 
@@ -18,9 +19,25 @@ const std::string kFerry = std::string(FERRY_BINARY_DIR) + "/apps/ferry";
 const fs::path kHf = fs::path(FERRY_FIXTURES) / "k3-tiny-a/hf";
 const fs::path kRoot = fs::path(FERRY_BINARY_DIR) / "test-data/faults-storage";
 
+// The current test's last run's stderr (its warnings say which copy each late check barred): shown when a
+// check fails. One file per test: ctest runs the tests of this file in parallel.
+fs::path stderr_path() {
+  return kRoot / (std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + ".stderr");
+}
+
+std::string stderr_tail() {
+  std::ifstream in(stderr_path());
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  std::string tail = "\n--- last run's stderr (its last 80 lines) ---\n";
+  for (size_t i = lines.size() > 80 ? lines.size() - 80 : 0; i < lines.size(); ++i) tail += lines[i] + "\n";
+  return tail;
+}
+
 std::pair<int, std::string> ferry(const std::string& args) {
   std::string out;
-  std::FILE* p = ::popen((kFerry + " " + args + " 2>/dev/null").c_str(), "r");
+  fs::create_directories(kRoot);
+  std::FILE* p = ::popen((kFerry + " " + args + " 2>" + stderr_path().string()).c_str(), "r");
   char buf[4096];
   for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
   const int st = ::pclose(p);
@@ -73,13 +90,13 @@ TEST(FaultsStorage, EveryScenarioInjectsFaultsAndAReplicaKeepsTheOutputIdentical
   for (const std::string extra : {"", " --verify-late"}) {
     SCOPED_TRACE("ferry faults" + extra);
     auto [rc, out] = ferry("faults --only storage -n 6 -t 2 -m " + model.string() + extra);
-    ASSERT_EQ(rc, 0) << out;
+    ASSERT_EQ(rc, 0) << out << stderr_tail();
     const auto r = rows(out);
     ASSERT_EQ(r.size(), 6u) << out;
     for (const auto& x : r) {
       EXPECT_GT(x.faults, 0) << out;
       EXPECT_EQ(x.mismatches, 0) << out;
-      EXPECT_NE(x.outcome.find("identical output"), std::string::npos) << out;
+      EXPECT_NE(x.outcome.find("identical output"), std::string::npos) << out << stderr_tail();
     }
     EXPECT_NE(out.find("total mismatches: 0"), std::string::npos) << out;
   }
