@@ -82,7 +82,7 @@ struct sched_state {
   std::unordered_map<expert_key, Fill> fills;
   std::unordered_map<expert_key, Pending> pending;               // late verification
   std::unordered_map<expert_key, std::vector<uint32_t>> bad_dirs;  // copies a late check found bad
-  std::unordered_set<expert_key> read_whole;                      // next fill unsplit (a late mismatch of halves)
+  std::unordered_set<expert_key> read_whole;                      // fills unsplit from now on (a late mismatch of halves)
   std::unique_ptr<PrefetchQueue> prefetched;
   uint32_t prefetch_inflight = 0;
   uint32_t guess_inflight = 0;   // router guesses not landed yet
@@ -277,7 +277,9 @@ void on_grant(sched self, const expert_key& k, const host_grant& g) {
   f.dirs = st.cfg.catalog->copies_of(k);
   if (auto b = st.bad_dirs.find(k); b != st.bad_dirs.end())
     for (uint32_t d : b->second) std::erase(f.dirs, d);
-  f.whole = st.read_whole.erase(k) > 0;
+  // Sticky: a whole read that comes from the good copy says nothing about the other, so splitting again
+  // would find the same bad half every other call (LateVerify.AnExpertWhoseHalvesFailedIsReadWholeFromThenOn).
+  f.whole = st.read_whole.count(k) > 0;
   if (f.dirs.empty()) {  // every copy failed a late check: fail the fill naming the file
     f.error = caf::make_error(errc::no_replica, st.cfg.catalog->path_of(k, st.bad_dirs.at(k).back()),
                               std::string("checksum mismatch, no other copy"));
@@ -412,7 +414,7 @@ void on_late_hash(sched self, const expert_key& k, bool match) {
       const std::string bad = st.cfg.catalog->path_of(k, dir);
       spdlog::warn("layer scheduler: {}: xxh64 differs from the manifest's (seen after use); the layer runs again", bad);
       st.trace(trace::READ_FAILED, p.call, k, {.detail = bad + ": xxh64 mismatch (late)"});
-    } else {  // read in halves: the next fill reads whole copies to find the bad one
+    } else {  // read in halves: later fills read whole copies (the bad one is barred when one serves it)
       st.read_whole.insert(k);
       spdlog::warn("layer scheduler: {}: xxh64 differs from the manifest's (read in halves, seen after use); "
                    "the layer runs again", expert_file_name(int(k.layer), int(k.expert)));
@@ -503,6 +505,7 @@ void hash_mismatch(sched self, const expert_key& k, const std::string& detail) {
   if (f.used.size() > 1) {
     spdlog::warn("layer scheduler: {}: {} (read in halves); re-reading whole copies", expert_file_name(int(k.layer), int(k.expert)), detail);
     f.whole = true;
+    st.read_whole.insert(k);  // and its later fills: another split would read the same bad half again
     return issue_reads(self, k);
   }
   bad_copy(self, k, f.used.at(0), detail);

@@ -40,7 +40,8 @@ struct LayerSchedulerConfig {
   // With a verifier: deliver each expert when its bytes land and hash them meanwhile (off the critical
   // path). The call's summary waits for every hash; a mismatch puts the expert in layer_summary::bad
   // (the caller runs the layer again), drops the bytes from the pool and bars that copy from later
-  // fills. The layer call must release host slots through this scheduler (release_atom).
+  // fills (bytes read in halves from two copies: the expert's later fills read whole copies, until the bad
+  // one serves one and is barred). The layer call must release host slots through this scheduler (release_atom).
   bool verify_late = false;
   // A plain decode step (one row) reads an expert with copies on two drives as two halves, one per
   // drive, so both drives work on it (DESIGN.md "One decode step" 3). Prompt-pass fills read whole files.

@@ -323,7 +323,7 @@ void StreamingExperts::fetch(int layer, std::span<const ExpertUse> uses, const E
   env.sched = s.scheds[size_t(layer)];
   // Late verification may find, after compute, that an expert's bytes were bad: the layer then runs
   // again (every expert rewrites its own output slots, so the second pass leaves exactly its result).
-  // Each mismatch bars that copy of that expert (or makes its next read whole), so the passes end: an
+  // Each mismatch bars that copy of that expert (or makes its reads whole from then on), so the passes end: an
   // expert found bad more than twice per copy fails the call.
   std::map<uint32_t, size_t> strikes;
   for (int pass = 1;; ++pass) {

@@ -2,13 +2,15 @@
 // fake pool and a fake read service that writes each expert's bytes into its slot (one copy of one
 // expert corrupt). The call gets every expert before its hash is known; its summary waits for the
 // hashes and names the expert whose bytes were bad; the pool gets that pin back with ok = false only
-// once the call has released the slot (through the scheduler); the next fill skips the bad copy, and
-// an expert with no good copy left fails naming its file.
+// once the call has released the slot (through the scheduler); the next fill skips the bad copy, an
+// expert with no good copy left fails naming its file, and an expert whose halves (one per copy) failed
+// is read whole from then on.
 #include <gtest/gtest.h>
 
 #include <caf/all.hpp>
 #include <cstring>
 #include <map>
+#include <set>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -26,9 +28,9 @@ using namespace std::chrono_literals;
 namespace {
 
 constexpr uint32_t kLayer = 0, kExperts = 6;
-constexpr uint64_t kBytes = 4096;
+constexpr uint64_t kBytes = 8192;  // two O_DIRECT blocks: a plain step may read it in halves
 
-// Expert e's good bytes: 4096 times the byte e + 1.
+// Expert e's good bytes: kBytes times the byte e + 1.
 uint64_t good_hash(uint32_t e) {
   std::vector<uint8_t> b(kBytes, uint8_t(e + 1));
   return xxh64_bytes(b.data(), b.size());
@@ -54,13 +56,18 @@ host_pool_actor::behavior_type fake_pool(host_pool_actor::pointer, std::shared_p
   };
 }
 
-// Reads from the first allowed directory. Copies in directory 0 of the experts in `corrupt` hold 0xFF
-// bytes; everything else is good.
+// Reads a whole file or a file's first half from the first allowed directory and a second half from the
+// last (as the real read service sends halves to two drives; the directory that answers a whole read
+// first is its choice: here the first). With `whole_from_last`, whole reads come from the last allowed
+// directory instead. Copies in directory 0 of the experts in `corrupt` hold 0xFF bytes; everything else is
+// good.
 read_service_actor::behavior_type fake_reads(read_service_actor::pointer, std::shared_ptr<io::PinnedArena> arena,
-                                             std::shared_ptr<Log> log, std::set<uint32_t> corrupt) {
+                                             std::shared_ptr<Log> log, std::set<uint32_t> corrupt, bool whole_from_last) {
   return {
       [=](fetch_atom, fetch_req& r) {
-        const uint32_t dir = r.dirs.at(0), e = r.range.key.expert;
+        const bool whole = r.range.offset == 0 && r.range.bytes == kBytes;
+        const bool last = whole ? whole_from_last : r.range.offset > 0;
+        const uint32_t dir = last ? r.dirs.back() : r.dirs.at(0), e = r.range.key.expert;
         {
           std::lock_guard lk(log->mu);
           log->reads.emplace_back(e, dir);
@@ -76,8 +83,9 @@ read_service_actor::behavior_type fake_reads(read_service_actor::pointer, std::s
 }
 
 struct Harness {
-  // copies: directories holding each expert (expert 5 has only directory 0).
-  explicit Harness(std::set<uint32_t> corrupt) {
+  // copies: directories holding each expert (expert 5 has only directory 0). split: plain steps read
+  // experts with two copies in halves, one from each (LayerSchedulerConfig::split_reads).
+  explicit Harness(std::set<uint32_t> corrupt, bool split = false) {
     auto cat = std::make_shared<ExpertCatalog>();
     cat->n_layers = 1;
     cat->n_experts = kExperts;
@@ -93,10 +101,10 @@ struct Harness {
     c.catalog = cat;
     c.arena = arena;
     c.pool = pool = rt.system().spawn(fake_pool, log);
-    c.reads = reads = rt.system().spawn(fake_reads, arena, log, std::move(corrupt));
+    c.reads = reads = rt.system().spawn(fake_reads, arena, log, std::move(corrupt), split);
     c.verifier = verifier;
     c.verify_late = true;
-    c.split_reads = false;
+    c.split_reads = split;
     c.timeout = 5000ms;
     sched = spawn_layer_scheduler(rt.system(), c);
   }
@@ -204,4 +212,29 @@ TEST(LateVerify, CleanReadsGiveACleanSummaryAndEveryPinBackOnce) {
   for (uint32_t e : {0u, 1u, 3u, 4u}) EXPECT_EQ(h.log->releases[e], 1) << "expert " << e;
   EXPECT_TRUE(h.log->failed.empty());
   EXPECT_GE(h.verifier->counters().hashes.load(), 4u);
+}
+
+// A plain step reads expert 2 in halves: the first from its corrupt copy, the second from the good one.
+// The late check cannot tell which half was bad, so the next fill reads a whole copy; that one comes from the
+// good copy (the read service's choice), which proves nothing about the other. The expert must stay on whole
+// reads: were it split again, every other call would find it bad, and with two such experts out of phase
+// every call of the layer would run again until one struck out ("failed its xxh64 check 5 times": ferry
+// faults --verify-late, once in ~100 runs, 2026-12-07).
+TEST(LateVerify, AnExpertWhoseHalvesFailedIsReadWholeFromThenOn) {
+  Harness h({2}, true);
+  layer_summary sum;
+  std::string error;
+  auto seen = h.call(1, {2}, sum, error);
+  ASSERT_EQ(error, "");
+  ASSERT_EQ(sum.bad, std::vector<uint32_t>{2}) << "the halves' bytes were bad";
+  for (uint64_t step = 2; step <= 5; ++step) {
+    seen = h.call(step, {2}, sum, error);
+    ASSERT_EQ(error, "") << "call " << step;
+    EXPECT_TRUE(sum.bad.empty()) << "call " << step << " read expert 2 in halves again";
+    EXPECT_EQ(seen[2], 3) << "call " << step;
+  }
+  std::lock_guard lk(h.log->mu);
+  ASSERT_EQ(h.log->reads.size(), 6u) << "two halves, then one whole read a call";
+  for (size_t i = 2; i < h.log->reads.size(); ++i)
+    EXPECT_EQ(h.log->reads[i], (std::pair<uint32_t, uint32_t>{2, 1})) << "read " << i;
 }
