@@ -117,6 +117,7 @@ class CudaBackend final : public Backend {
     kMoeTabs,                 // a prompt pass's wave of expert tables (moe.cu, WaveLaunch)
     kSplitPart, kSplitCount,  // a split-K matmul's partials and its counters (splitk.cuh)
     kKeptX,                   // the prepared rows of the kept x (rmsnorm_kept)
+    kKdaPre,                  // the chunked delta rule's prepass (kda_chunked.cu)
     kNumSlots
   };
   void* scratch(Slot s, size_t bytes);

@@ -333,7 +333,14 @@ void CudaBackend::kda_chunked(const float* q, const float* k, const float* v, co
   if (chunk <= 0) chunk = 64;  // the CPU back-end's default
   if (kda_chunked_smem(K, chunk) > kKdaChunkedMaxSmem) return kda_recurrent(q, k, v, g, beta, T, H, K, V, state, o);
   bind();
-  launch_kda_chunked(q, k, v, g, beta, T, H, K, V, chunk, state, o, stream_);
+  float* pre = nullptr;
+  size_t pre_bytes = 0;
+  if (kda_chunked_prepass()) {
+    const int64_t chunks = (T + chunk - 1) / chunk;
+    pre_bytes = std::min(kKdaPrepassMaxBytes, kda_prepass_bytes(H, K, chunk) * static_cast<size_t>(chunks));
+    pre = static_cast<float*>(scratch(kKdaPre, pre_bytes));
+  }
+  launch_kda_chunked(q, k, v, g, beta, T, H, K, V, chunk, state, o, pre, pre_bytes, stream_);
 }
 
 }  // namespace ferry::cuda

@@ -23,9 +23,21 @@ constexpr size_t kKdaChunkedMaxSmem = 200 * 1024;
 
 // Shared memory of the chunked kernel for key dim K and chunk length `chunk`.
 size_t kda_chunked_smem(int64_t K, int64_t chunk);
-// The chunked delta rule on `st`; only when kda_chunked_smem(K, chunk) <= kKdaChunkedMaxSmem.
+// The chunked delta rule on `st`; only when kda_chunked_smem(K, chunk) <= kKdaChunkedMaxSmem. With `pre`
+// (device scratch of pre_bytes, at least kda_prepass_bytes(H, K, chunk)) and the ILP version, the prepass
+// runs first for groups of chunks that fit it (kda_chunked_prepass).
 void launch_kda_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t T,
-                        int64_t H, int64_t K, int64_t V, int64_t chunk, float* state, float* o, cudaStream_t st);
+                        int64_t H, int64_t K, int64_t V, int64_t chunk, float* state, float* o, float* pre,
+                        size_t pre_bytes, cudaStream_t st);
+// The prepass's scratch for one chunk of every head, and the most a call takes (its groups of chunks fit it).
+size_t kda_prepass_bytes(int64_t H, int64_t K, int64_t chunk);
+constexpr size_t kKdaPrepassMaxBytes = size_t{64} << 20;
+// The chunked kernel's prepass (kda_chunked.cu kda_prepass_kernel, same bits): the chunks' state-free parts
+// (G, kg, qg, A, B and the state update's weights) for every (chunk, head) at once, before the walk over the
+// chunks; off by default until measured (built 2026-12-07). FERRY_KDA_PREPASS=1 or kda_chunked_prepass_tune(1)
+// turns it on; max_chunks > 0 caps a group's chunks (tests: several groups in one call).
+bool kda_chunked_prepass();
+void kda_chunked_prepass_tune(int on, int max_chunks = 0);
 // The decode delta rule with each thread's column of the state in registers (K 64 or 128; same bits as
 // the shared-memory kernel): on by default; FERRY_KDA_REG=0 or kda_recurrent_reg_tune(0) (tests,
 // benchmarks; -1 restores the environment's choice) selects the shared-memory kernel.

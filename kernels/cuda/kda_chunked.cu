@@ -29,9 +29,17 @@
 //   head are one cluster and split A / B's rows between them (row i on rank i % Q), then copy the other
 //   ranks' rows from their shared memory: A and B depend on the head, not on the value columns, so the
 //   first version computed each of them once per column tile (-1 to -3 ms of the pass).
+// And with the prepass (kda_chunked_prepass, FERRY_KDA_PREPASS; off until measured, built 2026-12-07): the
+//   parts of a chunk that do not depend on the state (G, kg, qg, A, B and the state update's weights) are
+//   computed first for every (chunk, head) of a group of chunks at once (kda_prepass_kernel: one block each,
+//   by the functions above), and the walk (kPre) reads them instead of computing them: the walk keeps only
+//   u, o, the substitution and the state update, and its blocks no longer serialise the chunks' state-free
+//   work (Nsight, 2026-12-06: the walk latency-bound at 12.5 % occupancy). The same values, so the same bits.
 // Not kept (2026-12-06, H100, same bits): 32-bit index math instead of the 64-bit divisions by runtime K / n
 // in the state weights' and the cluster copy's loops: kda_chunked 17.82 against 17.63 ms in one call.
 #include <cooperative_groups.h>
+
+#include <algorithm>
 
 #include <string>
 
@@ -62,7 +70,12 @@ struct KdaArgs {
   float* o;
   int tiles;    // column tiles per head: block x = head * tiles + tile
   int cluster;  // kIlp: 1, or tiles (the head's blocks are one cluster and share A / B's rows)
+  const float* pre = nullptr;  // kPre: the prepass's slots of these T tokens (pre_slot_floats each)
 };
+
+// The prepass (kda_prepass_kernel) leaves per (chunk c, head h), at slot c * H + h: kg, qg and the state
+// update's weights kw = k e^{G_n - G} ([C][K] each, rows < n), e^{G_n} [K], A and B ([C][C], rows < n).
+__host__ __device__ inline int64_t pre_slot_floats(int64_t K, int64_t C) { return 3 * C * K + K + 2 * C * C; }
 
 // kIlp's G, kg, qg of a chunk: thread d walks the n tokens in order (G's double sum), with kTokenBatch
 // tokens' loads in flight; the first version's operations.
@@ -266,8 +279,9 @@ __device__ __forceinline__ void state_blocked(const float* kg, const float* qg, 
   }
 }
 
-template <bool kIlp, bool kBlk = false>
+template <bool kIlp, bool kBlk = false, bool kPre = false>
 __global__ void __launch_bounds__(chunk_threads<kIlp>()) kda_chunked_kernel(KdaArgs a) {
+  static_assert(!kPre || kIlp, "the prepass feeds the ILP version");
   constexpr int kNT = chunk_threads<kIlp>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int64_t K = a.K, C = a.C, H = a.H, V = a.V, HK = H * K;
@@ -295,7 +309,18 @@ __global__ void __launch_bounds__(chunk_threads<kIlp>()) kda_chunked_kernel(KdaA
     const float *kc = a.k + tk, *qc = a.q + tk, *gc = a.g + tk, *vc = a.v + tv, *bc = a.beta + t0 * H + h;
     float* oc = a.o + tv;
     __syncthreads();  // the previous chunk is done with every buffer
-    if constexpr (kIlp) {
+    const float* slot = kPre ? a.pre + ((t0 / C) * H + h) * pre_slot_floats(K, C) : nullptr;
+    if constexpr (kPre) {  // the prepass's kg, qg, A and B of this chunk (the same values: its functions)
+      for (int64_t p = tid; p < n * K; p += kNT) {
+        kg[p] = slot[p];
+        qg[p] = slot[C * K + p];
+      }
+      const float* sa = slot + 3 * C * K + K;
+      for (int64_t p = tid; p < n * C; p += kNT) {
+        A[p] = sa[p];
+        B[p] = sa[C * C + p];
+      }
+    } else if constexpr (kIlp) {
       factors_ilp(gc, kc, qc, HK, K, n, G, kg, qg);
     } else {
       for (int64_t d = tid; d < K; d += kNT) {
@@ -310,7 +335,8 @@ __global__ void __launch_bounds__(chunk_threads<kIlp>()) kda_chunked_kernel(KdaA
       }
     }
     __syncthreads();
-    if constexpr (kIlp) {
+    if constexpr (kPre) {
+    } else if constexpr (kIlp) {
       pairs_ilp(G, kc, qc, HK, K, n, C, A, B, Q > 1 ? tile : 0, Q);
     } else {
       // A and B: one warp per pair (i, j <= i), lane l summing dimensions l, l + 32, ... then a fixed
@@ -356,7 +382,10 @@ __global__ void __launch_bounds__(chunk_threads<kIlp>()) kda_chunked_kernel(KdaA
     // S_n = e^{G_n} S0 + sum_m (k_m e^{G_n - G_m}) u_m^T: its weights (kg, qg are free once u and o's first
     // part are formed) by the other warps while warp 0 substitutes (kIlp), else after o.
     const double* Gn = G + (n - 1) * K;
-    if (kIlp && tid >= 32) {
+    if (kPre && tid >= 32) {
+      for (int64_t p = tid - 32; p < n * K; p += kNT - 32) kg[p] = slot[2 * C * K + p];
+      for (int64_t d = tid - 32; d < K; d += kNT - 32) qg[d] = slot[3 * C * K + d];
+    } else if (kIlp && tid >= 32) {
 #pragma unroll kU
       for (int64_t p = tid - 32; p < n * K; p += kNT - 32) {
         const int64_t m = p / K, d = p % K;
@@ -410,9 +439,53 @@ __global__ void __launch_bounds__(chunk_threads<kIlp>()) kda_chunked_kernel(KdaA
   }
 }
 
+// The prepass (FERRY_KDA_PREPASS): what a chunk needs that does not depend on the state, for every (chunk,
+// head) of a group at once, one block each (H x chunks blocks where the walk has H x tiles walking the chunks
+// in order: Nsight found the walk latency-bound, 12.5 % occupancy, 2026-12-06). G, kg and qg by
+// factors_ilp, A and B by pairs_ilp (every row: a cluster's ranks compute the same pairs), the weights by the
+// walk's own expressions: the same values, so the walk (kPre) gives the ILP version's bits.
+__global__ void __launch_bounds__(kIlpThreads) kda_prepass_kernel(KdaArgs a, float* pre) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int64_t K = a.K, C = a.C, H = a.H, HK = H * K;
+  double* G = reinterpret_cast<double*>(smem_raw);  // [C][K]
+  float* kg = reinterpret_cast<float*>(G + C * K);  // [C][K]
+  float* qg = kg + C * K;                           // [C][K]
+  float* A = qg + C * K;                            // [C][C]
+  float* B = A + C * C;                             // [C][C]
+  const int tid = threadIdx.x;
+  const int64_t h = blockIdx.x % H, c = blockIdx.x / H;
+  const int64_t t0 = c * C, n = min(C, a.T - t0);
+  const int64_t tk = t0 * HK + h * K;
+  const float *kc = a.k + tk, *qc = a.q + tk, *gc = a.g + tk;
+  factors_ilp(gc, kc, qc, HK, K, n, G, kg, qg);
+  __syncthreads();
+  pairs_ilp(G, kc, qc, HK, K, n, C, A, B, 0, 1);
+  __syncthreads();
+  float* slot = pre + (c * H + h) * pre_slot_floats(K, C);
+  const double* Gn = G + (n - 1) * K;
+  for (int64_t p = tid; p < n * K; p += kIlpThreads) {
+    const int64_t m = p / K, d = p % K;
+    slot[p] = kg[p];
+    slot[C * K + p] = qg[p];
+    slot[2 * C * K + p] = kc[m * H * K + d] * expf(static_cast<float>(Gn[d] - G[m * K + d]));
+  }
+  for (int64_t d = tid; d < K; d += kIlpThreads) slot[3 * C * K + d] = expf(static_cast<float>(Gn[d]));
+  float* sa = slot + 3 * C * K + K;
+  for (int64_t p = tid; p < n * C; p += kIlpThreads) {
+    sa[p] = A[p];
+    sa[C * C + p] = B[p];
+  }
+}
+
+size_t kda_prepass_smem(int64_t K, int64_t C) {
+  return static_cast<size_t>(C * K) * sizeof(double) + static_cast<size_t>(2 * C * K + 2 * C * C) * sizeof(float);
+}
+
 int g_ilp = -1;      // kda_chunked_ilp_tune
 int g_block = -1;    // kda_chunked_block_tune
 int g_cluster = -1;  // kda_chunked_cluster_tune
+int g_prepass = -1;  // kda_chunked_prepass_tune
+int g_prepass_chunks = 0;  // its cap on the chunks of a group (0: the scratch's)
 
 // Whether a cluster of q blocks of `smem` bytes each can be resident at once (asked once per shape).
 bool clusters_fit(int q, size_t smem) {
@@ -439,6 +512,17 @@ bool clusters_fit(int q, size_t smem) {
 void kda_chunked_ilp_tune(int on) { g_ilp = on; }
 void kda_chunked_block_tune(int on) { g_block = on; }
 void kda_chunked_cluster_tune(int on) { g_cluster = on; }
+void kda_chunked_prepass_tune(int on, int max_chunks) {
+  g_prepass = on;
+  g_prepass_chunks = max_chunks;
+}
+bool kda_chunked_prepass() {
+  static const bool env = env_switch("FERRY_KDA_PREPASS", false);
+  return switch_on(g_prepass, env);
+}
+size_t kda_prepass_bytes(int64_t H, int64_t K, int64_t chunk) {
+  return static_cast<size_t>(H * pre_slot_floats(K, chunk)) * sizeof(float);
+}
 
 size_t kda_chunked_smem(int64_t K, int64_t chunk) {
   return static_cast<size_t>(chunk * K) * sizeof(double) +
@@ -446,12 +530,16 @@ size_t kda_chunked_smem(int64_t K, int64_t chunk) {
 }
 
 void launch_kda_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t T,
-                        int64_t H, int64_t K, int64_t V, int64_t chunk, float* state, float* o, cudaStream_t st) {
+                        int64_t H, int64_t K, int64_t V, int64_t chunk, float* state, float* o, float* pre,
+                        size_t pre_bytes, cudaStream_t st) {
   const size_t smem = kda_chunked_smem(K, chunk);
   static const bool raised = [] {
-    for (auto* kern : {kda_chunked_kernel<false>, kda_chunked_kernel<true>, kda_chunked_kernel<true, true>})
+    for (auto* kern : {kda_chunked_kernel<false>, kda_chunked_kernel<true>, kda_chunked_kernel<true, true>,
+                       kda_chunked_kernel<true, false, true>, kda_chunked_kernel<true, true, true>})
       FERRY_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(kKdaChunkedMaxSmem)));
+    FERRY_CUDA_CHECK(cudaFuncSetAttribute(kda_prepass_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(kKdaChunkedMaxSmem)));
     for (auto* kern : {kda_chunked_kernel<true>, kda_chunked_kernel<true, true>})
       FERRY_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     return true;
@@ -459,8 +547,31 @@ void launch_kda_chunked(const float* q, const float* k, const float* v, const fl
   (void)raised;
   static const bool ilp_env = env_switch("FERRY_KDA_ILP", true);
   static const bool cluster_env = env_switch("FERRY_KDA_CLUSTER", true);
+  static const bool block_env = env_switch("FERRY_KDA_BLOCK", true);
   const bool ilp = switch_on(g_ilp, ilp_env);
   const int tiles = static_cast<int>((V + kCT - 1) / kCT);
+  // The prepass: groups of chunks whose slots fit `pre` (a group's walk reads the state the last one left).
+  const int64_t per_chunk = static_cast<int64_t>(kda_prepass_bytes(H, K, chunk));
+  int64_t group = pre && ilp && kda_prepass_smem(K, chunk) <= kKdaChunkedMaxSmem
+                      ? static_cast<int64_t>(pre_bytes) / per_chunk : 0;
+  if (g_prepass_chunks > 0) group = std::min<int64_t>(group, g_prepass_chunks);
+  if (group > 0) {
+    const bool blk = switch_on(g_block, block_env);
+    const int64_t HK = H * K, HV = H * V;
+    for (int64_t c0 = 0; c0 * chunk < T; c0 += group) {
+      const int64_t t0 = c0 * chunk, tn = std::min(T - t0, group * chunk), nch = (tn + chunk - 1) / chunk;
+      KdaArgs ga{q + t0 * HK, k + t0 * HK, v + t0 * HV, g + t0 * HK, beta + t0 * H, tn, H, K, V, chunk, state,
+                 o + t0 * HV, tiles, 1, pre};
+      kda_prepass_kernel<<<static_cast<unsigned>(H * nch), kIlpThreads, kda_prepass_smem(K, chunk), st>>>(ga, pre);
+      FERRY_CUDA_LAUNCHED(kda_prepass_kernel);
+      if (blk)
+        kda_chunked_kernel<true, true, true><<<static_cast<unsigned>(H * tiles), kIlpThreads, smem, st>>>(ga);
+      else
+        kda_chunked_kernel<true, false, true><<<static_cast<unsigned>(H * tiles), kIlpThreads, smem, st>>>(ga);
+      FERRY_CUDA_LAUNCHED(kda_chunked_kernel);
+    }
+    return;
+  }
   int cluster = 1;
   if (ilp && tiles > 1 && tiles <= 8 && switch_on(g_cluster, cluster_env)) {
     thread_local int fit_tiles = 0;  // the last shape asked (a model has one)
@@ -476,7 +587,6 @@ void launch_kda_chunked(const float* q, const float* k, const float* v, const fl
     FERRY_CUDA_LAUNCHED(kda_chunked_kernel);
     return;
   }
-  static const bool block_env = env_switch("FERRY_KDA_BLOCK", true);
   launch_kernel_in_clusters(false, static_cast<unsigned>(cluster),
                             switch_on(g_block, block_env) ? kda_chunked_kernel<true, true> : kda_chunked_kernel<true>,
                             grid, dim3(kIlpThreads),

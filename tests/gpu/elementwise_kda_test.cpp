@@ -212,7 +212,8 @@ TEST_F(Ops, KdaChunkedMatchesCpu) {
 }
 
 // The chunked kernel's versions (kda_chunked.cu: the first; loads in flight; a head's column tiles on one
-// cluster sharing A / B's rows; register blocks for u / o and the state) give the same bits, output and
+// cluster sharing A / B's rows; register blocks for u / o and the state; the prepass of the chunks'
+// state-free parts, in one group or several) give the same bits, output and
 // state, for K of the register path (128, 64) and of its fallback loop (96, 36; 30 also outside the register
 // blocks' K % 4), full and partial chunks and column tiles (V = 40: two tiles, the last partial), one head's
 // tiles alone or many heads.
@@ -224,10 +225,13 @@ TEST_F(Ops, KdaChunkedVersionsGiveTheFirstVersionsBits) {
                          Shape{70, 2, 36, 40}, Shape{40, 1, 30, 33}}) {
     KdaIn in(sh.T, sh.H, sh.K, sh.V, 31);
     std::vector<float> ref_o, ref_s;
-    for (const int version : {0, 1, 2, 3}) {  // first, ilp, ilp + cluster, ilp + cluster + register blocks
+    // first, ilp, ilp + cluster, ilp + cluster + register blocks; the prepass with the register blocks (all
+    // chunks in one group), without them, and in groups of one and of two chunks
+    for (const int version : {0, 1, 2, 3, 4, 5, 6, 7}) {
       cuda::kda_chunked_ilp_tune(version >= 1 ? 1 : 0);
       cuda::kda_chunked_cluster_tune(version >= 2 ? 1 : 0);
-      cuda::kda_chunked_block_tune(version == 3 ? 1 : 0);
+      cuda::kda_chunked_block_tune(version == 3 || version == 4 || version == 6 ? 1 : 0);
+      cuda::kda_chunked_prepass_tune(version >= 4 ? 1 : 0, version == 6 ? 1 : version == 7 ? 2 : 0);
       auto q = both(in.q), k = both(in.k), v = both(in.v), g = both(in.g), b = both(in.beta), s = both(in.s0);
       auto o = poisoned_pair(in.T * in.H * in.V);
       gpu().kda_chunked(q.gpu(), k.gpu(), v.gpu(), g.gpu(), b.gpu(), in.T, in.H, in.K, in.V, 64, s.gpu(), o.gpu());
@@ -246,6 +250,7 @@ TEST_F(Ops, KdaChunkedVersionsGiveTheFirstVersionsBits) {
   cuda::kda_chunked_ilp_tune(-1);
   cuda::kda_chunked_cluster_tune(-1);
   cuda::kda_chunked_block_tune(-1);
+  cuda::kda_chunked_prepass_tune(-1);
 }
 
 // Exactness on the GPU: 16 tokens in one call equal 16 one-token calls bit for bit.
