@@ -81,7 +81,7 @@ struct sched_state {
   std::unordered_map<uint64_t, Call> calls;
   std::unordered_map<expert_key, Fill> fills;
   std::unordered_map<expert_key, Pending> pending;               // late verification
-  std::unordered_map<expert_key, std::vector<uint32_t>> bad_dirs;  // copies a late check found bad
+  std::unordered_map<expert_key, std::vector<uint32_t>> bad_dirs;  // copies a check found bad (later fills skip them)
   std::unordered_set<expert_key> read_whole;                      // fills unsplit from now on (a late mismatch of halves)
   std::unique_ptr<PrefetchQueue> prefetched;
   uint32_t prefetch_inflight = 0;
@@ -280,7 +280,7 @@ void on_grant(sched self, const expert_key& k, const host_grant& g) {
   // Sticky: a whole read that comes from the good copy says nothing about the other, so splitting again
   // would find the same bad half every other call (LateVerify.AnExpertWhoseHalvesFailedIsReadWholeFromThenOn).
   f.whole = st.read_whole.count(k) > 0;
-  if (f.dirs.empty()) {  // every copy failed a late check: fail the fill naming the file
+  if (f.dirs.empty()) {  // every copy failed a check: fail the fill naming the file
     f.error = caf::make_error(errc::no_replica, st.cfg.catalog->path_of(k, st.bad_dirs.at(k).back()),
                               std::string("checksum mismatch, no other copy"));
     for (uint64_t id : f.calls) fail_call(self, id, f.error);
@@ -511,12 +511,16 @@ void hash_mismatch(sched self, const expert_key& k, const std::string& detail) {
   bad_copy(self, k, f.used.at(0), detail);
 }
 
-// The copy in `dir` is bad: read another, or fail the fill naming the file when none is left.
+// The copy in `dir` is bad: read another, or fail the fill naming the file when none is left. Later fills
+// of k skip it too (bad_dirs, as a late check's mismatch bars it), so they do not read it first and pay a
+// second read each time (LateVerify.ACopyAnEarlyCheckFoundBadIsNotReadAgainByLaterFills).
 void bad_copy(sched self, const expert_key& k, uint32_t dir, const std::string& detail) {
   auto& st = self->state;
   Fill& f = st.fills.at(k);
   const std::string bad = st.cfg.catalog->path_of(k, dir);
   std::erase(f.dirs, dir);
+  auto& barred = st.bad_dirs[k];
+  if (std::find(barred.begin(), barred.end(), dir) == barred.end()) barred.push_back(dir);
   spdlog::warn("layer scheduler: {}: {}{}", bad, detail, f.dirs.empty() ? "" : "; reading another copy");
   st.trace(trace::READ_FAILED, 0, k, {.detail = bad + ": " + detail});
   if (!f.dirs.empty()) return issue_reads(self, k);

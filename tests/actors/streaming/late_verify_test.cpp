@@ -85,7 +85,7 @@ read_service_actor::behavior_type fake_reads(read_service_actor::pointer, std::s
 struct Harness {
   // copies: directories holding each expert (expert 5 has only directory 0). split: plain steps read
   // experts with two copies in halves, one from each (LayerSchedulerConfig::split_reads).
-  explicit Harness(std::set<uint32_t> corrupt, bool split = false) {
+  explicit Harness(std::set<uint32_t> corrupt, bool split = false, bool late = true) {
     auto cat = std::make_shared<ExpertCatalog>();
     cat->n_layers = 1;
     cat->n_experts = kExperts;
@@ -94,6 +94,7 @@ struct Harness {
     for (uint32_t e = 0; e < kExperts; ++e) {
       cat->copies.push_back(e == 5 ? std::vector<uint32_t>{0} : std::vector<uint32_t>{0, 1});
       cat->xxh64.push_back(good_hash(e));
+      cat->part_xxh64.push_back({});  // no part hashes: the scheduler hashes whole files
     }
     verifier = std::make_shared<ReadVerifier>(rt.system(), 2);
     LayerSchedulerConfig c;
@@ -103,7 +104,7 @@ struct Harness {
     c.pool = pool = rt.system().spawn(fake_pool, log);
     c.reads = reads = rt.system().spawn(fake_reads, arena, log, std::move(corrupt), split);
     c.verifier = verifier;
-    c.verify_late = true;
+    c.verify_late = late;
     c.split_reads = split;
     c.timeout = 5000ms;
     sched = spawn_layer_scheduler(rt.system(), c);
@@ -237,4 +238,25 @@ TEST(LateVerify, AnExpertWhoseHalvesFailedIsReadWholeFromThenOn) {
   ASSERT_EQ(h.log->reads.size(), 6u) << "two halves, then one whole read a call";
   for (size_t i = 2; i < h.log->reads.size(); ++i)
     EXPECT_EQ(h.log->reads[i], (std::pair<uint32_t, uint32_t>{2, 1})) << "read " << i;
+}
+
+// Without late verification the scheduler checks an expert before delivering it: a copy found bad is
+// barred from the expert's later fills too (as a late check bars it), not only from the fill that found
+// it, so later calls do not read the bad copy first each time and pay a second read.
+TEST(LateVerify, ACopyAnEarlyCheckFoundBadIsNotReadAgainByLaterFills) {
+  Harness h({2}, false, false);
+  layer_summary sum;
+  std::string error;
+  auto seen = h.call(1, {2}, sum, error);
+  ASSERT_EQ(error, "");
+  EXPECT_TRUE(sum.bad.empty()) << "checked before delivery: the call never sees the bad bytes";
+  EXPECT_EQ(seen[2], 3);
+  seen = h.call(2, {2}, sum, error);
+  ASSERT_EQ(error, "");
+  EXPECT_EQ(seen[2], 3);
+  std::lock_guard lk(h.log->mu);
+  ASSERT_EQ(h.log->reads.size(), 3u) << "the bad copy, the good one, then the good one alone";
+  EXPECT_EQ(h.log->reads[0], (std::pair<uint32_t, uint32_t>{2, 0}));
+  EXPECT_EQ(h.log->reads[1], (std::pair<uint32_t, uint32_t>{2, 1}));
+  EXPECT_EQ(h.log->reads[2], (std::pair<uint32_t, uint32_t>{2, 1}));
 }
