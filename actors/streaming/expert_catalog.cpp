@@ -25,7 +25,9 @@ const std::vector<uint32_t>& ExpertCatalog::copies_of(const expert_key& k) const
 uint64_t ExpertCatalog::hash_of(const expert_key& k) const { return xxh64[index_of(*this, k)]; }
 
 const std::vector<uint64_t>& ExpertCatalog::part_hashes_of(const expert_key& k) const {
-  return part_xxh64[index_of(*this, k)];
+  static const std::vector<uint64_t> none;
+  const size_t i = index_of(*this, k);
+  return i < part_xxh64.size() ? part_xxh64[i] : none;  // a catalog built without part hashes has none
 }
 
 std::string ExpertCatalog::path_of(const expert_key& k, uint32_t dir) const {

@@ -260,3 +260,16 @@ TEST(LateVerify, ACopyAnEarlyCheckFoundBadIsNotReadAgainByLaterFills) {
   EXPECT_EQ(h.log->reads[1], (std::pair<uint32_t, uint32_t>{2, 1}));
   EXPECT_EQ(h.log->reads[2], (std::pair<uint32_t, uint32_t>{2, 1}));
 }
+
+// A catalog built by hand (tests, tools) may leave part_xxh64 empty: part_hashes_of then answers "none",
+// as its header says, instead of reading past the vector (the scheduler asks it of every fill).
+TEST(ExpertCatalog, PartHashesOfACatalogBuiltWithoutThemAreNone) {
+  ExpertCatalog cat;
+  cat.n_layers = 1;
+  cat.n_experts = 3;
+  cat.copies = {{0}, {0}, {0}};
+  cat.xxh64 = {1, 2, 3};
+  for (uint32_t e = 0; e < 3; ++e) EXPECT_TRUE(cat.part_hashes_of({0, e}).empty()) << e;
+  cat.part_xxh64 = {{7}, {}, {8, 9}};
+  EXPECT_EQ(cat.part_hashes_of({0, 2}), (std::vector<uint64_t>{8, 9}));
+}
