@@ -75,7 +75,20 @@ struct KdaArgs {
 
 // The prepass (kda_prepass_kernel) leaves per (chunk c, head h), at slot c * H + h: kg, qg and the state
 // update's weights kw = k e^{G_n - G} ([C][K] each, rows < n), e^{G_n} [K], A and B ([C][C], rows < n).
+// PreSlot is that layout, for the writer (T = float) and the walk (T = const float).
 __host__ __device__ inline int64_t pre_slot_floats(int64_t K, int64_t C) { return 3 * C * K + K + 2 * C * C; }
+template <class T>
+struct PreSlot {
+  T* base;
+  int64_t K, C;
+  __device__ PreSlot(T* pre, int64_t slot, int64_t k, int64_t c) : base(pre + slot * pre_slot_floats(k, c)), K(k), C(c) {}
+  __device__ T* kg() const { return base; }
+  __device__ T* qg() const { return base + C * K; }
+  __device__ T* kw() const { return base + 2 * C * K; }
+  __device__ T* egn() const { return base + 3 * C * K; }
+  __device__ T* A() const { return base + 3 * C * K + K; }
+  __device__ T* B() const { return A() + C * C; }
+};
 
 // kIlp's G, kg, qg of a chunk: thread d walks the n tokens in order (G's double sum), with kTokenBatch
 // tokens' loads in flight; the first version's operations.
@@ -309,16 +322,15 @@ __global__ void __launch_bounds__(chunk_threads<kIlp>()) kda_chunked_kernel(KdaA
     const float *kc = a.k + tk, *qc = a.q + tk, *gc = a.g + tk, *vc = a.v + tv, *bc = a.beta + t0 * H + h;
     float* oc = a.o + tv;
     __syncthreads();  // the previous chunk is done with every buffer
-    const float* slot = kPre ? a.pre + ((t0 / C) * H + h) * pre_slot_floats(K, C) : nullptr;
+    const PreSlot<const float> slot(a.pre, kPre ? (t0 / C) * H + h : 0, K, C);
     if constexpr (kPre) {  // the prepass's kg, qg, A and B of this chunk (the same values: its functions)
       for (int64_t p = tid; p < n * K; p += kNT) {
-        kg[p] = slot[p];
-        qg[p] = slot[C * K + p];
+        kg[p] = slot.kg()[p];
+        qg[p] = slot.qg()[p];
       }
-      const float* sa = slot + 3 * C * K + K;
       for (int64_t p = tid; p < n * C; p += kNT) {
-        A[p] = sa[p];
-        B[p] = sa[C * C + p];
+        A[p] = slot.A()[p];
+        B[p] = slot.B()[p];
       }
     } else if constexpr (kIlp) {
       factors_ilp(gc, kc, qc, HK, K, n, G, kg, qg);
@@ -383,8 +395,8 @@ __global__ void __launch_bounds__(chunk_threads<kIlp>()) kda_chunked_kernel(KdaA
     // part are formed) by the other warps while warp 0 substitutes (kIlp), else after o.
     const double* Gn = G + (n - 1) * K;
     if (kPre && tid >= 32) {
-      for (int64_t p = tid - 32; p < n * K; p += kNT - 32) kg[p] = slot[2 * C * K + p];
-      for (int64_t d = tid - 32; d < K; d += kNT - 32) qg[d] = slot[3 * C * K + d];
+      for (int64_t p = tid - 32; p < n * K; p += kNT - 32) kg[p] = slot.kw()[p];
+      for (int64_t d = tid - 32; d < K; d += kNT - 32) qg[d] = slot.egn()[d];
     } else if (kIlp && tid >= 32) {
 #pragma unroll kU
       for (int64_t p = tid - 32; p < n * K; p += kNT - 32) {
@@ -461,19 +473,18 @@ __global__ void __launch_bounds__(kIlpThreads) kda_prepass_kernel(KdaArgs a, flo
   __syncthreads();
   pairs_ilp(G, kc, qc, HK, K, n, C, A, B, 0, 1);
   __syncthreads();
-  float* slot = pre + (c * H + h) * pre_slot_floats(K, C);
+  const PreSlot<float> slot(pre, c * H + h, K, C);
   const double* Gn = G + (n - 1) * K;
   for (int64_t p = tid; p < n * K; p += kIlpThreads) {
     const int64_t m = p / K, d = p % K;
-    slot[p] = kg[p];
-    slot[C * K + p] = qg[p];
-    slot[2 * C * K + p] = kc[m * H * K + d] * expf(static_cast<float>(Gn[d] - G[m * K + d]));
+    slot.kg()[p] = kg[p];
+    slot.qg()[p] = qg[p];
+    slot.kw()[p] = kc[m * H * K + d] * expf(static_cast<float>(Gn[d] - G[m * K + d]));
   }
-  for (int64_t d = tid; d < K; d += kIlpThreads) slot[3 * C * K + d] = expf(static_cast<float>(Gn[d]));
-  float* sa = slot + 3 * C * K + K;
+  for (int64_t d = tid; d < K; d += kIlpThreads) slot.egn()[d] = expf(static_cast<float>(Gn[d]));
   for (int64_t p = tid; p < n * C; p += kIlpThreads) {
-    sa[p] = A[p];
-    sa[C * C + p] = B[p];
+    slot.A()[p] = A[p];
+    slot.B()[p] = B[p];
   }
 }
 
