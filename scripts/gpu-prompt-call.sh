@@ -26,7 +26,7 @@ if [ -n "${PNCU:-}" ] && command -v ncu > /dev/null; then
     n="pncu"; [ $i -gt 0 ] || [ -n "${PNCU_ENVS:-}" ] && n="pncu$i"
     e=""; [ "$pe" = "-" ] || e="$pe"
     echo "== Nsight $n: ${e:-default environment}"
-    env $e timeout 300 ncu --set full --import-source yes --kernel-name regex:"$PNCU" --launch-count 1 -o "$OUT/$n" \
+    env $e timeout 300 ncu --set full --import-source yes --kernel-name regex:"$PNCU" --launch-count "${PNCU_COUNT:-1}" -o "$OUT/$n" \
       "$B/bin/ferry" run -m "$M" --backend cuda --prompt-ids "$IDS" -n 1 --ignore-eos > "$OUT/$n-run.log" 2>&1
     echo "ncu exit $?"
     ncu -i "$OUT/$n.ncu-rep" --page details > "$OUT/$n-details.txt" 2>&1

@@ -45,8 +45,11 @@ arm_env() { case $1 in cores) echo FERRY_MMA=0;; mma) echo FERRY_MMA=1;; mma1) e
   noattnq) echo FERRY_ATTN_MULTI=0;;  # dense attention of a prompt pass with a block per (query, head) (same bits)
   attnq16) echo FERRY_ATTN_MULTI=16;;  # 16 queries per block (same bits)
   attnreg) echo FERRY_ATTN_REG=1;;  # 8 queries per block, their rows in registers, the grid head-major (same bits)
+  noattnreg) echo FERRY_ATTN_REG=0;;  # the 8-query blocks with their rows in shared memory (same bits)
   kdablk) echo FERRY_KDA_BLOCK=1;;  # the delta rule's u / o and state update in register blocks (same bits; the default)
-  kdapre) echo FERRY_KDA_PREPASS=1;;  # the chunks' state-free parts in a prepass over (chunk, head), then the walk (same bits)
+  kdapre) echo FERRY_KDA_PREPASS=1;;  # the chunks' state-free parts in a prepass over (chunk, head), then the walk (same bits; the default)
+  nokdapre) echo FERRY_KDA_PREPASS=0;;  # without the prepass: the walk computes them chunk by chunk
+  attnfold) echo FERRY_ATTN_REG=2;;  # attnreg with a round's 16 scores folded through shared memory (same bits; the default)
   kdanoblk) echo FERRY_KDA_BLOCK=0;;  # without them
   q8mw2) echo FERRY_Q8T_PROMPT_MW=2;;  # the q8_0 tiles' prompt kernel with two 16-row tiles a warp everywhere (same bits)
   q8mw1) echo FERRY_Q8T_PROMPT_MW=1;;  # with one everywhere (the default picks 2 where the call fills the SMs)
@@ -78,7 +81,7 @@ done
 # Arms of the same bits as mma (the default): every logit hash must be identical. The reference arm is mma
 # when it ran, else the first arm of ARMS (every arm named below keeps mma's bits).
 REFARM=mma; [ -f "$R/mma-1.hash" ] || REFARM=${ARMS%% *}
-for a in base q8wg q8wg0 q8wg2 mxwg mxwg2 mxwg3 allwg rowmx kdaold kdanocl notile noattnq noconv attnq16 attnreg kdapre kdablk kdanoblk q8mw2 q8mw1 q8swz nowave lazy; do
+for a in base q8wg q8wg0 q8wg2 mxwg mxwg2 mxwg3 allwg rowmx kdaold kdanocl notile noattnq noconv attnq16 attnreg kdapre kdablk kdanoblk nokdapre attnfold noattnreg q8mw2 q8mw1 q8swz nowave lazy; do
   [ "$a" != "$REFARM" ] && [ -f "$R/$a-1.hash" ] && [ -f "$R/$REFARM-1.hash" ] &&
     echo "$REFARM vs $a ($(arm_env $a)): must be identical:" && "$B/bin/ferry" trace diff "$R/$REFARM-1.hash" "$R/$a-1.hash" | tail -3
 done

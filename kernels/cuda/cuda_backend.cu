@@ -127,9 +127,12 @@ namespace {
 int g_attn_reg = -1;  // attention_reg_tune
 }  // namespace
 
-bool attention_reg() {
-  static const bool env = env_switch("FERRY_ATTN_REG", false);
-  return switch_on(g_attn_reg, env);
+int attention_reg() {
+  static const int env = [] {
+    const char* v = std::getenv("FERRY_ATTN_REG");
+    return v ? std::clamp(std::atoi(v), 0, 2) : 2;
+  }();
+  return g_attn_reg < 0 ? env : std::clamp(g_attn_reg, 0, 2);
 }
 void attention_reg_tune(int on) { g_attn_reg = on; }
 

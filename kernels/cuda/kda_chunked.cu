@@ -29,7 +29,8 @@
 //   head are one cluster and split A / B's rows between them (row i on rank i % Q), then copy the other
 //   ranks' rows from their shared memory: A and B depend on the head, not on the value columns, so the
 //   first version computed each of them once per column tile (-1 to -3 ms of the pass).
-// And with the prepass (kda_chunked_prepass, FERRY_KDA_PREPASS; off until measured, built 2026-12-07): the
+// And with the prepass (kda_chunked_prepass, FERRY_KDA_PREPASS; on by default since 2026-12-07b: kda_chunked
+//   17.6 -> 10.2 ms in a 1,024-token pass of the K3.1 slice, H100, same bits; =0 turns it off): the
 //   parts of a chunk that do not depend on the state (G, kg, qg, A, B and the state update's weights) are
 //   computed first for every (chunk, head) of a group of chunks at once (kda_prepass_kernel: one block each,
 //   by the functions above), and the walk (kPre) reads them instead of computing them: the walk keeps only
@@ -528,7 +529,7 @@ void kda_chunked_prepass_tune(int on, int max_chunks) {
   g_prepass_chunks = max_chunks;
 }
 bool kda_chunked_prepass() {
-  static const bool env = env_switch("FERRY_KDA_PREPASS", false);
+  static const bool env = env_switch("FERRY_KDA_PREPASS", true);
   return switch_on(g_prepass, env);
 }
 size_t kda_prepass_bytes(int64_t H, int64_t K, int64_t chunk) {

@@ -43,9 +43,11 @@ void attention_ilp_tune(int on);
 int attention_multi_queries();
 void attention_multi_tune(int on);
 // Whether those 8-query blocks take attention_multi_reg_kernel where keys are at most 256 floats wide (query
-// rows in registers, two keys a warp per round, the grid head-major; attention.cu): off by default until
-// measured (built 2026-12-07); FERRY_ATTN_REG=1 or attention_reg_tune(1) turns it on.
-bool attention_reg();
+// rows in registers, two keys a warp per round, the grid head-major; attention.cu): 0 no, 1 with each score
+// folded over the warp by warp_fold, 2 (the default since 2026-12-07b) with a round's 16 scores folded at once
+// through shared memory, a lane per score: the 1,024-token pass's attention 9.7 -> 5.5 ms (H100).
+// FERRY_ATTN_REG=0|1|2 or attention_reg_tune(0|1|2) picks one. Same bits in every case.
+int attention_reg();
 void attention_reg_tune(int on);
 
 // Whether the fused ops run fused (CudaBackend's rmsnorm_kept, attn_res_norm, l2norm_qk, conv1d_silu_many:

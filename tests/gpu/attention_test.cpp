@@ -102,7 +102,9 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Dense causal attention of several queries runs 8 (or 16) queries of a head per block
 // (attention_multi_kernel; with keys up to 256 wide and attention_reg, attention_multi_reg_kernel: the query
-// rows in registers, the grid head-major) with the bits of a block per query: a prompt pass of K3.1's MLA shape (keys 192, values 128), a chunk
+// rows in registers, the grid head-major, the scores folded by warp_fold or through shared memory) with the
+// bits of a block per query: a prompt pass of K3.1's MLA shape (keys 192, values 128; 152 rows: the output's
+// float4 loads of the probabilities), a chunk
 // that continues a cached prefix with GQA heads (queries not a multiple of 8), MQA latent rows (head stride
 // 0, 576-wide keys), a DSA selection of every visible key (dense: the multi kernel) and one of a subset
 // (the one-query kernel either way).
@@ -115,7 +117,7 @@ TEST_F(Ops, AttentionOfEightQueriesPerBlockGivesTheBitsOfABlockPerQuery) {
     int sel;  // 0 none, 1 every visible key, 2 a subset
   };
   for (const Case& p : {Case{"mla prefill", 37, 37, 4, 4, 192, 128, 0, false, 0},
-                       Case{"long mla prefill", 150, 150, 2, 2, 192, 128, 0, false, 0},
+                       Case{"long mla prefill", 152, 152, 2, 2, 192, 128, 0, false, 0},
                        Case{"gqa chunk after a prefix", 21, 50, 8, 2, 64, 64, 29, false, 0},
                        Case{"mqa latent", 13, 13, 4, 1, 576, 512, 0, true, 0},
                        Case{"dsa every key", 19, 19, 4, 4, 72, 64, 0, false, 1},
@@ -126,13 +128,19 @@ TEST_F(Ops, AttentionOfEightQueriesPerBlockGivesTheBitsOfABlockPerQuery) {
     auto v = p.latent ? Pair{} : both(random_floats(p.L * vts, 13));
     const int64_t sk = 32;
     std::vector<int32_t> sel(static_cast<size_t>(p.T * sk), -1);
-    for (int64_t t = 0; t < p.T; ++t)
+    // Only the selection cases fill it (their visible keys fit sk); the dense ones may see more keys than sk.
+    for (int64_t t = 0; p.sel && t < p.T; ++t)
       for (int64_t i = 0, c = 0; i <= p.pos0 + t; ++i)
-        if (p.sel == 1 || i % 3 != 1) sel[static_cast<size_t>(t * sk + c++)] = static_cast<int32_t>(i);
-    std::vector<float> res[4];  // a block per query, 8 queries per block, 16, 8 with the query rows in registers
-    for (const int multi : {0, 1, 2, 3}) {
-      cuda::attention_multi_tune(multi == 2 ? 16 : multi == 3 ? 8 : multi);
-      cuda::attention_reg_tune(multi == 3 ? 1 : 0);
+        if (p.sel == 1 || i % 3 != 1) {
+          ASSERT_LT(c, sk) << p.name << ": the test's selection overflows its row";
+          sel[static_cast<size_t>(t * sk + c++)] = static_cast<int32_t>(i);
+        }
+    // A block per query, 8 queries per block, 16, 8 with the query rows in registers (warp_fold), the same with
+    // a round's scores folded through shared memory.
+    std::vector<float> res[5];
+    for (const int multi : {0, 1, 2, 3, 4}) {
+      cuda::attention_multi_tune(multi == 2 ? 16 : multi >= 3 ? 8 : multi);
+      cuda::attention_reg_tune(multi == 3 ? 1 : multi == 4 ? 2 : 0);
       auto out = poisoned_pair(p.T * p.Hq * p.Dv);
       AttentionArgs a;
       a.q = q.gpu(); a.q_tok_stride = p.Hq * p.Dk; a.q_head_stride = p.Dk;
@@ -149,6 +157,9 @@ TEST_F(Ops, AttentionOfEightQueriesPerBlockGivesTheBitsOfABlockPerQuery) {
     EXPECT_TRUE(bits_equal((std::string(p.name) + ": 16 queries per block vs 1").c_str(), res[0], res[2])) << p.name;
     EXPECT_TRUE(bits_equal((std::string(p.name) + ": 8 queries per block, rows in registers, vs 1").c_str(), res[0],
                            res[3]))
+        << p.name;
+    EXPECT_TRUE(bits_equal((std::string(p.name) + ": rows in registers, scores folded in shared memory, vs 1").c_str(),
+                           res[0], res[4]))
         << p.name;
   }
   cuda::attention_multi_tune(-1);
