@@ -87,6 +87,8 @@ struct PreSlot {
   __device__ T* qg() const { return base + C * K; }
   __device__ T* kw() const { return base + 2 * C * K; }
   __device__ T* egn() const { return base + 3 * C * K; }
+  // Not A itself: the substitution's weights A[i][m] * beta_i (the walk's product), transposed: [m][i], zero
+  // where m >= i or i >= n.
   __device__ T* A() const { return base + 3 * C * K + K; }
   __device__ T* B() const { return A() + C * C; }
 };
@@ -293,6 +295,33 @@ __device__ __forceinline__ void state_blocked(const float* kg, const float* qg, 
   }
 }
 
+// The walk's forward substitution (kPre) for chunks of kC tokens, column tid of u: row i's value in a
+// register, then for m = 0 .. kC - 2 (u_m final once its terms are in) u_i = u_i - ab[m][i] * u_m for every
+// i > m: each row's terms in increasing m, the row-by-row loop's operations. Rows past n compute garbage
+// from ab's unwritten rows and are never stored.
+constexpr int kKdaSubstC = 64;
+template <int kC>
+__device__ __forceinline__ void substitute_by_columns(const float* ab, float* u, int n, int tid) {
+  float uu[kC];
+#pragma unroll
+  for (int i = 0; i < kC; ++i) uu[i] = u[i * kCT + tid];
+#pragma unroll
+  for (int m = 0; m < kC - 1; ++m) {
+    const float um = uu[m];
+#pragma unroll
+    for (int i4 = (m + 1) & ~3; i4 < kC; i4 += 4) {
+      const float4 f = *reinterpret_cast<const float4*>(ab + m * kC + i4);
+      const float fv[4] = {f.x, f.y, f.z, f.w};
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        if (i4 + q > m) uu[i4 + q] = uu[i4 + q] - fv[q] * um;
+    }
+  }
+#pragma unroll
+  for (int i = 1; i < kC; ++i)
+    if (i < n) u[i * kCT + tid] = uu[i];
+}
+
 template <bool kIlp, bool kBlk = false, bool kPre = false>
 __global__ void __launch_bounds__(chunk_threads<kIlp>()) kda_chunked_kernel(KdaArgs a) {
   static_assert(!kPre || kIlp, "the prepass feeds the ILP version");
@@ -406,7 +435,20 @@ __global__ void __launch_bounds__(chunk_threads<kIlp>()) kda_chunked_kernel(KdaA
       }
       for (int64_t d = tid - 32; d < K; d += kNT - 32) qg[d] = expf(static_cast<float>(Gn[d]));
     }
-    if (tid < kCT) {  // forward substitution, one column per thread
+    if (kPre && tid < kCT) {
+      // Forward substitution from the prepass's weights ab[m][i] = A[i][m] * beta_i, one column per thread:
+      // row i's terms in the same order (m = 0 .. i - 1) as below, but taken m by m over every row after m,
+      // so the rows' chains run side by side instead of one after the other (the lone warp's chain of
+      // n (n - 1) / 2 dependent steps held the other 15 at the barrier after it).
+      if (C == kKdaSubstC)
+        substitute_by_columns<kKdaSubstC>(A, u, static_cast<int>(n), tid);
+      else
+        for (int64_t i = 1; i < n; ++i) {
+          float ui = u[i * kCT + tid];
+          for (int64_t m = 0; m < i; ++m) ui = ui - A[m * C + i] * u[m * kCT + tid];
+          u[i * kCT + tid] = ui;
+        }
+    } else if (tid < kCT) {  // forward substitution, one column per thread
       // kIlp: beta_i of 32 tokens at a time in the warp's lanes (one load each), handed out by a shuffle,
       // so no step waits for its beta from L2 (63 dependent loads a chunk in the first version).
       float bl = 0.0f;
@@ -483,9 +525,11 @@ __global__ void __launch_bounds__(kIlpThreads) kda_prepass_kernel(KdaArgs a, flo
     slot.kw()[p] = kc[m * H * K + d] * expf(static_cast<float>(Gn[d] - G[m * K + d]));
   }
   for (int64_t d = tid; d < K; d += kIlpThreads) slot.egn()[d] = expf(static_cast<float>(Gn[d]));
-  for (int64_t p = tid; p < n * C; p += kIlpThreads) {
-    slot.A()[p] = A[p];
-    slot.B()[p] = B[p];
+  const float* bc = a.beta + t0 * H + h;
+  for (int64_t p = tid; p < C * C; p += kIlpThreads) {
+    const int64_t m = p / C, i = p % C;  // [m][i]: the walk's (A[i][m] * b) for row i's term m
+    slot.A()[p] = m < i && i < n ? A[i * C + m] * bc[i * H] : 0.0f;
+    if (p < n * C) slot.B()[p] = B[p];
   }
 }
 

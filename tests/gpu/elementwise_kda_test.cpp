@@ -216,13 +216,14 @@ TEST_F(Ops, KdaChunkedMatchesCpu) {
 // state-free parts, in one group or several) give the same bits, output and
 // state, for K of the register path (128, 64) and of its fallback loop (96, 36; 30 also outside the register
 // blocks' K % 4), full and partial chunks and column tiles (V = 40: two tiles, the last partial), one head's
-// tiles alone or many heads.
+// tiles alone or many heads; chunks of 64 tokens (the prepass walk's substitution by columns in registers)
+// and of 32 (its loop).
 TEST_F(Ops, KdaChunkedVersionsGiveTheFirstVersionsBits) {
   struct Shape {
-    int64_t T, H, K, V;
+    int64_t T, H, K, V, C = 64;
   };
   for (const Shape sh : {Shape{150, 2, 128, 128}, Shape{200, 3, 64, 40}, Shape{70, 2, 96, 64}, Shape{64, 1, 128, 96},
-                         Shape{70, 2, 36, 40}, Shape{40, 1, 30, 33}}) {
+                         Shape{70, 2, 36, 40}, Shape{40, 1, 30, 33}, Shape{100, 2, 128, 40, 32}}) {
     KdaIn in(sh.T, sh.H, sh.K, sh.V, 31);
     std::vector<float> ref_o, ref_s;
     // first, ilp, ilp + cluster, ilp + cluster + register blocks; the prepass with the register blocks (all
@@ -234,7 +235,7 @@ TEST_F(Ops, KdaChunkedVersionsGiveTheFirstVersionsBits) {
       cuda::kda_chunked_prepass_tune(version >= 4 ? 1 : 0, version == 6 ? 1 : version == 7 ? 2 : 0);
       auto q = both(in.q), k = both(in.k), v = both(in.v), g = both(in.g), b = both(in.beta), s = both(in.s0);
       auto o = poisoned_pair(in.T * in.H * in.V);
-      gpu().kda_chunked(q.gpu(), k.gpu(), v.gpu(), g.gpu(), b.gpu(), in.T, in.H, in.K, in.V, 64, s.gpu(), o.gpu());
+      gpu().kda_chunked(q.gpu(), k.gpu(), v.gpu(), g.gpu(), b.gpu(), in.T, in.H, in.K, in.V, sh.C, s.gpu(), o.gpu());
       auto go = get(gpu(), o.gpu(), static_cast<size_t>(in.T * in.H * in.V));
       auto gs = get(gpu(), s.gpu(), static_cast<size_t>(in.H * in.K * in.V));
       if (version == 0) {
@@ -242,7 +243,7 @@ TEST_F(Ops, KdaChunkedVersionsGiveTheFirstVersionsBits) {
         continue;
       }
       const std::string what = "kda_chunked v" + std::to_string(version) + " K" + std::to_string(sh.K) + " V" +
-                               std::to_string(sh.V);
+                               std::to_string(sh.V) + " C" + std::to_string(sh.C);
       EXPECT_TRUE(bits_equal((what + " out").c_str(), ref_o, go)) << what;
       EXPECT_TRUE(bits_equal((what + " state").c_str(), ref_s, gs)) << what;
     }
