@@ -63,6 +63,8 @@ arm_env() { case $1 in cores) echo FERRY_MMA=0;; mma) echo FERRY_MMA=1;; mma1) e
   allwg) echo FERRY_Q8T_PROMPT_WGMMA=2 FERRY_MXT_PROMPT_WGMMA=1;;  # both on wgmma, the q8_0 one overlapped
   nowave) echo FERRY_MOE_WAVE=0;;  # the routed experts' grouped launches one per table, not one per wave (same bits)
   notile) echo FERRY_F32_TILE=0;;  # many-row f32 matmuls (routers) on the generic kernel (same bits)
+  f32pipe) echo FERRY_F32_TILE=2;;  # their tile kernel with two stages pipelined by cp.async (same bits; the default)
+  f32one) echo FERRY_F32_TILE=1;;  # one stage at a time
   noconv) echo FERRY_CONV_CHUNKS=0;;  # prompt convolutions one walk per channel (same bits)
   lazy) echo CUDA_MODULE_LOADING=LAZY;;  # kernels loaded at their first launch (the runtime's default; ferry sets EAGER)
   esac; }
@@ -81,7 +83,7 @@ done
 # Arms of the same bits as mma (the default): every logit hash must be identical. The reference arm is mma
 # when it ran, else the first arm of ARMS (every arm named below keeps mma's bits).
 REFARM=mma; [ -f "$R/mma-1.hash" ] || REFARM=${ARMS%% *}
-for a in base q8wg q8wg0 q8wg2 mxwg mxwg2 mxwg3 allwg rowmx kdaold kdanocl notile noattnq noconv attnq16 attnreg kdapre kdablk kdanoblk nokdapre attnfold noattnreg q8mw2 q8mw1 q8swz nowave lazy; do
+for a in base q8wg q8wg0 q8wg2 mxwg mxwg2 mxwg3 allwg rowmx kdaold kdanocl notile noattnq noconv attnq16 attnreg kdapre kdablk kdanoblk nokdapre attnfold noattnreg f32pipe f32one q8mw2 q8mw1 q8swz nowave lazy; do
   [ "$a" != "$REFARM" ] && [ -f "$R/$a-1.hash" ] && [ -f "$R/$REFARM-1.hash" ] &&
     echo "$REFARM vs $a ($(arm_env $a)): must be identical:" && "$B/bin/ferry" trace diff "$R/$REFARM-1.hash" "$R/$a-1.hash" | tail -3
 done

@@ -192,8 +192,9 @@ void matmul_f32_row1_tune(int on);
 // FERRY_F32_ROW_BULK=0 or this knob (1 on, 0 off, -1 the environment's) turns it off. Same order, same bits.
 void matmul_f32_row_bulk_tune(int on);
 // f32 matmuls of 32+ rows (a prompt pass's routers) on a kernel of register tiles that keeps the generic
-// path's order (matmul_f32_tile_kernel, matmul.cu): on by default; FERRY_F32_TILE=0 or this knob (1 on,
-// 0 off, -1 the environment's) turns it off. Same bits either way (the CPU's).
+// path's order (matmul_f32_tile_kernel, matmul.cu): on by default; FERRY_F32_TILE=0|1|2 or this knob (2 with
+// two stages pipelined by cp.async, the default; 1 one stage at a time; 0 off; -1 the environment's) picks
+// one. Same bits every way (the CPU's).
 void matmul_f32_tile_tune(int on);
 
 // Rows per group (one weight read serves this many rows) for a weight type.

@@ -87,7 +87,7 @@ struct AllSameBitsSwitches {
     cuda::matmul_f32_tile_tune(on);
     cuda::attention_ilp_tune(on);
     cuda::attention_multi_tune(on);
-    cuda::attention_reg_tune(on);
+    cuda::attention_reg_tune(on == 1 ? 2 : on);  // on: the shared-memory fold
     cuda::fused_ops_tune(on);
     cuda::fused_gate_tune(on);
     cuda::kda_recurrent_reg_tune(on);

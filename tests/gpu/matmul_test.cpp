@@ -95,13 +95,14 @@ TEST_F(Ops, MatmulMatchesCpuForEveryTypeAndRowCount) {
 // The f32 tile kernel (matmul_f32_tile_kernel: many rows, a prompt pass's routers) keeps the generic
 // kernel's order, so the CPU's bits: a router at 1,024 rows, tiles partial in outputs and rows (40x1056 at
 // 37 rows: 33 column blocks, a partial last stage; 67x96 at 70; 33x288 at 100), and per head (8 heads of
-// 512x128 at 40 rows, x slices with a gap inside wider rows); off, the generic kernel runs (the same check).
+// 512x128 at 40 rows, x slices with a gap inside wider rows); pipelined (2: the next stage's copies in flight),
+// plain (1) and off (0: the generic kernel runs; the same check).
 TEST_F(Ops, F32TileKernelKeepsTheCpuBitsPlainAndPerHead) {
 #if FERRY_WITH_CUDA
   struct Shape {
     int64_t rows, cols, n;
   };
-  for (const int on : {1, 0}) {
+  for (const int on : {2, 1, 0}) {
     cuda::matmul_f32_tile_tune(on);
     for (const Shape sh : {Shape{896, 7168, 1024}, Shape{40, 1056, 37}, Shape{67, 96, 70}, Shape{33, 288, 100}}) {
       const auto bytes = random_weight(WType::f32, sh.rows, sh.cols, 41);
