@@ -612,6 +612,10 @@ void launch_kda_chunked(const float* q, const float* k, const float* v, const fl
                       ? static_cast<int64_t>(pre_bytes) / per_chunk : 0;
   if (g_prepass_chunks > 0) group = std::min<int64_t>(group, g_prepass_chunks);
   if (group > 0) {
+    // Groups of equal size (16 chunks in at most 5: 4 x 4, not 5 + 5 + 5 + 1, whose last prepass of 96 blocks
+    // is a grid of one partial wave); the groups only split the launches, so the same bits.
+    const int64_t chunks = (T + chunk - 1) / chunk, ngroups = (chunks + group - 1) / group;
+    group = (chunks + ngroups - 1) / ngroups;
     const bool blk = switch_on(g_block, block_env);
     const int64_t HK = H * K, HV = H * V;
     for (int64_t c0 = 0; c0 * chunk < T; c0 += group) {
