@@ -39,6 +39,11 @@ constexpr size_t kKdaPrepassMaxBytes = size_t{64} << 20;
 // one call).
 bool kda_chunked_prepass();
 void kda_chunked_prepass_tune(int on, int max_chunks = 0);
+// The prepass's walk in blocks of 8 warps that fit two a SM (kda_chunked.cu kTwo: without G, the substitution's
+// weights in qg's rows; same bits) where the shape allows (K a multiple of 4, K + chunk^2 <= chunk * K): off by
+// default until measured (built 2026-12-07b, not run on a GPU). FERRY_KDA_WALK2=1 or kda_chunked_walk2_tune(1).
+bool kda_chunked_walk2();
+void kda_chunked_walk2_tune(int on);
 // The decode delta rule with each thread's column of the state in registers (K 64 or 128; same bits as
 // the shared-memory kernel): on by default; FERRY_KDA_REG=0 or kda_recurrent_reg_tune(0) (tests,
 // benchmarks; -1 restores the environment's choice) selects the shared-memory kernel.

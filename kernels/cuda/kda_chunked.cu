@@ -322,19 +322,31 @@ __device__ __forceinline__ void substitute_by_columns(const float* ab, float* u,
     if (i < n) u[i * kCT + tid] = uu[i];
 }
 
-template <bool kIlp, bool kBlk = false, bool kPre = false>
-__global__ void __launch_bounds__(chunk_threads<kIlp>()) kda_chunked_kernel(KdaArgs a) {
+// kTwo (kPre only; FERRY_KDA_WALK2): the walk in blocks of kWalk2Threads that fit two a SM (the walk of 16
+// warps held a SM alone, 188 KB of shared memory and the whole register file, and stalled half its cycles at
+// its barriers: Nsight, 2026-12-07b). Without G (the prepass has used it), and with the substitution's
+// weights in qg's rows after e^{G_n} (qg is free once u and o's first part are formed): kda_walk2_smem bytes.
+// The same operations per value (no loop's order depends on the block's threads), so the same bits.
+// (Its launch bounds ask 2 blocks a SM; the others ask none (0), as before: a minimum of 1 made ptxas spill
+// 28 bytes in the default walk instead of 4.)
+constexpr int kWalk2Threads = 256;
+
+template <bool kIlp, bool kBlk = false, bool kPre = false, bool kTwo = false>
+__global__ void __launch_bounds__(kTwo ? kWalk2Threads : chunk_threads<kIlp>(), kTwo ? 2 : 0)
+    kda_chunked_kernel(KdaArgs a) {
   static_assert(!kPre || kIlp, "the prepass feeds the ILP version");
-  constexpr int kNT = chunk_threads<kIlp>();
+  static_assert(!kTwo || kPre, "the two-a-SM walk reads the prepass");
+  constexpr int kNT = kTwo ? kWalk2Threads : chunk_threads<kIlp>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int64_t K = a.K, C = a.C, H = a.H, V = a.V, HK = H * K;
-  double* G = reinterpret_cast<double*>(smem_raw);      // [C][K]
-  float* S = reinterpret_cast<float*>(G + C * K);       // [K][kCT]
-  float* kg = S + K * kCT;                              // [C][K]; later the state-update weights
-  float* qg = kg + C * K;                               // [C][K]; later e^{G_n} [K]
-  float* A = qg + C * K;                                // [C][C]
-  float* B = A + C * C;                                 // [C][C]
-  float* u = B + C * C;                                 // [C][kCT]
+  double* G = reinterpret_cast<double*>(smem_raw);                         // [C][K] (not kTwo)
+  float* S = kTwo ? reinterpret_cast<float*>(smem_raw)
+                  : reinterpret_cast<float*>(G + C * K);                   // [K][kCT]
+  float* kg = S + K * kCT;                                                 // [C][K]; later the state-update weights
+  float* qg = kg + C * K;                                                  // [C][K]; later e^{G_n} [K]
+  float* A = kTwo ? qg + K : qg + C * K;                                   // [C][C] (kTwo: after u and o's first part)
+  float* B = kTwo ? qg + C * K : A + C * C;                                // [C][C]
+  float* u = B + C * C;                                                    // [C][kCT]
   constexpr int kU = kIlp ? 8 : 1;  // unrolling of the loops below (kIlp: loads ahead of their chains)
   const int tid = threadIdx.x, lane = tid & 31;
   const int64_t h = blockIdx.x / a.tiles;
@@ -359,7 +371,7 @@ __global__ void __launch_bounds__(chunk_threads<kIlp>()) kda_chunked_kernel(KdaA
         qg[p] = slot.qg()[p];
       }
       for (int64_t p = tid; p < n * C; p += kNT) {
-        A[p] = slot.A()[p];
+        if (!kTwo) A[p] = slot.A()[p];
         B[p] = slot.B()[p];
       }
     } else if constexpr (kIlp) {
@@ -424,7 +436,12 @@ __global__ void __launch_bounds__(chunk_threads<kIlp>()) kda_chunked_kernel(KdaA
     // S_n = e^{G_n} S0 + sum_m (k_m e^{G_n - G_m}) u_m^T: its weights (kg, qg are free once u and o's first
     // part are formed) by the other warps while warp 0 substitutes (kIlp), else after o.
     const double* Gn = G + (n - 1) * K;
-    if (kPre && tid >= 32) {
+    if constexpr (kTwo) {  // the weights, and the substitution's into qg's rows, by every warp before it
+      for (int64_t p = tid; p < n * K; p += kNT) kg[p] = slot.kw()[p];
+      for (int64_t d = tid; d < K; d += kNT) qg[d] = slot.egn()[d];
+      for (int64_t p = tid; p < n * C; p += kNT) A[p] = slot.A()[p];
+      __syncthreads();
+    } else if (kPre && tid >= 32) {
       for (int64_t p = tid - 32; p < n * K; p += kNT - 32) kg[p] = slot.kw()[p];
       for (int64_t d = tid - 32; d < K; d += kNT - 32) qg[d] = slot.egn()[d];
     } else if (kIlp && tid >= 32) {
@@ -542,6 +559,7 @@ int g_block = -1;    // kda_chunked_block_tune
 int g_cluster = -1;  // kda_chunked_cluster_tune
 int g_prepass = -1;  // kda_chunked_prepass_tune
 int g_prepass_chunks = 0;  // its cap on the chunks of a group (0: the scratch's)
+int g_walk2 = -1;    // kda_chunked_walk2_tune
 
 // Whether a cluster of q blocks of `smem` bytes each can be resident at once (asked once per shape).
 bool clusters_fit(int q, size_t smem) {
@@ -576,6 +594,11 @@ bool kda_chunked_prepass() {
   static const bool env = env_switch("FERRY_KDA_PREPASS", true);
   return switch_on(g_prepass, env);
 }
+void kda_chunked_walk2_tune(int on) { g_walk2 = on; }
+bool kda_chunked_walk2() {
+  static const bool env = env_switch("FERRY_KDA_WALK2", false);
+  return switch_on(g_walk2, env);
+}
 size_t kda_prepass_bytes(int64_t H, int64_t K, int64_t chunk) {
   return static_cast<size_t>(H * pre_slot_floats(K, chunk)) * sizeof(float);
 }
@@ -583,6 +606,15 @@ size_t kda_prepass_bytes(int64_t H, int64_t K, int64_t chunk) {
 size_t kda_chunked_smem(int64_t K, int64_t chunk) {
   return static_cast<size_t>(chunk * K) * sizeof(double) +
          static_cast<size_t>(K * kCT + 2 * chunk * K + 2 * chunk * chunk + chunk * kCT) * sizeof(float);
+}
+// The two-a-SM walk's (kTwo): S, kg, qg (e^{G_n} and then the substitution's weights in its rows), B, u.
+size_t kda_walk2_smem(int64_t K, int64_t chunk) {
+  return static_cast<size_t>(K * kCT + 2 * chunk * K + chunk * chunk + chunk * kCT) * sizeof(float);
+}
+// Whether it takes this shape: qg's rows hold e^{G_n} and the C x C weights (16-byte aligned after K floats),
+// and two blocks fit a SM (227 KB of shared memory, 1 KB of it reserved per block).
+bool walk2_fits(int64_t K, int64_t chunk) {
+  return K % 4 == 0 && K + chunk * chunk <= chunk * K && 2 * (kda_walk2_smem(K, chunk) + 1024) <= 227 * 1024;
 }
 
 void launch_kda_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t T,
@@ -596,6 +628,9 @@ void launch_kda_chunked(const float* q, const float* k, const float* v, const fl
                                             static_cast<int>(kKdaChunkedMaxSmem)));
     FERRY_CUDA_CHECK(cudaFuncSetAttribute(kda_prepass_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(kKdaChunkedMaxSmem)));
+    for (auto* kern : {kda_chunked_kernel<true, false, true, true>, kda_chunked_kernel<true, true, true, true>})
+      FERRY_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(kKdaChunkedMaxSmem)));
     for (auto* kern : {kda_chunked_kernel<true>, kda_chunked_kernel<true, true>})
       FERRY_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     return true;
@@ -617,6 +652,8 @@ void launch_kda_chunked(const float* q, const float* k, const float* v, const fl
     const int64_t chunks = (T + chunk - 1) / chunk, ngroups = (chunks + group - 1) / group;
     group = (chunks + ngroups - 1) / ngroups;
     const bool blk = switch_on(g_block, block_env);
+    const bool two = kda_chunked_walk2() && walk2_fits(K, chunk);
+    const size_t smem2 = kda_walk2_smem(K, chunk);
     const int64_t HK = H * K, HV = H * V;
     for (int64_t c0 = 0; c0 * chunk < T; c0 += group) {
       const int64_t t0 = c0 * chunk, tn = std::min(T - t0, group * chunk), nch = (tn + chunk - 1) / chunk;
@@ -624,10 +661,15 @@ void launch_kda_chunked(const float* q, const float* k, const float* v, const fl
                  o + t0 * HV, tiles, 1, pre};
       kda_prepass_kernel<<<static_cast<unsigned>(H * nch), kIlpThreads, kda_prepass_smem(K, chunk), st>>>(ga, pre);
       FERRY_CUDA_LAUNCHED(kda_prepass_kernel);
-      if (blk)
-        kda_chunked_kernel<true, true, true><<<static_cast<unsigned>(H * tiles), kIlpThreads, smem, st>>>(ga);
+      const auto walk_grid = static_cast<unsigned>(H * tiles);
+      if (two && blk)
+        kda_chunked_kernel<true, true, true, true><<<walk_grid, kWalk2Threads, smem2, st>>>(ga);
+      else if (two)
+        kda_chunked_kernel<true, false, true, true><<<walk_grid, kWalk2Threads, smem2, st>>>(ga);
+      else if (blk)
+        kda_chunked_kernel<true, true, true><<<walk_grid, kIlpThreads, smem, st>>>(ga);
       else
-        kda_chunked_kernel<true, false, true><<<static_cast<unsigned>(H * tiles), kIlpThreads, smem, st>>>(ga);
+        kda_chunked_kernel<true, false, true><<<walk_grid, kIlpThreads, smem, st>>>(ga);
       FERRY_CUDA_LAUNCHED(kda_chunked_kernel);
     }
     return;

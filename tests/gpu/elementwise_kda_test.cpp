@@ -227,12 +227,15 @@ TEST_F(Ops, KdaChunkedVersionsGiveTheFirstVersionsBits) {
     KdaIn in(sh.T, sh.H, sh.K, sh.V, 31);
     std::vector<float> ref_o, ref_s;
     // first, ilp, ilp + cluster, ilp + cluster + register blocks; the prepass with the register blocks (all
-    // chunks in one group), without them, and in groups of one and of two chunks
-    for (const int version : {0, 1, 2, 3, 4, 5, 6, 7}) {
+    // chunks in one group), without them, and in groups of one and of two chunks; its walk in blocks of two a
+    // SM (where the shape allows; else the walk of 16 warps), with the register blocks in one group and
+    // without them in groups of two chunks
+    for (const int version : {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}) {
       cuda::kda_chunked_ilp_tune(version >= 1 ? 1 : 0);
       cuda::kda_chunked_cluster_tune(version >= 2 ? 1 : 0);
-      cuda::kda_chunked_block_tune(version == 3 || version == 4 || version == 6 ? 1 : 0);
-      cuda::kda_chunked_prepass_tune(version >= 4 ? 1 : 0, version == 6 ? 1 : version == 7 ? 2 : 0);
+      cuda::kda_chunked_block_tune(version == 3 || version == 4 || version == 6 || version == 8 ? 1 : 0);
+      cuda::kda_chunked_prepass_tune(version >= 4 ? 1 : 0, version == 6 ? 1 : version == 7 || version == 9 ? 2 : 0);
+      cuda::kda_chunked_walk2_tune(version >= 8 ? 1 : 0);
       auto q = both(in.q), k = both(in.k), v = both(in.v), g = both(in.g), b = both(in.beta), s = both(in.s0);
       auto o = poisoned_pair(in.T * in.H * in.V);
       gpu().kda_chunked(q.gpu(), k.gpu(), v.gpu(), g.gpu(), b.gpu(), in.T, in.H, in.K, in.V, sh.C, s.gpu(), o.gpu());
@@ -252,6 +255,7 @@ TEST_F(Ops, KdaChunkedVersionsGiveTheFirstVersionsBits) {
   cuda::kda_chunked_cluster_tune(-1);
   cuda::kda_chunked_block_tune(-1);
   cuda::kda_chunked_prepass_tune(-1);
+  cuda::kda_chunked_walk2_tune(-1);
 }
 
 // Exactness on the GPU: 16 tokens in one call equal 16 one-token calls bit for bit.

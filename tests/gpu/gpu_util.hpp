@@ -95,6 +95,7 @@ struct AllSameBitsSwitches {
     cuda::kda_chunked_cluster_tune(on);
     cuda::kda_chunked_block_tune(on);
     cuda::kda_chunked_prepass_tune(on);
+    cuda::kda_chunked_walk2_tune(on);
     cuda::conv1d_chunks_tune(on);
     cuda::rownorm::row_cluster_tune(on);
     cuda::rownorm::fused_add_tune(on);
