@@ -51,6 +51,7 @@ arm_env() { case $1 in cores) echo FERRY_MMA=0;; mma) echo FERRY_MMA=1;; mma1) e
   nokdapre) echo FERRY_KDA_PREPASS=0;;  # without the prepass: the walk computes them chunk by chunk
   kdawalk2) echo FERRY_KDA_WALK2=1;;  # the prepass's walk in blocks of 8 warps, two a SM (same bits)
   attnfold) echo FERRY_ATTN_REG=2;;  # attnreg with a round's 16 scores folded through shared memory (same bits; the default)
+  attnsum) echo FERRY_ATTN_REG=3;;  # attnfold with each query's sum of p taken once (same bits)
   kdanoblk) echo FERRY_KDA_BLOCK=0;;  # without them
   q8mw2) echo FERRY_Q8T_PROMPT_MW=2;;  # the q8_0 tiles' prompt kernel with two 16-row tiles a warp everywhere (same bits)
   q8mw1) echo FERRY_Q8T_PROMPT_MW=1;;  # with one everywhere (the default picks 2 where the call fills the SMs)
@@ -84,7 +85,7 @@ done
 # Arms of the same bits as mma (the default): every logit hash must be identical. The reference arm is mma
 # when it ran, else the first arm of ARMS (every arm named below keeps mma's bits).
 REFARM=mma; [ -f "$R/mma-1.hash" ] || REFARM=${ARMS%% *}
-for a in base q8wg q8wg0 q8wg2 mxwg mxwg2 mxwg3 allwg rowmx kdaold kdanocl notile noattnq noconv attnq16 attnreg kdapre kdablk kdanoblk nokdapre kdawalk2 attnfold noattnreg f32pipe f32one q8mw2 q8mw1 q8swz nowave lazy; do
+for a in base q8wg q8wg0 q8wg2 mxwg mxwg2 mxwg3 allwg rowmx kdaold kdanocl notile noattnq noconv attnq16 attnreg kdapre kdablk kdanoblk nokdapre kdawalk2 attnfold attnsum noattnreg f32pipe f32one q8mw2 q8mw1 q8swz nowave lazy; do
   [ "$a" != "$REFARM" ] && [ -f "$R/$a-1.hash" ] && [ -f "$R/$REFARM-1.hash" ] &&
     echo "$REFARM vs $a ($(arm_env $a)): must be identical:" && "$B/bin/ferry" trace diff "$R/$REFARM-1.hash" "$R/$a-1.hash" | tail -3
 done

@@ -183,7 +183,10 @@ __device__ __forceinline__ int multi_keys(const AttentionArgs& a, int64_t t0, in
 // chunk of keys it loads their values once and every query's probabilities. A chunk that every query of a full
 // block sees whole (all but the last few chunks) skips the per-key tests and clamps and loads the
 // probabilities as float4 (the 1,024-token pass's attention 12.0 -> 9.7 ms, H100, 2026-12-07b).
-template <int QN>
+// HOIST (FERRY_ATTN_REG=3): each query's sum of p taken once, by lane j of warp 0 in key order from 0 (the
+// chain every output column repeated: one add of ~3 per key, query and column), before the output loop; the
+// same additions, so the same bits.
+template <int QN, bool HOIST = false>
 __device__ __forceinline__ void multi_softmax_output(const AttnParams& P, int64_t t0, int64_t h, int64_t j0, int nqb,
                                                      const int (&nk)[QN], int maxn, float* sc, float* sh) {
   const AttentionArgs& a = P.a;
@@ -202,6 +205,25 @@ __device__ __forceinline__ void multi_softmax_output(const AttnParams& P, int64_
   const float* vh = a.v + kh * a.v_head_stride;
   const float* sq = sc + (j0 * a.Hq + h) * P.maxk;
   const int64_t sstride = a.Hq * P.maxk;  // from query j to j + 1
+  if constexpr (HOIST) {
+    if (threadIdx.x < QN) {  // sh's maxima are all read: every thread passed the barrier above
+      const int j = threadIdx.x;
+      const int64_t last = min(a.L - 1, a.q_pos0 + t0 + j0 + j);  // multi_keys's nk[j]
+      const int64_t nkj = j < nqb && last >= 0 ? last + 1 : 0;
+      const float* s = sq + j * sstride;
+      float acc = 0.0f;
+      for (int64_t i0 = 0; i0 < nkj; i0 += 8) {
+        float pv[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) pv[u] = i0 + u < nkj ? s[i0 + u] : 0.0f;
+#pragma unroll
+        for (int u = 0; u < 8; ++u)
+          if (i0 + u < nkj) acc = add(acc, pv[u]);
+      }
+      sh[j] = acc;
+    }
+    __syncthreads();
+  }
   const bool full_block = nqb == QN;
   // Float4 loads of a query's probabilities: rows of a multiple of 4 floats from a 16-byte aligned scratch.
   const bool vec = (P.maxk & 3) == 0 && (reinterpret_cast<uintptr_t>(sc) & 15) == 0;
@@ -234,7 +256,7 @@ __device__ __forceinline__ void multi_softmax_output(const AttnParams& P, int64_
         for (int u = 0; u < kChunk; ++u)
 #pragma unroll
           for (int j = 0; j < QN; ++j) {
-            sum[j] = add(sum[j], pv[u][j]);
+            if (!HOIST) sum[j] = add(sum[j], pv[u][j]);
             o[j] = add(o[j], mul(pv[u][j], vv[u]));
           }
         continue;
@@ -251,14 +273,14 @@ __device__ __forceinline__ void multi_softmax_output(const AttnParams& P, int64_
 #pragma unroll
         for (int j = 0; j < QN; ++j)
           if (i0 + u < nk[j]) {
-            sum[j] = add(sum[j], pv[u][j]);
+            if (!HOIST) sum[j] = add(sum[j], pv[u][j]);
             o[j] = add(o[j], mul(pv[u][j], vv[u]));
           }
       }
     }
 #pragma unroll
     for (int j = 0; j < QN; ++j)
-      if (j < nqb) a.out[((t0 + j0 + j) * a.Hq + h) * a.Dv + d0] = nk[j] ? mul(o[j], 1.0f / sum[j]) : 0.0f;
+      if (j < nqb) a.out[((t0 + j0 + j) * a.Hq + h) * a.Dv + d0] = nk[j] ? mul(o[j], 1.0f / (HOIST ? sh[j] : sum[j])) : 0.0f;
   }
 }
 
@@ -353,8 +375,9 @@ __device__ __forceinline__ float fold_pairs(const float (&pv)[kAttnFoldPairs], f
   return add(x, __shfl_down_sync(kFullMask, x, 16));  // + 1 lane: the even lanes' sum + the odd lanes'
 }
 
-template <bool FOLD>
-__global__ void __launch_bounds__(kAttnThreads) attention_multi_reg_kernel(AttnParams P, int64_t t0, int64_t nq,
+// HOIST: 3 blocks a SM (170 registers; 180 unbounded, so 2 blocks; the others keep their bounds of before).
+template <bool FOLD, bool HOIST = false>
+__global__ void __launch_bounds__(kAttnThreads, HOIST ? 3 : 0) attention_multi_reg_kernel(AttnParams P, int64_t t0, int64_t nq,
                                                                            float* sc) {
   constexpr int QN = 8;
   pdl_begin();
@@ -422,7 +445,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_multi_reg_kernel(AttnP
     }
   }
   __syncthreads();
-  multi_softmax_output<QN>(P, t0, h, j0, nqb, nk, maxn, sc, sh);
+  multi_softmax_output<QN, HOIST>(P, t0, h, j0, nqb, nk, maxn, sc, sh);
 }
 
 // Warp per (query t, key s): score[t, s] = sum_h w[t,h] * relu(q[t,h,:] . k[s,:]), CPU order.
@@ -516,6 +539,7 @@ void launch_attention_multi(int qn, const AttnParams& P, int64_t t0, int64_t nq,
   const int reg = attention_reg();
   if (P.a.Dk <= kAttnRegMaxDk && P.a.Hq <= 65535 && reg) {
     const dim3 grid(static_cast<unsigned>((nq + 7) / 8), static_cast<unsigned>(P.a.Hq));
+    if (reg == 3) return launch_small(attention_multi_reg_kernel<true, true>, grid, kAttnThreads, 0, st, P, t0, nq, sc);
     if (reg == 2) return launch_small(attention_multi_reg_kernel<true>, grid, kAttnThreads, 0, st, P, t0, nq, sc);
     return launch_small(attention_multi_reg_kernel<false>, grid, kAttnThreads, 0, st, P, t0, nq, sc);
   }

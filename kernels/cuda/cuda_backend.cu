@@ -130,9 +130,9 @@ int g_attn_reg = -1;  // attention_reg_tune
 int attention_reg() {
   static const int env = [] {
     const char* v = std::getenv("FERRY_ATTN_REG");
-    return v ? std::clamp(std::atoi(v), 0, 2) : 2;
+    return v ? std::clamp(std::atoi(v), 0, 3) : 2;
   }();
-  return g_attn_reg < 0 ? env : std::clamp(g_attn_reg, 0, 2);
+  return g_attn_reg < 0 ? env : std::clamp(g_attn_reg, 0, 3);
 }
 void attention_reg_tune(int on) { g_attn_reg = on; }
 

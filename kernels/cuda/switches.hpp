@@ -45,8 +45,9 @@ void attention_multi_tune(int on);
 // Whether those 8-query blocks take attention_multi_reg_kernel where keys are at most 256 floats wide (query
 // rows in registers, two keys a warp per round, the grid head-major; attention.cu): 0 no, 1 with each score
 // folded over the warp by warp_fold, 2 (the default since 2026-12-07b) with a round's 16 scores folded at once
-// through shared memory, a lane per score: the 1,024-token pass's attention 9.7 -> 5.5 ms (H100).
-// FERRY_ATTN_REG=0|1|2 or attention_reg_tune(0|1|2) picks one. Same bits in every case.
+// through shared memory, a lane per score: the 1,024-token pass's attention 9.7 -> 5.5 ms (H100), 3 as 2
+// with each query's sum of p taken once instead of by every output column (built 2026-12-07b, not run).
+// FERRY_ATTN_REG=0|1|2|3 or attention_reg_tune(0|1|2|3) picks one. Same bits in every case.
 int attention_reg();
 void attention_reg_tune(int on);
 

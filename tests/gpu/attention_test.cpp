@@ -136,11 +136,11 @@ TEST_F(Ops, AttentionOfEightQueriesPerBlockGivesTheBitsOfABlockPerQuery) {
           sel[static_cast<size_t>(t * sk + c++)] = static_cast<int32_t>(i);
         }
     // A block per query, 8 queries per block, 16, 8 with the query rows in registers (warp_fold), the same with
-    // a round's scores folded through shared memory.
-    std::vector<float> res[5];
-    for (const int multi : {0, 1, 2, 3, 4}) {
+    // a round's scores folded through shared memory, and with each query's sum of p taken once.
+    std::vector<float> res[6];
+    for (const int multi : {0, 1, 2, 3, 4, 5}) {
       cuda::attention_multi_tune(multi == 2 ? 16 : multi >= 3 ? 8 : multi);
-      cuda::attention_reg_tune(multi == 3 ? 1 : multi == 4 ? 2 : 0);
+      cuda::attention_reg_tune(multi >= 3 ? multi - 2 : 0);
       auto out = poisoned_pair(p.T * p.Hq * p.Dv);
       AttentionArgs a;
       a.q = q.gpu(); a.q_tok_stride = p.Hq * p.Dk; a.q_head_stride = p.Dk;
@@ -160,6 +160,9 @@ TEST_F(Ops, AttentionOfEightQueriesPerBlockGivesTheBitsOfABlockPerQuery) {
         << p.name;
     EXPECT_TRUE(bits_equal((std::string(p.name) + ": rows in registers, scores folded in shared memory, vs 1").c_str(),
                            res[0], res[4]))
+        << p.name;
+    EXPECT_TRUE(bits_equal((std::string(p.name) + ": the same, each query's sum taken once, vs 1").c_str(), res[0],
+                           res[5]))
         << p.name;
   }
   cuda::attention_multi_tune(-1);
