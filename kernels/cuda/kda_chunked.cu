@@ -75,7 +75,8 @@ struct KdaArgs {
 };
 
 // The prepass (kda_prepass_kernel) leaves per (chunk c, head h), at slot c * H + h: kg, qg and the state
-// update's weights kw = k e^{G_n - G} ([C][K] each, rows < n), e^{G_n} [K], A and B ([C][C], rows < n).
+// update's weights kw = k e^{G_n - G} ([C][K] each, rows < n), e^{G_n} [K], the substitution's weights ab
+// (A x beta, transposed) and B ([C][C]).
 // PreSlot is that layout, for the writer (T = float) and the walk (T = const float).
 __host__ __device__ inline int64_t pre_slot_floats(int64_t K, int64_t C) { return 3 * C * K + K + 2 * C * C; }
 template <class T>
@@ -87,10 +88,10 @@ struct PreSlot {
   __device__ T* qg() const { return base + C * K; }
   __device__ T* kw() const { return base + 2 * C * K; }
   __device__ T* egn() const { return base + 3 * C * K; }
-  // Not A itself: the substitution's weights A[i][m] * beta_i (the walk's product), transposed: [m][i], zero
-  // where m >= i or i >= n.
-  __device__ T* A() const { return base + 3 * C * K + K; }
-  __device__ T* B() const { return A() + C * C; }
+  // Not A itself: the substitution's weights ab = A[i][m] * beta_i (the walk's product), transposed: [m][i],
+  // zero where m >= i or i >= n.
+  __device__ T* ab() const { return base + 3 * C * K + K; }
+  __device__ T* B() const { return ab() + C * C; }
 };
 
 // kIlp's G, kg, qg of a chunk: thread d walks the n tokens in order (G's double sum), with kTokenBatch
@@ -371,7 +372,7 @@ __global__ void __launch_bounds__(kTwo ? kWalk2Threads : chunk_threads<kIlp>(), 
         qg[p] = slot.qg()[p];
       }
       for (int64_t p = tid; p < n * C; p += kNT) {
-        if (!kTwo) A[p] = slot.A()[p];
+        if (!kTwo) A[p] = slot.ab()[p];  // with the prepass, A's buffer holds ab
         B[p] = slot.B()[p];
       }
     } else if constexpr (kIlp) {
@@ -439,7 +440,7 @@ __global__ void __launch_bounds__(kTwo ? kWalk2Threads : chunk_threads<kIlp>(), 
     if constexpr (kTwo) {  // the weights, and the substitution's into qg's rows, by every warp before it
       for (int64_t p = tid; p < n * K; p += kNT) kg[p] = slot.kw()[p];
       for (int64_t d = tid; d < K; d += kNT) qg[d] = slot.egn()[d];
-      for (int64_t p = tid; p < n * C; p += kNT) A[p] = slot.A()[p];
+      for (int64_t p = tid; p < n * C; p += kNT) A[p] = slot.ab()[p];
       __syncthreads();
     } else if (kPre && tid >= 32) {
       for (int64_t p = tid - 32; p < n * K; p += kNT - 32) kg[p] = slot.kw()[p];
@@ -545,7 +546,7 @@ __global__ void __launch_bounds__(kIlpThreads) kda_prepass_kernel(KdaArgs a, flo
   const float* bc = a.beta + t0 * H + h;
   for (int64_t p = tid; p < C * C; p += kIlpThreads) {
     const int64_t m = p / C, i = p % C;  // [m][i]: the walk's (A[i][m] * b) for row i's term m
-    slot.A()[p] = m < i && i < n ? A[i * C + m] * bc[i * H] : 0.0f;
+    slot.ab()[p] = m < i && i < n ? A[i * C + m] * bc[i * H] : 0.0f;
     if (p < n * C) slot.B()[p] = B[p];
   }
 }
