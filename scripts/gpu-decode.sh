@@ -21,7 +21,11 @@ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version 
 if [ "${TESTS:-1}" = 1 ]; then
   stamp "GPU tests ${TEST_FILTER:-all}"
   timeout ${TEST_TIMEOUT:-240} "$B/bin/ferry_test_gpu" ${TEST_FILTER:+--gtest_filter=$TEST_FILTER} > "$R/gpu_tests.log" 2>&1
-  echo "gpu tests exit $?"
+  rc=$?; echo "gpu tests exit $rc"
+  # A crash or a timeout leaves no summary line: say which test was running and how it ended.
+  if [ $rc != 0 ] && ! grep -qE '^\[  (PASSED|FAILED) +\]' "$R/gpu_tests.log"; then
+    echo "no summary: the last test started and the log's end:"; grep -E '^\[ RUN' "$R/gpu_tests.log" | tail -1; tail -3 "$R/gpu_tests.log"
+  fi
   grep -E '^\[gpu-op\] (dec |K3|q8_0 5|mxfp4 16|.*block vs plain|.*vs cuda sequence)' "$R/gpu_tests.log" | head -70
   grep -E '^\[  (FAILED|PASSED) +\]|tests? ran|Failure' "$R/gpu_tests.log" | head -30
 fi
