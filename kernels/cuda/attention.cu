@@ -163,15 +163,20 @@ __global__ void attention_kernel(AttnParams P, int64_t t0, float* sc) {
 // yet; half the key and value loads again, twice the registers of sums: kChunk keys per load round then 4).
 constexpr int kAttnMultiMaxDk = 1024;  // q rows in shared memory: QN x Dk floats
 
-// The multi kernels' queries of a block: nk[j] keys of query j (0 past the block's nqb queries), maxn the
-// most of them.
+// Keys query j of a multi kernel's block sees: positions 0 .. its last visible one (0 past the block's nqb
+// queries).
+__device__ __forceinline__ int query_keys(const AttentionArgs& a, int64_t t0, int64_t j0, int j, int nqb) {
+  const int64_t last = min(a.L - 1, a.q_pos0 + t0 + j0 + j);
+  return j < nqb && last >= 0 ? static_cast<int>(last + 1) : 0;
+}
+
+// The multi kernels' queries of a block: nk[j] = query_keys of query j, maxn the most of them.
 template <int QN>
 __device__ __forceinline__ int multi_keys(const AttentionArgs& a, int64_t t0, int64_t j0, int nqb, int (&nk)[QN]) {
   int maxn = 0;
 #pragma unroll
   for (int j = 0; j < QN; ++j) {
-    const int64_t last = min(a.L - 1, a.q_pos0 + t0 + j0 + j);
-    nk[j] = j < nqb && last >= 0 ? static_cast<int>(last + 1) : 0;
+    nk[j] = query_keys(a, t0, j0, j, nqb);
     maxn = max(maxn, nk[j]);
   }
   return maxn;
@@ -208,8 +213,7 @@ __device__ __forceinline__ void multi_softmax_output(const AttnParams& P, int64_
   if constexpr (HOIST) {
     if (threadIdx.x < QN) {  // sh's maxima are all read: every thread passed the barrier above
       const int j = threadIdx.x;
-      const int64_t last = min(a.L - 1, a.q_pos0 + t0 + j0 + j);  // multi_keys's nk[j]
-      const int64_t nkj = j < nqb && last >= 0 ? last + 1 : 0;
+      const int nkj = query_keys(a, t0, j0, j, nqb);  // nk[j]: a register array, not indexed by a thread's j
       const float* s = sq + j * sstride;
       float acc = 0.0f;
       for (int64_t i0 = 0; i0 < nkj; i0 += 8) {
@@ -432,9 +436,8 @@ __global__ void __launch_bounds__(kAttnThreads, HOIST ? 3 : 0) attention_multi_r
       const float v = fold_pairs(pv, fold_buf[warp], lane);
       const int j = lane & (QN - 1);
       const int64_t key = lane & QN ? i1 : i;
-      const int64_t last = min(a.L - 1, a.q_pos0 + t0 + j0 + j);  // multi_keys's nk[j], for this lane's j
-      const int64_t nkj = j < nqb && last >= 0 ? last + 1 : 0;
-      if (lane < kAttnFoldPairs && key < nkj) sc[((j0 + j) * a.Hq + h) * P.maxk + key] = mul(v, a.scale);
+      if (lane < kAttnFoldPairs && key < query_keys(a, t0, j0, j, nqb))
+        sc[((j0 + j) * a.Hq + h) * P.maxk + key] = mul(v, a.scale);
     } else {
 #pragma unroll
       for (int j = 0; j < QN; ++j) {

@@ -26,6 +26,11 @@ bool env_switch(const char* name, bool unset) {
   return unset ? v[0] != '0' : v[0] == '1';
 }
 
+int env_level(const char* name, int unset, int hi) {
+  const char* v = std::getenv(name);
+  return v ? std::clamp(std::atoi(v), 0, hi) : unset;
+}
+
 namespace {
 std::mutex g_copied_mu;
 std::vector<cudaStream_t> g_copied;  // streams with a copy or memset since their last launch_kernel
@@ -128,11 +133,8 @@ int g_attn_reg = -1;  // attention_reg_tune
 }  // namespace
 
 int attention_reg() {
-  static const int env = [] {
-    const char* v = std::getenv("FERRY_ATTN_REG");
-    return v ? std::clamp(std::atoi(v), 0, 3) : 2;
-  }();
-  return g_attn_reg < 0 ? env : std::clamp(g_attn_reg, 0, 3);
+  static const int env = env_level("FERRY_ATTN_REG", 2, 3);
+  return level_on(g_attn_reg, env, 3);
 }
 void attention_reg_tune(int on) { g_attn_reg = on; }
 

@@ -451,11 +451,8 @@ int g_f32_tile = -1;  // matmul_f32_tile_tune
 
 // FERRY_F32_TILE / matmul_f32_tile_tune: 0 off, 1 the tile kernel, 2 its two-stage pipelined version.
 int f32_tile_level() {
-  static const int env = [] {
-    const char* v = std::getenv("FERRY_F32_TILE");
-    return v ? std::clamp(std::atoi(v), 0, 2) : 2;
-  }();
-  return g_f32_tile < 0 ? env : std::clamp(g_f32_tile, 0, 2);
+  static const int env = env_level("FERRY_F32_TILE", 2, 2);
+  return level_on(g_f32_tile, env, 2);
 }
 
 // Whether the tile kernel takes this call: on (FERRY_F32_TILE), 32+ rows, 16-byte loads line up.

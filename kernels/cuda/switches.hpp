@@ -13,6 +13,11 @@ namespace ferry::cuda {
 bool env_switch(const char* name, bool unset);
 // A switch's value: the tune knob where it is set (1 on, 0 off), else the environment's.
 inline bool switch_on(int tuned, bool env) { return tuned >= 0 ? tuned == 1 : env; }
+// Switches of several levels (0 off, 1 .. hi: FERRY_ATTN_REG, FERRY_F32_TILE): the variable's number clamped
+// to [0, hi], `unset` when it is not set (read once, as env_switch); the value, the tune knob where it is set
+// (at most hi), else the environment's.
+int env_level(const char* name, int unset, int hi);
+inline int level_on(int tuned, int env, int hi) { return tuned >= 0 ? (tuned < hi ? tuned : hi) : env; }
 
 // Whether the current device runs the sm_90a code of ferry_cuda_sm90a (wgmma): compute capability 9.0, the
 // H100 / H200 (read once).
