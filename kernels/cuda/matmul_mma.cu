@@ -158,7 +158,7 @@ bool env_is(const char* name, const char* value) {
   const char* v = std::getenv(name);
   return v && std::string(v) == value;
 }
-const int g_levels = env_is("FERRY_MMA_LEVELS", "1") ? 1 : 2;
+int g_levels_tuned = 0;  // matmul_mma_levels_tune
 const bool g_enabled = !env_is("FERRY_MMA", "0");
 // Which weights decode steps and verify blocks run on the tensor cores: FERRY_DEC_MMA=0 none, =1 every
 // shape the kernels take, default the measured winners (dec_wins).
@@ -214,6 +214,12 @@ bool tensor_core_shape(const Weight& w) {
 
 bool matmul_mma_supported(const Weight& w) { return g_enabled && tensor_core_shape(w); }
 
+int mma_levels() {
+  static const int env = env_is("FERRY_MMA_LEVELS", "1") ? 1 : env_is("FERRY_MMA_LEVELS", "2") ? 2 : 0;
+  return g_levels_tuned ? g_levels_tuned : env ? env : kDefaultMmaLevels;
+}
+void matmul_mma_levels_tune(int levels) { g_levels_tuned = levels == 1 || levels == 2 ? levels : 0; }
+
 int dec_stage_blocks(int64_t cols) {
   // FERRY_DEC_KB=1|4|8 (measurements) caps it; the default takes the widest the columns allow.
   static const int cap = [] {
@@ -254,7 +260,7 @@ Out prep_layout(void* buf, int64_t n, int64_t cols, bool both_levels, XOrder ord
   const size_t halves = static_cast<size_t>(n) * static_cast<size_t>(cols);
   xprep::Out o;
   o.hi = static_cast<__half*>(buf);
-  o.lo = both_levels || g_levels == 2 ? o.hi + halves : nullptr;
+  o.lo = both_levels || mma_levels() == 2 ? o.hi + halves : nullptr;
   o.inv = reinterpret_cast<float*>(static_cast<uint8_t*>(buf) + ((2 * halves * sizeof(__half) + 255) & ~size_t{255}));
   o.order = order;
   return o;

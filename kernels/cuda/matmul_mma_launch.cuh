@@ -27,8 +27,14 @@ struct XPrep {
 // Whether a prompt pass runs this weight on the tensor cores (q8_0 / mxfp4, cols % 128 == 0, data
 // 16-byte aligned and a multiple of 16 bytes long, and the path not switched off).
 bool matmul_mma_supported(const Weight& w);
-// Measurement switches, read once from the environment: FERRY_MMA=0 (prompt passes on the CUDA-core
-// kernels) and FERRY_MMA_LEVELS=1 (x as hi only; the default is hi + lo).
+// Measurement switch, read once from the environment: FERRY_MMA=0 (prompt passes on the CUDA-core kernels).
+
+// x's levels in a prompt pass's tensor-core matmuls: 2 (hi + lo, 22 of x's 24 bits) or 1 (hi only, 11
+// bits, half the tensor-core work): FERRY_MMA_LEVELS=1|2, or the tune knob (1, 2; 0 the environment's),
+// else kDefaultMmaLevels. A run keeps one choice throughout (a prompt row's bits depend on it).
+constexpr int kDefaultMmaLevels = 2;
+int mma_levels();
+void matmul_mma_levels_tune(int levels);
 
 // Whether decode steps and verify blocks (every matmul outside a prompt pass) run this weight on the
 // tensor cores (matmul_dec.cuh) rather than on the CUDA-core kernels of matmul_fast.cuh: by default
@@ -47,7 +53,7 @@ int dec_stage_blocks(int64_t cols);
 // Device bytes prep_x needs for n rows of cols.
 size_t mma_prep_bytes(int64_t n, int64_t cols);
 // x [n, cols] (contiguous) prepared into buf (mma_prep_bytes(n, cols) bytes) on stream st: hi + lo, or
-// hi only under FERRY_MMA_LEVELS=1 unless both_levels (the decode kernels always take both).
+// hi only when mma_levels() is 1, unless both_levels (the decode kernels always take both).
 // order: natural, mx (the decode kernels' mxfp4 order: within each 16 columns, 4t + j at 2t + (j & 1)
 // + 8 (j >> 1); matmul_dec.cuh) or mxt (below).
 // mxt (the mxfp4 tiles' decode kernel, matmul_mxt.cuh): within each 32 columns, 16s + 4t + j at 8t + 4s + j.

@@ -385,7 +385,7 @@ void launch_matmul_q8t_prompt(const Weight& w, const mma::XPrep& xp, int64_t n, 
                  static_cast<int>(w.cols), xp, y, n, 0, 0, 0};
   if (n > (int64_t{1} << 30)) throw LimitError("cuda matmul: " + std::to_string(n) + " rows in one call");
   if (q8t_prompt_swz()) return xp.lo ? launch_prompt_l<2, 1, true>(p, st) : launch_prompt_l<1, 1, true>(p, st);
-  if (const int wg = xp.lo ? q8t_prompt_wgmma(w.rows, n) : 0) return launch_q8t_prompt_wgmma(p, st, wg == 2);
+  if (const int wg = q8t_prompt_wgmma(w.rows, n)) return launch_q8t_prompt_wgmma(p, st, wg == 2);
   const bool mw2 = q8t_prompt_mw(w.rows, n) == 2;
   if (xp.lo) return mw2 ? launch_prompt_l<2, 2>(p, st) : launch_prompt_l<2, 1>(p, st);
   mw2 ? launch_prompt_l<1, 2>(p, st) : launch_prompt_l<1, 1>(p, st);

@@ -259,6 +259,30 @@ TEST_F(GpuK3, PromptLogitsAndGreedyIdsMatchLlamaCpp) {
   EXPECT_LE(worst, kK3MaxAbs);
 }
 
+// A prompt pass with x as hi only in the tensor-core matmuls (11 of its 24 bits: FERRY_MMA_LEVELS=1)
+// keeps llama.cpp's greedy ids and its prompt logits within kK3HiOnlyMaxAbs (ggml's own CPU matmuls take
+// x as 8-bit q8_K); decode steps keep both levels whatever the setting.
+constexpr double kK3HiOnlyMaxAbs = 2e-3;
+TEST_F(GpuK3, PromptPassWithXAsHiOnlyKeepsLlamaCppsGreedyIdsAndLogitsClose) {
+#if FERRY_WITH_CUDA
+  cuda::matmul_mma_levels_tune(1);
+  auto m = load_on(gpu_fixture("k3-tiny-a/hf"), true);
+  const auto want = read_f32(gpu_fixture("k3-tiny-a/ref/exact/prompt_logits.f32"));
+  auto st = m.model->new_state(256);
+  ForwardOptions o;
+  o.prefill = true;
+  o.all_logits = true;
+  const auto got = m.model->forward(*st, prompt_, o);
+  const auto e = compare_rows(got.data(), want.data(), static_cast<int64_t>(prompt_.size()), m.cfg.vocab);
+  std::printf("[gpu-model k3-tiny-a] x as hi only: prompt logits vs llama.cpp: max|d| %.3g rel %.3g\n", e.max_abs,
+              e.max_rel);
+  const auto ids = greedy(m, prompt_, gen_.size(), nullptr);
+  cuda::matmul_mma_levels_tune(0);
+  EXPECT_LE(e.max_abs, kK3HiOnlyMaxAbs);
+  EXPECT_EQ(ids, gen_);
+#endif
+}
+
 TEST_F(GpuK3, SameBitsSwitchesKeepEveryLogitsBits) {
   auto m = load_on(gpu_fixture("k3-tiny-a/hf"), true);
   expect_same_bits_switches_keep_bits(m, prompt_, "k3-tiny-a");

@@ -24,7 +24,9 @@ constexpr int kSteps = kPromptK / 16;    // k16 steps a stage
 constexpr int kStepBytes = kBN * 32;     // x of one k16 step and level: 8 row groups x 2 core matrices
 constexpr int kLevelBytes = kSteps * kStepBytes;
 constexpr int kWBytes = mma::kWarps * kMW * kPromptWarpBytes;
-constexpr int kStageBytes = kWBytes + 2 * kLevelBytes;
+// x's levels: 2 (hi + lo, the default) or 1 (hi only: FERRY_MMA_LEVELS=1, prep_x's lo == nullptr).
+template <int L>
+__host__ __device__ constexpr int stage_bytes() { return kWBytes + L * kLevelBytes; }
 constexpr int kStages = 3;
 
 // x in a stage: level lv, k16 step s, row r, 8 k (kc = 0: k 0-7, 1: k 8-15) of the step: K-major core
@@ -41,7 +43,7 @@ __device__ __forceinline__ int x_off(int lv, int s, int r, int kc) {
 
 __device__ __forceinline__ uint64_t x_desc(const uint8_t* p) { return wgmma::smem_desc(p, 128, 256); }
 
-template <int S, bool kOverlap>
+template <int S, int L, bool kOverlap>
 __global__ void __launch_bounds__(mma::kThreads, 1) q8t_wgmma_kernel(const __grid_constant__ mma::PlainTc p) {
   extern __shared__ __align__(128) uint8_t smem[];
   const mma::Item it = p.item(blockIdx.x);
@@ -54,12 +56,13 @@ __global__ void __launch_bounds__(mma::kThreads, 1) q8t_wgmma_kernel(const __gri
   // x: this thread's granule k of a level (row xs.row(k), columns 8 q .. 8 q + 7 of the stage: quant block
   // q / 4, t = q % 4) goes as 4 column pairs to their places in the tiles' k order (x_off).
   const mma::XSources<kBN> xs(p, it, xrow);
-  const int64_t lo_off = p.xp.lo - p.xp.hi;
+  constexpr int kStageBytes = stage_bytes<L>();
+  const int64_t lo_off = L == 2 ? p.xp.lo - p.xp.hi : 0;
   auto load = [&](int st, int c) {
     uint8_t* base = smem + st * kStageBytes;
     wc.copy(base, it.w, c);
 #pragma unroll
-    for (int lv = 0; lv < 2; ++lv)
+    for (int lv = 0; lv < L; ++lv)
 #pragma unroll
       for (int k = 0; k < mma::XSources<kBN>::kXR; ++k) {
         if (!xs.src[k]) continue;
@@ -93,12 +96,12 @@ __global__ void __launch_bounds__(mma::kThreads, 1) q8t_wgmma_kernel(const __gri
     const uint8_t* base = smem + (c % S) * kStageBytes;
     const uint8_t* ws = base + warp * kMW * kPromptWarpBytes;
     float sum[kMW][32];  // a tile's block sums (its first wgmma, acc = 0, ignores the unset values)
-    // Tile m's 4 wgmma of block b (hi's two k16 steps, then lo's, into a fresh sum) as one batch.
+    // Tile m's 2 L wgmma of block b (hi's two k16 steps, then lo's, into a fresh sum) as one batch.
     auto issue = [&](int m, int b, const uint32_t (&am)[2][4]) {
       wgmma::fence_operand(sum[m]);
       wgmma::fence();
 #pragma unroll
-      for (int lv = 0; lv < 2; ++lv)
+      for (int lv = 0; lv < L; ++lv)
 #pragma unroll
         for (int s = 0; s < 2; ++s)
           wgmma::wgmma_n64(sum[m], am[s], x_desc(base + x_off(lv, 2 * b + s, 0, 0)), lv | s);
@@ -157,16 +160,16 @@ __global__ void __launch_bounds__(mma::kThreads, 1) q8t_wgmma_kernel(const __gri
   mma::store_sums<kMW, kBN>(p, it, xrow, warp, lane, acc);
 }
 
-template <bool kOverlap>
+template <int L, bool kOverlap>
 void launch(const mma::PlainTc& p, cudaStream_t st, int64_t items) {
-  constexpr size_t smem = static_cast<size_t>(kStageBytes) * kStages;
+  constexpr size_t smem = static_cast<size_t>(stage_bytes<L>()) * kStages;
   static const bool once = [] {
-    FERRY_CUDA_CHECK(cudaFuncSetAttribute(q8t_wgmma_kernel<kStages, kOverlap>,
+    FERRY_CUDA_CHECK(cudaFuncSetAttribute(q8t_wgmma_kernel<kStages, L, kOverlap>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     return true;
   }();
   (void)once;
-  q8t_wgmma_kernel<kStages, kOverlap><<<static_cast<unsigned>(items), mma::kThreads, smem, st>>>(p);
+  q8t_wgmma_kernel<kStages, L, kOverlap><<<static_cast<unsigned>(items), mma::kThreads, smem, st>>>(p);
   FERRY_CUDA_LAUNCHED(q8t_wgmma_kernel);
 }
 
@@ -179,7 +182,10 @@ void launch_q8t_prompt_wgmma(mma::PlainTc p, cudaStream_t st, bool overlap) {
   p.groups_fastest = true;
   const int64_t items = static_cast<int64_t>(p.ntiles) * ((p.n + kPromptRows - 1) / kPromptRows);
   if (items > (int64_t{1} << 31) - 1) throw LimitError("cuda matmul: " + std::to_string(items) + " tiles in one call");
-  overlap ? launch<true>(p, st, items) : launch<false>(p, st, items);
+  if (p.xp.lo)
+    overlap ? launch<2, true>(p, st, items) : launch<2, false>(p, st, items);
+  else
+    overlap ? launch<1, true>(p, st, items) : launch<1, false>(p, st, items);
 }
 
 }  // namespace ferry::cuda
