@@ -154,7 +154,7 @@ bool q8t_prompt_swz() {
   return switch_on(g_q8t_prompt_swz, env);
 }
 
-// Two tiles a warp with x as hi + lo on wgmma (kernels/cuda/sm90a/q8t_prompt_wgmma.cuh; speed only, the same
+// Two tiles a warp on wgmma, x as hi + lo or hi only (kernels/cuda/sm90a/q8t_prompt_wgmma.cuh; speed only, the same
 // bits): 0 off, 1 on, 2 on with the two tiles' batches overlapped (the default); FERRY_Q8T_PROMPT_WGMMA=0/1/2
 // or matmul_q8t_prompt_wgmma_tune fix it. Taken where the call fills the SMs with two tiles a warp or has
 // kQ8tWgmmaMinRows rows or more. Measured (MatmulBenchQ8TilesPromptPass, 1,024 rows, us; mma.sync with two

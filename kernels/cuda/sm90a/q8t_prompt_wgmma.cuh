@@ -1,5 +1,5 @@
 // The q8_0 tiles' prompt kernel on wgmma (sm_90a): matmul_q8t.cuh's prompt_body with two 16-row tiles a
-// warp and x as hi + lo, its per-block mma.sync chains replaced by one wgmma.m64n64k16 chain per warpgroup
+// warp and x as hi + lo (or hi only, mma_levels() 1), its per-block mma.sync chains replaced by one wgmma.m64n64k16 chain per warpgroup
 // and tile (A, the decoded weights, from registers as before; x from shared memory through a descriptor).
 // The same bits as prompt_body: each output's chain (hi's two k16 steps, then lo's, into a fresh sum) is
 // the same, and a wgmma chain gives the bits of the mma.sync chain over the same fragments (GPU test
@@ -18,7 +18,7 @@
 
 namespace ferry::cuda {
 
-// p as launch_matmul_q8t_prompt builds it (x with hi and lo); sets the item grouping (256-row tiles, row
+// p as launch_matmul_q8t_prompt builds it (x with hi and lo, or hi only: lo == nullptr); sets the item grouping (256-row tiles, row
 // groups of 64) and launches on st; overlap: the two tiles' batches take turns (one runs while the other's
 // sums are scaled), else both are waited for each quant block.
 void launch_q8t_prompt_wgmma(mma::PlainTc p, cudaStream_t st, bool overlap);
