@@ -3,7 +3,7 @@
 # The GPU tests (TEST_FILTER narrows them), memcheck over the mma tests, then a full-width K3.1 slice
 # (LAYERS=4: 1 dense + 3 MoE layers, 2,688 experts of 17.5 MB on /dev/shm, all resident) and one
 # 1,024-token prompt pass per arm, arms interleaved over REPS rounds: cores (FERRY_MMA=0, the CUDA-core
-# kernels of before), mma (default: x as hi + lo), mma1 (FERRY_MMA_LEVELS=1: hi only), mmaw2
+# kernels of before), mma (default: x as hi + lo), mma1 (FERRY_MMA_LEVELS=1: hi only), mma2 (FERRY_MMA_LEVELS=2: hi + lo), mmaw2
 # (FERRY_MMA_GROUP_MW=2: 256-row expert tiles), rowq8 (FERRY_Q8T=0: q8_0 spine weights in their row layout,
 # the prompt kernel of matmul_mma.cuh instead of the q8_0 tiles of matmul_q8t.cuh). ARMS picks them (default cores mma mma1). Each arm also runs
 # with --profile-ops once. Prints prompt_s per arm and the ratio to the compute target. When the bundle
@@ -42,7 +42,7 @@ stamp "synth"
 D=/dev/shm/ferry; M=$D/model; E=$D/experts
 slice_for_script "$M" "$E"
 IDS=$(python3 -c "import random; random.seed(7); print(','.join(str(random.randrange(0, 1024)) for _ in range(${NPROMPT:-1024})))")
-arm_env() { case $1 in cores) echo FERRY_MMA=0;; mma) echo FERRY_MMA=1;; mma1) echo FERRY_MMA_LEVELS=1;; mmaw2) echo FERRY_MMA_GROUP_MW=2;; rowq8) echo FERRY_Q8T=0;;
+arm_env() { case $1 in cores) echo FERRY_MMA=0;; mma) echo FERRY_MMA=1;; mma1) echo FERRY_MMA_LEVELS=1;; mma2) echo FERRY_MMA_LEVELS=2;; mmaw2) echo FERRY_MMA_GROUP_MW=2;; rowq8) echo FERRY_Q8T=0;;
   rowmx) echo FERRY_MXT=0;;  # rowmx: resident experts in rows, not mxfp4 tiles (same bits)
   kdaold) echo FERRY_KDA_ILP=0;;  # the chunked delta rule's first version (same bits)
   kdanocl) echo FERRY_KDA_CLUSTER=0;;  # its loads in flight without the head's cluster (same bits)
