@@ -430,11 +430,11 @@ __device__ __forceinline__ void item_body(const P& p, const Item& it, uint8_t* s
 #pragma unroll
         for (int m = 0; m < MW; ++m) {
           uint32_t af[2][2][2];  // [row g / g + 8][step][k lo / hi]
+          if constexpr (F::kTiled) {
+            F::frags_tile(base + (MW * warp + m) * kSlot, g, b, t, af, d[m]);
+          } else {
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            if constexpr (F::kTiled)
-              d[m][h] = F::frag_tile(base + (MW * warp + m) * kSlot, h, g, b, t, af[h]);
-            else
+            for (int h = 0; h < 2; ++h)
               d[m][h] = F::frag(base + (wr0 + 16 * m + 8 * h + g) * kSlot, static_cast<int>((ra[m][h] + so) & 15u), b,
                                 t, af[h]);
           }

@@ -75,6 +75,19 @@ struct MxT {
     mma::e2m1_frags(e2m1::tile_lo(w), e2m1::tile_hi(w), a);
     return mma::Mx::scale(unit[kScaleOff + b * 16 + g * 2 + h]);
   }
+  // frag_tile of rows g (h = 0) and g + 8 (h = 1) at once: lane (g, t / 2)'s 8 bytes hold row g's word and
+  // row g + 8's, so two 8-byte loads replace four 2-byte ones; the same words, fragments and scales.
+  __device__ static void frags_tile(const uint8_t* unit, int g, int b, int t, uint32_t a[2][2][2], float d[2]) {
+    const uint8_t* q = unit + b * 256 + (g * 4 + (t >> 1)) * 8;
+    const uint2 v0 = *reinterpret_cast<const uint2*>(q);       // lane (g, t / 2): rows g, g + 8
+    const uint2 v1 = *reinterpret_cast<const uint2*>(q + 16);  // lane (g, 2 + t / 2)
+    const uint32_t sel = (t & 1) ? 0x7632u : 0x5410u;          // the 2 bytes at 2 (t % 2) of each word
+    const uint32_t w0 = __byte_perm(v0.x, v1.x, sel), w1 = __byte_perm(v0.y, v1.y, sel);
+    mma::e2m1_frags(e2m1::tile_lo(w0), e2m1::tile_hi(w0), a[0]);
+    mma::e2m1_frags(e2m1::tile_lo(w1), e2m1::tile_hi(w1), a[1]);
+    d[0] = mma::Mx::scale(unit[kScaleOff + b * 16 + g * 2]);
+    d[1] = mma::Mx::scale(unit[kScaleOff + b * 16 + g * 2 + 1]);
+  }
 };
 
 // Units per load set of the decode kernel: 4 at one activation row (H200, 16-expert batch: 120.7 us against
