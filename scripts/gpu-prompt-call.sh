@@ -6,6 +6,7 @@
 #               $OUT/pncu-details.txt and the warp stall reasons, $OUT/pncu-stalls.txt (PNCU_KEEP=1 also
 #               returns the report, pncu.ncu-rep); PNCU_ENVS="- VAR=VALUE ..." once per environment
 #               ("-": the default), files pncu0-*, pncu1-*, ...;
+#   WAVE_STATS=1  the experts' waves of one pass (pieces, row groups, n8 tiles): $OUT/wave-stats.txt;
 #   DECODE_REF=HASH  the resident decode (gpu-decode.sh, arm auto, one run) with its logits compared to HASH
 #               (a file in the tree): the prompt-pass work must leave decode's bits alone.
 set -uo pipefail
@@ -39,6 +40,14 @@ if [ -n "${PNCU:-}" ] && command -v ncu > /dev/null; then
     grep -E 'Duration|Issued Warp|No Eligible|Warp Cycles Per Issued|Registers Per|Achieved Occ|Stall|stall' "$OUT/$n-details.txt" | head -30
     i=$((i + 1))
   done
+fi
+# WAVE_STATS=1: the experts' waves of one pass (FERRY_MOE_WAVE_STATS=1: pieces, row groups, second decodes, n8
+# tiles per group), into $OUT/wave-stats.txt.
+if [ "${WAVE_STATS:-0}" = 1 ]; then
+  IDS=$(python3 -c "import random; random.seed(7); print(','.join(str(random.randrange(0, 1024)) for _ in range(${NPROMPT:-1024})))")
+  FERRY_MOE_WAVE_STATS=1 timeout 120 "$B/bin/ferry" run -m "$M" --backend cuda --prompt-ids "$IDS" -n 1 --ignore-eos 2>&1 |
+    grep '^\[moe-wave\]' > "$OUT/wave-stats.txt"
+  echo "== expert waves of one pass (FERRY_MOE_WAVE_STATS=1):"; head -20 "$OUT/wave-stats.txt"
 fi
 if [ -n "${DECODE_REF:-}" ]; then
   TESTS=0 MEMCHECK=0 REUSE_SLICE=1 ARMS=auto REPS=${DECODE_REPS:-1} PROFILE=0 REF_HASH="$PWD/$DECODE_REF" bash "$(dirname "$0")/gpu-decode.sh" > /dev/null 2>&1

@@ -5,6 +5,7 @@
 // bit-identical to CudaBackend::matmul of that expert's weight on that row.
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <type_traits>
@@ -402,10 +403,33 @@ bool moe_wave() {
 void moe_wave_tune(int on) { g_moe_wave = on; }
 void moe_wave_wgmma_tune(int on) { g_moe_wave_wgmma = on; }
 
+// FERRY_MOE_WAVE_STATS=1: one stderr line per wave (measurements): its pieces (an expert's rows in a table),
+// rows, row groups of kMmaBN (each decodes the piece's weights again: groups - pieces are the second and later
+// decodes) and how many groups have 1, 2, .. 8 n8 tiles of rows (the kernel's NT, its mma per decoded block).
+void print_wave_stats(const GroupTable* tabs, int n) {
+  int pieces = 0, rows = 0, groups = 0, nt[kMmaBN / 8 + 1] = {};
+  for (int k = 0; k < n; ++k)
+    for (int c = 0; c < tabs[k].ncalls; ++c) {
+      const int m = tabs[k].m[c];
+      pieces += m > 0;
+      rows += m;
+      for (int r = 0; r < m; r += kMmaBN) {
+        ++groups;
+        ++nt[(std::min(kMmaBN, m - r) + 7) / 8];
+      }
+    }
+  std::string h;
+  for (int j = 1; j <= kMmaBN / 8; ++j) h += " " + std::to_string(nt[j]);
+  std::fprintf(stderr, "[moe-wave] tables %d pieces %d rows %d groups %d (decodes past one a piece: %d) n8 tiles 1..%d:%s\n",
+               n, pieces, rows, groups, groups - pieces, kMmaBN / 8, h.c_str());
+}
+
 void tabulate_wave(GroupTable* tabs, int n, WaveLaunch& w) {
   if (n > kWaveTables) throw LimitError("cuda expert_ffn: " + std::to_string(n) + " tables in one wave");
   w.n = n;
   for (int k = 0; k < n; ++k) w.nb[k] = tabulate_row_groups(tabs[k], kMmaBN);
+  static const bool stats = env_switch("FERRY_MOE_WAVE_STATS", false);
+  if (stats) print_wave_stats(tabs, n);
 }
 
 void launch_wave_gate_up_mma(const WaveLaunch& w, WType type, WLayout layout, const mma::XPrep& x, int in, int inter,
