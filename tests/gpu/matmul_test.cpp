@@ -184,6 +184,10 @@ constexpr double kMmaTol = 1e-5;
 // by at most 2^-12 of itself; over random rows the largest error is ~1.5e-4 of the largest output.
 constexpr double kMmaTol1 = 1e-3;
 inline double mma_tol(int levels) { return levels == 1 ? kMmaTol1 : kMmaTol; }
+#if FERRY_WITH_CUDA
+// The tolerance of a prompt pass's matmul at the levels in force (the default, or FERRY_MMA_LEVELS).
+inline double prompt_tol() { return mma_tol(cuda::mma_levels()); }
+#endif
 
 // Backend::set_prompt_pass(true) for a scope.
 struct PromptPass {
@@ -287,7 +291,7 @@ void check_row_scaling(Backend& cpu, Backend& gpu, bool prompt, Both both, BothB
       const std::vector<float> gr(g.begin() + r * rows, g.begin() + (r + 1) * rows);
       const std::string what = std::string(prompt ? "mma" : "dec") + " e [" + std::to_string(e_lo) + "," +
                                std::to_string(e_hi) + "] row x" + std::to_string(row_scale[r]);
-      EXPECT_LE(rel_err(what.c_str(), cr, gr), kMmaTol) << what;
+      EXPECT_LE(rel_err(what.c_str(), cr, gr), prompt_tol()) << what;
     }
   }
 }
@@ -331,7 +335,7 @@ TEST_F(Ops, DecodeMatmulOnTensorCoresMatchesCpuForEveryRowCount) {
       auto [c, g] = results(y);
       const std::string what = std::string("dec ") + tname(s.t) + " " + std::to_string(s.rows) + "x" +
                                std::to_string(s.cols) + " n=" + std::to_string(n);
-      EXPECT_LE(rel_err(what.c_str(), c, g), kMmaTol) << what;
+      EXPECT_LE(rel_err(what.c_str(), c, g), prompt_tol()) << what;
     }
   }
 }
@@ -407,7 +411,7 @@ TEST_F(Ops, SplitKDecodeMatmulMatchesCpuKeepsRowBitsAndRepeatsForEveryPartCount)
         auto [c, g] = results(y);
         const std::string what = std::string("split-K ") + kern + " " + std::to_string(rows) + "x" +
                                  std::to_string(cols) + " parts=" + std::to_string(parts);
-        EXPECT_LE(rel_err(what.c_str(), c, g), kMmaTol) << what;
+        EXPECT_LE(rel_err(what.c_str(), c, g), prompt_tol()) << what;
         auto again = poisoned_pair(static_cast<size_t>(n * rows));
         gpu().matmul(wg, x.gpu(), n, again.gpu());
         EXPECT_LT(first_bit_diff(get(gpu(), again.gpu(), again.g.size()).data(), g.data(), n * rows), 0)

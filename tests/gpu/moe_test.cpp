@@ -35,6 +35,11 @@ namespace {
 using Ops = GpuOps;
 
 constexpr double kCpuTol = 1e-4;  // see the file comment
+#if FERRY_WITH_CUDA
+// With x as hi only in a prompt pass's matmuls (cuda::mma_levels() 1: 11 bits into each) its experts stay
+// within 2e-3 (decode batches keep both levels; the suite takes the looser bound for them too then).
+inline double cpu_tol() { return cuda::mma_levels() == 1 ? 2e-3 : kCpuTol; }
+#endif
 
 struct Shape {
   WType t;
@@ -83,7 +88,7 @@ void check_batch(Backend& gpu, Backend& cpu, Shape s, const std::vector<int64_t>
   gpu.download(q.data(), ys, q.size() * 4);
   cpu.download(c.data(), yc, c.size() * 4);
   EXPECT_TRUE(bits_equal((what + " vs cuda sequence").c_str(), q, f)) << what;
-  EXPECT_LE(rel_err((what + " vs cpu").c_str(), c, f), kCpuTol) << what;
+  EXPECT_LE(rel_err((what + " vs cpu").c_str(), c, f), cpu_tol()) << what;
 }
 
 TEST_F(Ops, ExpertFfnDecodeBatchesMatchTheCudaSequenceBitwise) {
