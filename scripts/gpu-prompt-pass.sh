@@ -3,7 +3,8 @@
 # The GPU tests (TEST_FILTER narrows them), memcheck over the mma tests, then a full-width K3.1 slice
 # (LAYERS=4: 1 dense + 3 MoE layers, 2,688 experts of 17.5 MB on /dev/shm, all resident) and one
 # 1,024-token prompt pass per arm, arms interleaved over REPS rounds: cores (FERRY_MMA=0, the CUDA-core
-# kernels of before), mma (default: x as hi + lo), mma1 (FERRY_MMA_LEVELS=1: hi only), mma2 (FERRY_MMA_LEVELS=2: hi + lo), mmaw2
+# kernels of before), mma (the defaults: x as hi only since 2026-12-07), mma1 (FERRY_MMA_LEVELS=1: hi only), mma2
+# (FERRY_MMA_LEVELS=2: hi + lo, the default before), mmaw2
 # (FERRY_MMA_GROUP_MW=2: 256-row expert tiles), rowq8 (FERRY_Q8T=0: q8_0 spine weights in their row layout,
 # the prompt kernel of matmul_mma.cuh instead of the q8_0 tiles of matmul_q8t.cuh). ARMS picks them (default cores mma mma1). Each arm also runs
 # with --profile-ops once. Prints prompt_s per arm and the ratio to the compute target. When the bundle
@@ -74,6 +75,9 @@ arm_env() { case $1 in cores) echo FERRY_MMA=0;; mma) echo FERRY_MMA=1;; mma1) e
   noconv) echo FERRY_CONV_CHUNKS=0;;  # prompt convolutions one walk per channel (same bits)
   lazy) echo CUDA_MODULE_LOADING=LAZY;;  # kernels loaded at their first launch (the runtime's default; ferry sets EAGER)
   esac; }
+# Flags of an arm (the engine options, not the environment): x11 / x22 --prompt-x-bits 11 / 22 (x11 keeps the
+# default's bits; x22 must give mma2's).
+arm_flags() { case $1 in x11) echo --prompt-x-bits 11;; x22) echo --prompt-x-bits 22;; esac; }
 # The binary of an arm: bin/ferry, or for base an older build (gpu-bundle.sh BASE=) as bin/ferry-base.
 arm_bin() { if [ "$1" = base ]; then echo "$B/bin/ferry-base"; else echo "$B/bin/ferry"; fi; }
 ARMS=${ARMS:-"cores mma mma1"}
@@ -81,7 +85,7 @@ for rep in $(seq 1 ${REPS:-2}); do
   for arm in $ARMS; do
     stamp "$arm round $rep"
     env $(arm_env $arm) timeout 150 "$(arm_bin $arm)" run -m "$M" --backend cuda --prompt-ids "$IDS" -n 4 --ignore-eos \
-      --json --trace-hash "$R/$arm-$rep.hash" > "$R/$arm-$rep.json" 2> "$R/$arm-$rep.err"
+      $(arm_flags $arm) --json --trace-hash "$R/$arm-$rep.hash" > "$R/$arm-$rep.json" 2> "$R/$arm-$rep.err"
     echo "exit $?"; tail -1 "$R/$arm-$rep.err"
     python3 -c "import json;j=json.load(open('$R/$arm-$rep.json'));print('$arm','prompt_s',j['prompt_s'],'load_s',j.get('load_s'),'tokens',j['prompt_tokens'],'ids',j['ids'])"
   done
@@ -89,10 +93,12 @@ done
 # Arms of the same bits as mma (the default): every logit hash must be identical. The reference arm is mma
 # when it ran, else the first arm of ARMS (every arm named below keeps mma's bits).
 REFARM=mma; [ -f "$R/mma-1.hash" ] || REFARM=${ARMS%% *}
-for a in base q8wg q8wg0 q8wg2 mxwg mxwg2 mxwg3 allwg rowmx kdaold kdanocl notile noattnq noconv attnq16 attnreg kdapre kdablk kdanoblk nokdapre kdawalk2 attnfold attnsum noattnreg f32pipe f32one q8mw2 q8mw1 q8swz nowave lazy; do
+for a in base q8wg q8wg0 q8wg2 mxwg mxwg2 mxwg3 allwg rowmx kdaold kdanocl notile noattnq noconv attnq16 attnreg kdapre kdablk kdanoblk nokdapre kdawalk2 attnfold attnsum noattnreg f32pipe f32one q8mw2 q8mw1 q8swz nowave lazy x11; do
   [ "$a" != "$REFARM" ] && [ -f "$R/$a-1.hash" ] && [ -f "$R/$REFARM-1.hash" ] &&
     echo "$REFARM vs $a ($(arm_env $a)): must be identical:" && "$B/bin/ferry" trace diff "$R/$REFARM-1.hash" "$R/$a-1.hash" | tail -3
 done
+[ -f "$R/mma2-1.hash" ] && [ -f "$R/x22-1.hash" ] && echo "mma2 vs x22 (--prompt-x-bits 22): must be identical:" &&
+  "$B/bin/ferry" trace diff "$R/mma2-1.hash" "$R/x22-1.hash" | tail -3
 [ -n "${REF_HASH:-}" ] && [ -f "$R/$REFARM-1.hash" ] && echo "$REFARM vs $REF_HASH: must be identical:" &&
   "$B/bin/ferry" trace diff "$REF_HASH" "$R/$REFARM-1.hash" | tail -3
 for arm in ${PROFILE_ARMS:-$ARMS}; do

@@ -96,7 +96,7 @@ Engine start_engine(EngineOptions& o, Runtime* rt, const EngineLog& log) {
     else std::fputs(s.c_str(), stderr);
   };
   validate_engine_options(o);
-  std::unique_ptr<Backend> be = make_backend(o.model.backend, o.model.threads);
+  std::unique_ptr<Backend> be = make_backend(o.model.backend, o.model.threads, o.model.prompt_x_bits);
   Engine e;
   e.plan = plan_engine(o, *be);
   say(format_plan(e.plan));

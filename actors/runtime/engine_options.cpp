@@ -40,6 +40,8 @@ void check_counts(const EngineOptions& o) {
     refuse("--upload-streams " + std::to_string(s.upload_streams) + " is outside 1..64");
   if (m.backend != "cpu" && m.backend != "cuda" && m.backend != "auto")
     refuse("--backend '" + m.backend + "' is not one of cpu, cuda, auto");
+  if (m.prompt_x_bits != 0 && m.prompt_x_bits != 11 && m.prompt_x_bits != 22)
+    refuse("--prompt-x-bits " + std::to_string(m.prompt_x_bits) + " is not 11 or 22");
   if (m.spine_type != "f32" && m.spine_type != "q8_0" && m.spine_type != "bf16")
     refuse("--spine-type '" + m.spine_type + "' is not one of f32, q8_0, bf16");
   if (s.engine_cfg.max_inflight > 4096)

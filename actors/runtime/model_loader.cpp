@@ -21,11 +21,17 @@ bool has_tokenizer(const std::filesystem::path& dir) {
   return std::filesystem::exists(dir / "tiktoken.model") || std::filesystem::exists(dir / "tokenizer.json");
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& name, int cpu_threads) {
+std::unique_ptr<Backend> make_backend(const std::string& name, int cpu_threads, int prompt_x_bits) {
+  if (prompt_x_bits != 0 && prompt_x_bits != 11 && prompt_x_bits != 22)
+    throw ConfigError("--prompt-x-bits " + std::to_string(prompt_x_bits) + " is not 11 or 22");
   if (name == "cpu") return make_cpu_backend(cpu_threads);
 #if FERRY_WITH_CUDA
-  if (name == "cuda") return make_cuda_backend();
-  if (name == "auto") return cuda_available() ? make_cuda_backend() : make_cpu_backend(cpu_threads);
+  const auto cuda = [&] {
+    if (prompt_x_bits) cuda_prompt_x_bits(prompt_x_bits);
+    return make_cuda_backend();
+  };
+  if (name == "cuda") return cuda();
+  if (name == "auto") return cuda_available() ? cuda() : make_cpu_backend(cpu_threads);
 #else
   if (name == "cuda") throw ConfigError("--backend cuda: this build has no CUDA back-end (configure with FERRY_CUDA=ON)");
   if (name == "auto") return make_cpu_backend(cpu_threads);
@@ -105,7 +111,9 @@ int64_t source_bytes(const TensorSource& src) {
 
 }  // namespace
 
-LoadedModel load_model(const ModelOptions& o, Runtime* rt) { return load_model(o, rt, make_backend(o.backend, o.threads)); }
+LoadedModel load_model(const ModelOptions& o, Runtime* rt) {
+  return load_model(o, rt, make_backend(o.backend, o.threads, o.prompt_x_bits));
+}
 
 LoadedModel load_model(const ModelOptions& o, Runtime* rt, std::unique_ptr<Backend> backend) {
   const auto t0 = std::chrono::steady_clock::now();

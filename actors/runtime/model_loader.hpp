@@ -30,6 +30,9 @@ struct ModelOptions {
   bool ssd_streaming = false;      // prepared models only: stream routed experts from the expert files
   StreamingOptions streaming;
   bool profile_ops = false;        // time every back-end op (TimingBackend; `ferry run --profile-ops`)
+  // CUDA prompt passes: significant bits of each activation in the tensor-core matmuls, 11 (one fp16) or 22
+  // (hi + lo, twice the tensor-core work); 0: the back-end's default (11, or FERRY_MMA_LEVELS). `--prompt-x-bits`.
+  int prompt_x_bits = 0;
   // Load progress, called on the loading thread: a phase ("host pool", "spine", "experts") starts with
   // done = 0 and ends with done = total (bytes); the spine reports each tensor as it is read.
   std::function<void(const std::string& phase, int64_t done, int64_t total)> progress;
@@ -59,7 +62,9 @@ LoadedModel load_model(const ModelOptions& o, Runtime* rt, std::unique_ptr<Backe
 
 // The back-end named "cpu", "cuda" or "auto" (cuda when this build has the CUDA back-end and a device is
 // present, else cpu). Throws ConfigError for other names or for "cuda" in a build without CUDA.
-std::unique_ptr<Backend> make_backend(const std::string& name, int cpu_threads = 0);
+// prompt_x_bits (ModelOptions::prompt_x_bits): set on a CUDA back-end when not 0; the CPU's prompt passes are
+// exact F32 whatever it says.
+std::unique_ptr<Backend> make_backend(const std::string& name, int cpu_threads = 0, int prompt_x_bits = 0);
 
 // True when `dir` holds tokenizer files ferry can read.
 bool has_tokenizer(const std::filesystem::path& dir);

@@ -12,6 +12,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda_backend.hpp"
+#include "io/errors.hpp"
 
 namespace ferry::cuda {
 
@@ -478,5 +479,10 @@ bool cuda_available() {
 }
 
 std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<cuda::CudaBackend>(device); }
+
+void cuda_prompt_x_bits(int bits) {
+  if (bits != 11 && bits != 22) throw ConfigError("prompt x bits " + std::to_string(bits) + ": 11 or 22");
+  cuda::matmul_mma_levels_tune(bits == 22 ? 2 : 1);
+}
 
 }  // namespace ferry

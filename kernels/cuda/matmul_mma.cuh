@@ -9,17 +9,18 @@
 //   exact fp16 values. The block scale (fp16 d, or 2^(e-127) * 2^14) is applied after the block's
 //   products, in fp32: acc = fma(block_sum, scale, acc), blocks in K order.
 // - x is prepared per row (prep_x): x' = x * 2^k with k chosen from the row's own max |x| so that
-//   max |x'| lies in [2^14, 2^15) (inside fp16's range), then split into hi = fp16(x') and
-//   lo = fp16(x' - hi): hi + lo carries 22 of x's 24 significant bits (the template's L = 1, chosen by
-//   FERRY_MMA_LEVELS=1 for measurements, drops lo: 11 bits, half the tensor-core work). Every product of an fp16 weight value (<= 8
-//   significant bits) and hi or lo is exact in fp32. The output is multiplied by 2^-k at the end.
-// - One quant block (32 columns) is 2 k16 steps x (hi, lo) = 4 mma into a fresh accumulator; the
+//   max |x'| lies in [2^14, 2^15) (inside fp16's range), then rounded to hi = fp16(x') (11 significant
+//   bits: the template's L = 1, the default since 2026-12-07, mma_levels() in matmul_mma_launch.cuh) or,
+//   at L = 2 (FERRY_MMA_LEVELS=2; decode kernels always), split into hi and lo = fp16(x' - hi): hi + lo
+//   carries 22 of x's 24 significant bits for twice the tensor-core work. Every product of an fp16 weight
+//   value (<= 8 significant bits) and hi or lo is exact in fp32. The output is multiplied by 2^-k at the end.
+// - One quant block (32 columns) is 2 k16 steps x L levels (hi, then lo) = 2 L mma into a fresh accumulator; the
 //   hardware's order of additions inside an mma depends only on the output element's own row and
 //   column, and the kernel's loop order depends only on the weight's shape. So every output element
 //   is computed by the same operations whatever the number of rows in the call, and where its row sits.
-// Results differ from the CUDA-core path's and the CPU's in the last bits (x rounded to 22 bits, the
-// tensor core's own summation): 2e-7 to 7e-7 of the largest output on the H200 (tests/gpu
-// PromptPassMatmul*). The accumulator holds y * 2^k, so an output must stay below 2^(128 - k) where the
+// Results differ from the CUDA-core path's and the CPU's (x rounded to 11 or 22 bits, the tensor core's own
+// summation): at L = 2 2e-7 to 7e-7 of the largest output on the H200, at L = 1 up to 2.2e-4 on the H100
+// (tests/gpu PromptPassMatmul*). The accumulator holds y * 2^k, so an output must stay below 2^(128 - k) where the
 // CPU's limit is 2^128: only rows with a tiny max |x| against huge mxfp4 block exponents (e > ~200,
 // 2^73 and up; real checkpoints use ~2^-20 .. 2^5) can overflow where the CPU would not, and exponents
 // from 241 (2^114) give infinite scales (e2m1::scale14_bits).

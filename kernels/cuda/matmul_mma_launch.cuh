@@ -29,10 +29,15 @@ struct XPrep {
 bool matmul_mma_supported(const Weight& w);
 // Measurement switch, read once from the environment: FERRY_MMA=0 (prompt passes on the CUDA-core kernels).
 
-// x's levels in a prompt pass's tensor-core matmuls: 2 (hi + lo, 22 of x's 24 bits) or 1 (hi only, 11
-// bits, half the tensor-core work): FERRY_MMA_LEVELS=1|2, or the tune knob (1, 2; 0 the environment's),
-// else kDefaultMmaLevels. A run keeps one choice throughout (a prompt row's bits depend on it).
-constexpr int kDefaultMmaLevels = 2;
+// x's levels in a prompt pass's tensor-core matmuls: 1 (hi only: x rounded to 11 significant bits after its
+// row's power-of-two scaling, the default) or 2 (hi + lo, 22 of x's 24 bits, twice the tensor-core work):
+// FERRY_MMA_LEVELS=1|2, or the tune knob (1, 2; 0 the environment's), else kDefaultMmaLevels. A run keeps one
+// choice throughout (a prompt row's bits depend on it); decode steps and verify blocks always take both.
+// Why one (H100, 2026-12-07, docs/BENCHMARKS.md "H100: the prompt pass's x as hi only ..."): the 1,024-token
+// pass of the K3.1 slice 98.1 -> 79.6 ms (experts 44.8 -> 32.4, q8_0 12288x7168 x 13 12.7 -> 9.2), the same
+// greedy ids; the K3 tiny model's prompt logits within 8.4e-3 (0.13 %) of llama.cpp's F32 run (2e-4 at two
+// levels) and its greedy ids equal. The issue's own bar is BF16 (8 bits) or FP8 activations.
+constexpr int kDefaultMmaLevels = 1;
 int mma_levels();
 void matmul_mma_levels_tune(int levels);
 
@@ -53,7 +58,7 @@ int dec_stage_blocks(int64_t cols);
 // Device bytes prep_x needs for n rows of cols.
 size_t mma_prep_bytes(int64_t n, int64_t cols);
 // x [n, cols] (contiguous) prepared into buf (mma_prep_bytes(n, cols) bytes) on stream st: hi + lo, or
-// hi only when mma_levels() is 1, unless both_levels (the decode kernels always take both).
+// hi only when mma_levels() is 1 (the default), unless both_levels (the decode kernels always take both).
 // order: natural, mx (the decode kernels' mxfp4 order: within each 16 columns, 4t + j at 2t + (j & 1)
 // + 8 (j >> 1); matmul_dec.cuh) or mxt (below).
 // mxt (the mxfp4 tiles' decode kernel, matmul_mxt.cuh): within each 32 columns, 16s + 4t + j at 8t + 4s + j.

@@ -36,9 +36,11 @@ using Ops = GpuOps;
 
 constexpr double kCpuTol = 1e-4;  // see the file comment
 #if FERRY_WITH_CUDA
-// With x as hi only in a prompt pass's matmuls (cuda::mma_levels() 1: 11 bits into each) its experts stay
-// within 2e-3 (decode batches keep both levels; the suite takes the looser bound for them too then).
-inline double cpu_tol() { return cuda::mma_levels() == 1 ? 2e-3 : kCpuTol; }
+// With x as hi only in a prompt pass's matmuls (cuda::mma_levels() 1, the default: 11 bits into gate / up
+// and again into down) its experts measured up to 4.05e-3 of max|cpu| on these random weights (H100,
+// 2026-12-07): bound 1e-2. Decode batches keep both levels and still meet kCpuTol (the bound is the looser
+// one for them too while one level is in force).
+inline double cpu_tol() { return cuda::mma_levels() == 1 ? 1e-2 : kCpuTol; }
 #endif
 
 struct Shape {

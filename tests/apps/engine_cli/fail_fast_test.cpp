@@ -61,6 +61,7 @@ TEST(FailFast, NumericFlagsAreCheckedStrictly) {
   expect_refused(m + " --top-p 0", "--top-p must be in (0, 1]");
   expect_refused(m + " --n-predict=-3", "-n/--n-predict -3 is negative");
   expect_refused(m + " --backend tpu", "--backend 'tpu' is not one of cpu, cuda, auto");
+  expect_refused(m + " --prompt-x-bits 16", "--prompt-x-bits 16 is not 11 or 22");
   expect_refused(m + " --prefill-chunk 100", "--prefill-chunk 100: must be a multiple of 64");
   expect_refused(m + " --no-ssd-streaming --cache-experts 4", "--no-ssd-streaming keeps every expert in memory");
 }
