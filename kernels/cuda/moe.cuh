@@ -73,6 +73,9 @@ void moe_wave_tune(int on);
 // the K3.1 slice's pass on the H200, faster in the benchmark; sm90a/mxt_wave_wgmma.cuh). Speed only: the
 // same bits.
 void moe_wave_wgmma_tune(int on);
+// Blocks a SM the wave kernel (mma.sync, one m16 tile a warp) is compiled for: 2 (the default) or 3 (registers
+// capped at 85); -1 the environment's (FERRY_MOE_WAVE_BLOCKS=3). Speed only: the same bits.
+void moe_wave_blocks_tune(int blocks);
 // In that kernel, items with fewer than n n8 tiles of rows (1-4) run the mma.sync body instead, in the same
 // launch; -1 the environment's (FERRY_MXT_WGMMA_MIN_NT, default 1: every item on wgmma). Speed only.
 void mxt_wave_wgmma_min_nt_tune(int n);

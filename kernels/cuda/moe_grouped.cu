@@ -353,22 +353,42 @@ bool moe_wave_wgmma() {
   return switch_on(g_moe_wave_wgmma, env) && sm90a_device();
 }
 
-template <class F, int S, int L, int MW>
-__global__ void __launch_bounds__(mma::kThreads, 2) wave_mma_kernel(const __grid_constant__ WaveTc a) {
+// Blocks a SM the wave kernel's registers are capped for: 2 (128 registers, the default) or 3 (85;
+// FERRY_MOE_WAVE_BLOCKS=3 or moe_wave_blocks_tune(3), one m16 tile a warp only). Speed only: the same PTX, so
+// the same bits. Why try 3: the kernel issues 0.53 instructions a scheduler and cycle with 16 warps a SM
+// (Nsight, 2026-12-07); with x as hi only ptxas spills 48 bytes at 85 registers (none at 128), and the three
+// blocks' stages fit (3 x 52 KB). Not measured yet.
+int g_moe_wave_blocks = -1;
+int moe_wave_blocks() {
+  static const int env = [] {
+    const char* v = std::getenv("FERRY_MOE_WAVE_BLOCKS");
+    return v && std::string(v) == "3" ? 3 : 2;
+  }();
+  return g_moe_wave_blocks == 2 || g_moe_wave_blocks == 3 ? g_moe_wave_blocks : env;
+}
+
+template <class F, int S, int L, int MW, int kBlocks>
+__global__ void __launch_bounds__(mma::kThreads, kBlocks) wave_mma_kernel(const __grid_constant__ WaveTc a) {
   extern __shared__ __align__(16) uint8_t smem[];
   mma::item_body<F, kMmaBN, S, L, MW>(a, a.item(blockIdx.x), smem);
+}
+
+template <class F, int S, int L, int MW, int kBlocks>
+void launch_wave_kernel(const WaveTc& a, int64_t items, size_t smem, cudaStream_t st) {
+  static const bool once = [smem] {
+    FERRY_CUDA_CHECK(cudaFuncSetAttribute(wave_mma_kernel<F, S, L, MW, kBlocks>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    return true;
+  }();
+  (void)once;
+  wave_mma_kernel<F, S, L, MW, kBlocks><<<static_cast<unsigned>(items), mma::kThreads, smem, st>>>(a);
+  FERRY_CUDA_LAUNCHED(wave_mma_kernel);
 }
 
 template <class F, int L, int MW>
 void launch_wave_f(WaveTc& a, const WaveLaunch& w, int nz, cudaStream_t st) {
   constexpr int S = kMmaStages;
   constexpr size_t smem = static_cast<size_t>(mma::stage_bytes<F, kMmaBN, L, MW>()) * S;
-  static const bool once = [] {
-    FERRY_CUDA_CHECK(cudaFuncSetAttribute(wave_mma_kernel<F, S, L, MW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(smem)));
-    return true;
-  }();
-  (void)once;
   a.group = kMmaBN;
   a.bm = mma::tile_rows(MW);
   a.ntiles = (a.rows + a.bm - 1) / a.bm;
@@ -382,8 +402,9 @@ void launch_wave_f(WaveTc& a, const WaveLaunch& w, int nz, cudaStream_t st) {
   if (items > (int64_t{1} << 31) - 1) throw LimitError("cuda expert_ffn: " + std::to_string(items) + " items in one wave");
   if constexpr (std::is_same_v<F, mxt::MxT> && L == 2 && MW == 1)
     if (moe_wave_wgmma()) return launch_wave_mxt_wgmma(a, items, st);
-  wave_mma_kernel<F, S, L, MW><<<static_cast<unsigned>(items), mma::kThreads, smem, st>>>(a);
-  FERRY_CUDA_LAUNCHED(wave_mma_kernel);
+  if constexpr (MW == 1)
+    if (moe_wave_blocks() == 3) return launch_wave_kernel<F, S, L, MW, 3>(a, items, smem, st);
+  launch_wave_kernel<F, S, L, MW, 2>(a, items, smem, st);
 }
 
 void launch_wave(WaveTc& a, const WaveLaunch& w, WType type, WLayout layout, int nz, cudaStream_t st) {
@@ -402,6 +423,7 @@ bool moe_wave() {
 }
 void moe_wave_tune(int on) { g_moe_wave = on; }
 void moe_wave_wgmma_tune(int on) { g_moe_wave_wgmma = on; }
+void moe_wave_blocks_tune(int blocks) { g_moe_wave_blocks = blocks; }
 
 // FERRY_MOE_WAVE_STATS=1: one stderr line per wave (measurements): its pieces (an expert's rows in a table),
 // rows, row groups of kMmaBN (each decodes the piece's weights again: groups - pieces are the second and later
