@@ -425,6 +425,7 @@ void moe_wave_tune(int on) { g_moe_wave = on; }
 void moe_wave_wgmma_tune(int on) { g_moe_wave_wgmma = on; }
 void moe_wave_blocks_tune(int blocks) { g_moe_wave_blocks = blocks; }
 
+namespace {
 // FERRY_MOE_WAVE_STATS=1: one stderr line per wave (measurements): its pieces (an expert's rows in a table),
 // rows, row groups of kMmaBN (each decodes the piece's weights again: groups - pieces are the second and later
 // decodes) and how many groups have 1, 2, .. 8 n8 tiles of rows (the kernel's NT, its mma per decoded block).
@@ -445,6 +446,7 @@ void print_wave_stats(const GroupTable* tabs, int n) {
   std::fprintf(stderr, "[moe-wave] tables %d pieces %d rows %d groups %d (decodes past one a piece: %d) n8 tiles 1..%d:%s\n",
                n, pieces, rows, groups, groups - pieces, kMmaBN / 8, h.c_str());
 }
+}  // namespace
 
 void tabulate_wave(GroupTable* tabs, int n, WaveLaunch& w) {
   if (n > kWaveTables) throw LimitError("cuda expert_ffn: " + std::to_string(n) + " tables in one wave");
