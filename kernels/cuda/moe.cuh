@@ -58,6 +58,7 @@ struct WaveLaunch {
   const GroupTable* dev = nullptr;  // the tables in device memory
   int n = 0;                        // tables
   int nb[kWaveTables] = {};         // row groups per table
+  int group = 32;                   // rows per row group: kMmaBN, or 64 (moe_wave_bn)
 };
 void tabulate_wave(GroupTable* tabs, int n, WaveLaunch& w);
 void launch_wave_gate_up_mma(const WaveLaunch& w, WType type, WLayout layout, const mma::XPrep& x, int in, int inter,
@@ -76,6 +77,11 @@ void moe_wave_wgmma_tune(int on);
 // Blocks a SM the wave kernel (mma.sync, one m16 tile a warp) is compiled for: 2 (the default) or 3 (registers
 // capped at 85); -1 the environment's (FERRY_MOE_WAVE_BLOCKS=3). Speed only: the same bits.
 void moe_wave_blocks_tune(int blocks);
+// Rows per row group of a prompt pass's wave (each group decodes its piece's weights once): 32 (kMmaBN, the
+// default) or 64 (pieces of 33-64 rows then decode their weights once, not twice; the kernel holds 8 n8 tiles
+// of accumulators); -1 the environment's (FERRY_MOE_WAVE_BN=64). Only with one m16 tile a warp
+// (FERRY_MMA_GROUP_MW unset) and off wgmma. Speed only: an output's chain does not depend on its group.
+void moe_wave_bn_tune(int rows);
 // In that kernel, items with fewer than n n8 tiles of rows (1-4) run the mma.sync body instead, in the same
 // launch; -1 the environment's (FERRY_MXT_WGMMA_MIN_NT, default 1: every item on wgmma). Speed only.
 void mxt_wave_wgmma_min_nt_tune(int n);

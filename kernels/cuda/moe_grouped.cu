@@ -367,29 +367,43 @@ int moe_wave_blocks() {
   return g_moe_wave_blocks == 2 || g_moe_wave_blocks == 3 ? g_moe_wave_blocks : env;
 }
 
-template <class F, int S, int L, int MW, int kBlocks>
-__global__ void __launch_bounds__(mma::kThreads, kBlocks) wave_mma_kernel(const __grid_constant__ WaveTc a) {
-  extern __shared__ __align__(16) uint8_t smem[];
-  mma::item_body<F, kMmaBN, S, L, MW>(a, a.item(blockIdx.x), smem);
+// Rows per row group of a wave (moe.cuh moe_wave_bn_tune): 32 (kMmaBN) or 64 (FERRY_MOE_WAVE_BN=64).
+// Measured so far: nothing (built 2026-12-07; ptxas spills 48 bytes at one level, 200 at two).
+int g_moe_wave_bn = -1;
+int moe_wave_bn() {
+  static const int env = [] {
+    const char* v = std::getenv("FERRY_MOE_WAVE_BN");
+    return v && std::string(v) == "64" ? 64 : kMmaBN;
+  }();
+  const int bn = g_moe_wave_bn == kMmaBN || g_moe_wave_bn == 64 ? g_moe_wave_bn : env;
+  return group_mw() == 1 && !moe_wave_wgmma() ? bn : kMmaBN;
 }
 
-template <class F, int S, int L, int MW, int kBlocks>
-void launch_wave_kernel(const WaveTc& a, int64_t items, size_t smem, cudaStream_t st) {
-  static const bool once = [smem] {
-    FERRY_CUDA_CHECK(cudaFuncSetAttribute(wave_mma_kernel<F, S, L, MW, kBlocks>,
+template <class F, int BN, int S, int L, int MW, int kBlocks>
+__global__ void __launch_bounds__(mma::kThreads, kBlocks) wave_mma_kernel(const __grid_constant__ WaveTc a) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  mma::item_body<F, BN, S, L, MW>(a, a.item(blockIdx.x), smem);
+}
+
+template <class F, int BN, int S, int L, int MW, int kBlocks>
+void launch_wave_kernel(const WaveTc& a, int64_t items, cudaStream_t st) {
+  constexpr size_t smem = static_cast<size_t>(mma::stage_bytes<F, BN, L, MW>()) * S;
+  static const bool once = [] {
+    FERRY_CUDA_CHECK(cudaFuncSetAttribute(wave_mma_kernel<F, BN, S, L, MW, kBlocks>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     return true;
   }();
   (void)once;
-  wave_mma_kernel<F, S, L, MW, kBlocks><<<static_cast<unsigned>(items), mma::kThreads, smem, st>>>(a);
+  wave_mma_kernel<F, BN, S, L, MW, kBlocks><<<static_cast<unsigned>(items), mma::kThreads, smem, st>>>(a);
   FERRY_CUDA_LAUNCHED(wave_mma_kernel);
 }
 
 template <class F, int L, int MW>
 void launch_wave_f(WaveTc& a, const WaveLaunch& w, int nz, cudaStream_t st) {
   constexpr int S = kMmaStages;
-  constexpr size_t smem = static_cast<size_t>(mma::stage_bytes<F, kMmaBN, L, MW>()) * S;
-  a.group = kMmaBN;
+  if (w.group != kMmaBN && (w.group != 64 || MW != 1))
+    throw LimitError("cuda expert_ffn: a wave's row groups of " + std::to_string(w.group) + " rows");
+  a.group = w.group;
   a.bm = mma::tile_rows(MW);
   a.ntiles = (a.rows + a.bm - 1) / a.bm;
   int64_t items = 0;
@@ -400,11 +414,13 @@ void launch_wave_f(WaveTc& a, const WaveLaunch& w, int nz, cudaStream_t st) {
   a.start[w.n] = static_cast<int>(items);
   if (items == 0) return;
   if (items > (int64_t{1} << 31) - 1) throw LimitError("cuda expert_ffn: " + std::to_string(items) + " items in one wave");
-  if constexpr (std::is_same_v<F, mxt::MxT> && L == 2 && MW == 1)
-    if (moe_wave_wgmma()) return launch_wave_mxt_wgmma(a, items, st);
-  if constexpr (MW == 1)
-    if (moe_wave_blocks() == 3) return launch_wave_kernel<F, S, L, MW, 3>(a, items, smem, st);
-  launch_wave_kernel<F, S, L, MW, 2>(a, items, smem, st);
+  if constexpr (MW == 1) {
+    if (w.group == 64) return launch_wave_kernel<F, 64, S, L, MW, 2>(a, items, st);
+    if constexpr (std::is_same_v<F, mxt::MxT> && L == 2)
+      if (moe_wave_wgmma()) return launch_wave_mxt_wgmma(a, items, st);
+    if (moe_wave_blocks() == 3) return launch_wave_kernel<F, kMmaBN, S, L, MW, 3>(a, items, st);
+  }
+  launch_wave_kernel<F, kMmaBN, S, L, MW, 2>(a, items, st);
 }
 
 void launch_wave(WaveTc& a, const WaveLaunch& w, WType type, WLayout layout, int nz, cudaStream_t st) {
@@ -424,36 +440,38 @@ bool moe_wave() {
 void moe_wave_tune(int on) { g_moe_wave = on; }
 void moe_wave_wgmma_tune(int on) { g_moe_wave_wgmma = on; }
 void moe_wave_blocks_tune(int blocks) { g_moe_wave_blocks = blocks; }
+void moe_wave_bn_tune(int rows) { g_moe_wave_bn = rows; }
 
 namespace {
 // FERRY_MOE_WAVE_STATS=1: one stderr line per wave (measurements): its pieces (an expert's rows in a table),
-// rows, row groups of kMmaBN (each decodes the piece's weights again: groups - pieces are the second and later
-// decodes) and how many groups have 1, 2, .. 8 n8 tiles of rows (the kernel's NT, its mma per decoded block).
-void print_wave_stats(const GroupTable* tabs, int n) {
-  int pieces = 0, rows = 0, groups = 0, nt[kMmaBN / 8 + 1] = {};
+// rows, row groups of `group` rows (each decodes the piece's weights again: groups - pieces are the second and
+// later decodes) and how many groups have 1, 2, .. n8 tiles of rows (the kernel's NT, its mma per decoded block).
+void print_wave_stats(const GroupTable* tabs, int n, int group) {
+  int pieces = 0, rows = 0, groups = 0, nt[64 / 8 + 1] = {};
   for (int k = 0; k < n; ++k)
     for (int c = 0; c < tabs[k].ncalls; ++c) {
       const int m = tabs[k].m[c];
       pieces += m > 0;
       rows += m;
-      for (int r = 0; r < m; r += kMmaBN) {
+      for (int r = 0; r < m; r += group) {
         ++groups;
-        ++nt[(std::min(kMmaBN, m - r) + 7) / 8];
+        ++nt[(std::min(group, m - r) + 7) / 8];
       }
     }
   std::string h;
-  for (int j = 1; j <= kMmaBN / 8; ++j) h += " " + std::to_string(nt[j]);
+  for (int j = 1; j <= group / 8; ++j) h += " " + std::to_string(nt[j]);
   std::fprintf(stderr, "[moe-wave] tables %d pieces %d rows %d groups %d (decodes past one a piece: %d) n8 tiles 1..%d:%s\n",
-               n, pieces, rows, groups, groups - pieces, kMmaBN / 8, h.c_str());
+               n, pieces, rows, groups, groups - pieces, group / 8, h.c_str());
 }
 }  // namespace
 
 void tabulate_wave(GroupTable* tabs, int n, WaveLaunch& w) {
   if (n > kWaveTables) throw LimitError("cuda expert_ffn: " + std::to_string(n) + " tables in one wave");
   w.n = n;
-  for (int k = 0; k < n; ++k) w.nb[k] = tabulate_row_groups(tabs[k], kMmaBN);
+  w.group = moe_wave_bn();
+  for (int k = 0; k < n; ++k) w.nb[k] = tabulate_row_groups(tabs[k], w.group);
   static const bool stats = env_switch("FERRY_MOE_WAVE_STATS", false);
-  if (stats) print_wave_stats(tabs, n);
+  if (stats) print_wave_stats(tabs, n, w.group);
 }
 
 void launch_wave_gate_up_mma(const WaveLaunch& w, WType type, WLayout layout, const mma::XPrep& x, int in, int inter,
