@@ -16,6 +16,7 @@
 #include "kernels/cuda/matmul_mma_launch.cuh"
 #include "kernels/cuda/matmul_mxt.cuh"
 #include "kernels/cuda/row_norm.cuh"
+#include "kernels/cuda/switches.hpp"
 #include "kernels/cuda/xprep.cuh"
 
 namespace ferry::cuda {
@@ -158,7 +159,7 @@ bool env_is(const char* name, const char* value) {
   const char* v = std::getenv(name);
   return v && std::string(v) == value;
 }
-int g_levels_tuned = 0;  // matmul_mma_levels_tune
+int g_levels_tuned = -1;  // matmul_mma_levels_tune
 const bool g_enabled = !env_is("FERRY_MMA", "0");
 // Which weights decode steps and verify blocks run on the tensor cores: FERRY_DEC_MMA=0 none, =1 every
 // shape the kernels take, default the measured winners (dec_wins).
@@ -215,10 +216,11 @@ bool tensor_core_shape(const Weight& w) {
 bool matmul_mma_supported(const Weight& w) { return g_enabled && tensor_core_shape(w); }
 
 int mma_levels() {
-  static const int env = env_is("FERRY_MMA_LEVELS", "1") ? 1 : env_is("FERRY_MMA_LEVELS", "2") ? 2 : 0;
-  return g_levels_tuned ? g_levels_tuned : env ? env : kDefaultMmaLevels;
+  static const int env = env_level("FERRY_MMA_LEVELS", kDefaultMmaLevels, 2);
+  const int l = level_on(g_levels_tuned, env, 2);
+  return l >= 1 ? l : kDefaultMmaLevels;
 }
-void matmul_mma_levels_tune(int levels) { g_levels_tuned = levels == 1 || levels == 2 ? levels : 0; }
+void matmul_mma_levels_tune(int levels) { g_levels_tuned = levels; }
 
 int dec_stage_blocks(int64_t cols) {
   // FERRY_DEC_KB=1|4|8 (measurements) caps it; the default takes the widest the columns allow.

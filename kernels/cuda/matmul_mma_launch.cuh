@@ -31,7 +31,7 @@ bool matmul_mma_supported(const Weight& w);
 
 // x's levels in a prompt pass's tensor-core matmuls: 1 (hi only: x rounded to 11 significant bits after its
 // row's power-of-two scaling, the default) or 2 (hi + lo, 22 of x's 24 bits, twice the tensor-core work):
-// FERRY_MMA_LEVELS=1|2, or the tune knob (1, 2; 0 the environment's), else kDefaultMmaLevels. A run keeps one
+// FERRY_MMA_LEVELS=1|2, or the tune knob (1, 2; -1 the environment's), else kDefaultMmaLevels. A run keeps one
 // choice throughout (a prompt row's bits depend on it); decode steps and verify blocks always take both.
 // Why one (H100, 2026-12-07, docs/BENCHMARKS.md "H100: the prompt pass's x as hi only ..."): the 1,024-token
 // pass of the K3.1 slice 98.1 -> 79.6 ms (experts 44.8 -> 32.4, q8_0 12288x7168 x 13 12.7 -> 9.2), the same

@@ -360,23 +360,17 @@ bool moe_wave_wgmma() {
 // blocks' stages fit (3 x 52 KB). Not measured yet.
 int g_moe_wave_blocks = -1;
 int moe_wave_blocks() {
-  static const int env = [] {
-    const char* v = std::getenv("FERRY_MOE_WAVE_BLOCKS");
-    return v && std::string(v) == "3" ? 3 : 2;
-  }();
-  return g_moe_wave_blocks == 2 || g_moe_wave_blocks == 3 ? g_moe_wave_blocks : env;
+  static const int env = env_level("FERRY_MOE_WAVE_BLOCKS", 2, 3);
+  return level_on(g_moe_wave_blocks, env, 3) == 3 ? 3 : 2;
 }
 
 // Rows per row group of a wave (moe.cuh moe_wave_bn_tune): 32 (kMmaBN) or 64 (FERRY_MOE_WAVE_BN=64).
 // Measured so far: nothing (built 2026-12-07; ptxas spills 48 bytes at one level, 200 at two).
 int g_moe_wave_bn = -1;
 int moe_wave_bn() {
-  static const int env = [] {
-    const char* v = std::getenv("FERRY_MOE_WAVE_BN");
-    return v && std::string(v) == "64" ? 64 : kMmaBN;
-  }();
-  const int bn = g_moe_wave_bn == kMmaBN || g_moe_wave_bn == 64 ? g_moe_wave_bn : env;
-  return group_mw() == 1 && !moe_wave_wgmma() ? bn : kMmaBN;
+  static const int env = env_level("FERRY_MOE_WAVE_BN", kMmaBN, 64);
+  const bool wide = level_on(g_moe_wave_bn, env, 64) == 64 && group_mw() == 1 && !moe_wave_wgmma();
+  return wide ? 64 : kMmaBN;
 }
 
 template <class F, int BN, int S, int L, int MW, int kBlocks>

@@ -223,7 +223,7 @@ TEST_F(Ops, PromptPassMatmulOnTensorCoresMatchesCpuForEveryRowCount) {
           PromptPass on(gpu());
           cuda::matmul_mma_levels_tune(lv);
           gpu().matmul(wg, x.gpu(), n, y.gpu());
-          cuda::matmul_mma_levels_tune(0);
+          cuda::matmul_mma_levels_tune(-1);
         }
         auto [c, g] = results(y);
         const std::string what = std::string("mma ") + tname(s.t) + " " + std::to_string(s.rows) + "x" +
@@ -960,7 +960,7 @@ TEST_F(Ops, Q8TilesMatmulMatchesCpuForEverySplitAndKeepsRowBits) {
               << (mw == 3 ? "swizzled x, 1" : mw == 4 ? "wgmma, 2" : mw == 5 ? "wgmma overlapped, 2" : std::to_string(mw))
               << " tiles a warp, rows " << r0 << "+" << m << " " << shape << " L=" << lv;
         }
-      cuda::matmul_mma_levels_tune(0);
+      cuda::matmul_mma_levels_tune(-1);
     }
   }
   // Shapes without whole tiles or units, and other types, keep their layout.
