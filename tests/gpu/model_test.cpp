@@ -239,18 +239,25 @@ class GpuK3 : public ::testing::Test {
   nlohmann::json run_ = read_json(gpu_fixture("k3-tiny-a/ref/exact/run.json"));
   std::vector<int32_t> prompt_ = ids_of(run_["prompt_ids"]);
   std::vector<int32_t> gen_ = ids_of(run_["gen_ids"]);
+
+  // The prompt pass's logits of every prompt row against llama.cpp's, printed under `what`.
+  RowError prompt_logits_vs_llama_cpp(Loaded& m, const char* what) const {
+    const auto want = read_f32(gpu_fixture("k3-tiny-a/ref/exact/prompt_logits.f32"));
+    auto st = m.model->new_state(256);
+    ForwardOptions o;
+    o.prefill = true;
+    o.all_logits = true;
+    const auto got = m.model->forward(*st, prompt_, o);
+    const auto e = compare_rows(got.data(), want.data(), static_cast<int64_t>(prompt_.size()), m.cfg.vocab);
+    std::printf("[gpu-model k3-tiny-a] %sprompt logits vs llama.cpp: max|d| %.3g rel %.3g\n", what, e.max_abs,
+                e.max_rel);
+    return e;
+  }
 };
 
 TEST_F(GpuK3, PromptLogitsAndGreedyIdsMatchLlamaCpp) {
   auto m = load_on(gpu_fixture("k3-tiny-a/hf"), true);
-  const auto want = read_f32(gpu_fixture("k3-tiny-a/ref/exact/prompt_logits.f32"));
-  auto st = m.model->new_state(256);
-  ForwardOptions o;
-  o.prefill = true;
-  o.all_logits = true;
-  const auto got = m.model->forward(*st, prompt_, o);
-  const auto e = compare_rows(got.data(), want.data(), static_cast<int64_t>(prompt_.size()), m.cfg.vocab);
-  std::printf("[gpu-model k3-tiny-a] prompt logits vs llama.cpp: max|d| %.3g rel %.3g\n", e.max_abs, e.max_rel);
+  const auto e = prompt_logits_vs_llama_cpp(m, "");
   EXPECT_LE(e.max_abs, k3_prompt_max_abs());
   // Decode logits, teacher-forced with llama.cpp's tokens, and the greedy ids.
   const auto want_gen = read_f32(gpu_fixture("k3-tiny-a/ref/exact/gen_logits.f32"));
@@ -274,15 +281,7 @@ TEST_F(GpuK3, PromptPassWithXAsHiOnlyKeepsLlamaCppsGreedyIdsAndLogitsClose) {
 #if FERRY_WITH_CUDA
   cuda::matmul_mma_levels_tune(1);
   auto m = load_on(gpu_fixture("k3-tiny-a/hf"), true);
-  const auto want = read_f32(gpu_fixture("k3-tiny-a/ref/exact/prompt_logits.f32"));
-  auto st = m.model->new_state(256);
-  ForwardOptions o;
-  o.prefill = true;
-  o.all_logits = true;
-  const auto got = m.model->forward(*st, prompt_, o);
-  const auto e = compare_rows(got.data(), want.data(), static_cast<int64_t>(prompt_.size()), m.cfg.vocab);
-  std::printf("[gpu-model k3-tiny-a] x as hi only: prompt logits vs llama.cpp: max|d| %.3g rel %.3g\n", e.max_abs,
-              e.max_rel);
+  const auto e = prompt_logits_vs_llama_cpp(m, "x as hi only: ");
   const auto ids = greedy(m, prompt_, gen_.size(), nullptr);
   cuda::matmul_mma_levels_tune(-1);
   EXPECT_LE(e.max_abs, kK3HiOnlyMaxAbs);
