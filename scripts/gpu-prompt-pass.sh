@@ -47,6 +47,7 @@ arm_env() { case $1 in cores) echo FERRY_MMA=0;; mma) echo FERRY_MMA=1;; mma1) e
   rowmx) echo FERRY_MXT=0;;  # rowmx: resident experts in rows, not mxfp4 tiles (same bits)
   wave3) echo FERRY_MOE_WAVE_BLOCKS=3;;  # the experts' wave kernel compiled for 3 blocks a SM (same bits)
   wave64) echo FERRY_MOE_WAVE_BN=64;;  # the experts' waves in row groups of 64 (same bits)
+  stages4|stages5|stages6) echo FERRY_MOE_WAVE_STAGES=${1#stages};;  # the experts' wave kernel with 4-6 copy stages (same bits)
   kdaold) echo FERRY_KDA_ILP=0;;  # the chunked delta rule's first version (same bits)
   kdanocl) echo FERRY_KDA_CLUSTER=0;;  # its loads in flight without the head's cluster (same bits)
   noattnq) echo FERRY_ATTN_MULTI=0;;  # dense attention of a prompt pass with a block per (query, head) (same bits)
@@ -95,7 +96,7 @@ done
 # Arms of the same bits as mma (the default): every logit hash must be identical. The reference arm is mma
 # when it ran, else the first arm of ARMS (every arm named below keeps mma's bits).
 REFARM=mma; [ -f "$R/mma-1.hash" ] || REFARM=${ARMS%% *}
-for a in base q8wg q8wg0 q8wg2 mxwg mxwg2 mxwg3 allwg rowmx kdaold kdanocl notile noattnq noconv attnq16 attnreg kdapre kdablk kdanoblk nokdapre kdawalk2 attnfold attnsum noattnreg f32pipe f32one q8mw2 q8mw1 q8swz nowave lazy x11 wave3 wave64; do
+for a in base q8wg q8wg0 q8wg2 mxwg mxwg2 mxwg3 allwg rowmx kdaold kdanocl notile noattnq noconv attnq16 attnreg kdapre kdablk kdanoblk nokdapre kdawalk2 attnfold attnsum noattnreg f32pipe f32one q8mw2 q8mw1 q8swz nowave lazy x11 wave3 wave64 stages4 stages5 stages6; do
   [ "$a" != "$REFARM" ] && [ -f "$R/$a-1.hash" ] && [ -f "$R/$REFARM-1.hash" ] &&
     echo "$REFARM vs $a ($(arm_env $a)): must be identical:" && "$B/bin/ferry" trace diff "$R/$REFARM-1.hash" "$R/$a-1.hash" | tail -3
 done

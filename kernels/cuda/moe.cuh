@@ -82,6 +82,9 @@ void moe_wave_blocks_tune(int blocks);
 // of accumulators); -1 the environment's (FERRY_MOE_WAVE_BN=64). Only with one m16 tile a warp
 // (FERRY_MMA_GROUP_MW unset) and off wgmma. Speed only: an output's chain does not depend on its group.
 void moe_wave_bn_tune(int rows);
+// Stages of the wave kernel's copy pipeline: 3 (the default) or 4 .. 6 (mxfp4 tiles, x as hi only, 2 blocks a SM,
+// row groups of 32; elsewhere 3); -1 the environment's (FERRY_MOE_WAVE_STAGES). Speed only: the same bits.
+void moe_wave_stages_tune(int stages);
 // In that kernel, items with fewer than n n8 tiles of rows (1-4) run the mma.sync body instead, in the same
 // launch; -1 the environment's (FERRY_MXT_WGMMA_MIN_NT, default 1: every item on wgmma). Speed only.
 void mxt_wave_wgmma_min_nt_tune(int n);

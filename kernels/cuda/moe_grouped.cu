@@ -373,6 +373,19 @@ int moe_wave_bn() {
   return wide ? 64 : kMmaBN;
 }
 
+// Stages of the wave kernel's cp.async pipeline (moe.cuh moe_wave_stages_tune): kMmaStages (3: two stages of
+// 17 KB in flight a block) or, for the mxfp4 tiles with x as hi only at 2 blocks a SM, 4 .. 6
+// (FERRY_MOE_WAVE_STAGES; 6 x 17.4 KB x 2 blocks fit a SM's 227 KB). Speed only: the same mma in the same
+// order. Why try: the kernel streams each expert's weights once per row group and waits for its loads
+// (Nsight, 2026-12-07: 47 % of cycles with no eligible warp); more stages keep more bytes in flight.
+// Measured so far: nothing (built 2026-12-07).
+int g_moe_wave_stages = -1;
+int moe_wave_stages() {
+  static const int env = env_level("FERRY_MOE_WAVE_STAGES", kMmaStages, 6);
+  const int s = level_on(g_moe_wave_stages, env, 6);
+  return s < kMmaStages ? kMmaStages : s;
+}
+
 template <class F, int BN, int S, int L, int MW, int kBlocks>
 __global__ void __launch_bounds__(mma::kThreads, kBlocks) wave_mma_kernel(const __grid_constant__ WaveTc a) {
   extern __shared__ __align__(16) uint8_t smem[];
@@ -413,6 +426,14 @@ void launch_wave_f(WaveTc& a, const WaveLaunch& w, int nz, cudaStream_t st) {
     if constexpr (std::is_same_v<F, mxt::MxT> && L == 2)
       if (moe_wave_wgmma()) return launch_wave_mxt_wgmma(a, items, st);
     if (moe_wave_blocks() == 3) return launch_wave_kernel<F, kMmaBN, S, L, MW, 3>(a, items, st);
+    if constexpr (std::is_same_v<F, mxt::MxT> && L == 1) {
+      switch (moe_wave_stages()) {
+        case 4: return launch_wave_kernel<F, kMmaBN, 4, L, MW, 2>(a, items, st);
+        case 5: return launch_wave_kernel<F, kMmaBN, 5, L, MW, 2>(a, items, st);
+        case 6: return launch_wave_kernel<F, kMmaBN, 6, L, MW, 2>(a, items, st);
+        default: break;
+      }
+    }
   }
   launch_wave_kernel<F, kMmaBN, S, L, MW, 2>(a, items, st);
 }
@@ -435,6 +456,7 @@ void moe_wave_tune(int on) { g_moe_wave = on; }
 void moe_wave_wgmma_tune(int on) { g_moe_wave_wgmma = on; }
 void moe_wave_blocks_tune(int blocks) { g_moe_wave_blocks = blocks; }
 void moe_wave_bn_tune(int rows) { g_moe_wave_bn = rows; }
+void moe_wave_stages_tune(int stages) { g_moe_wave_stages = stages; }
 
 namespace {
 // FERRY_MOE_WAVE_STATS=1: one stderr line per wave (measurements): its pieces (an expert's rows in a table),
