@@ -104,6 +104,11 @@ done
   "$B/bin/ferry" trace diff "$R/mma2-1.hash" "$R/x22-1.hash" | tail -3
 [ -n "${REF_HASH:-}" ] && [ -f "$R/$REFARM-1.hash" ] && echo "$REFARM vs $REF_HASH: must be identical:" &&
   "$B/bin/ferry" trace diff "$REF_HASH" "$R/$REFARM-1.hash" | tail -3
+# REF2_HASH: the two-level pass's reference (x as hi + lo), for the arms mma2 / x22.
+for a in mma2 x22; do
+  [ -n "${REF2_HASH:-}" ] && [ -f "$R/$a-1.hash" ] && echo "$a vs $REF2_HASH: must be identical:" &&
+    "$B/bin/ferry" trace diff "$REF2_HASH" "$R/$a-1.hash" | tail -3
+done
 for arm in ${PROFILE_ARMS:-$ARMS}; do
   [ "${PROFILE:-1}" = 1 ] || continue
   env $(arm_env $arm) timeout 150 "$(arm_bin $arm)" run -m "$M" --backend cuda --prompt-ids "$IDS" -n 1 --ignore-eos \
