@@ -16,13 +16,14 @@ PASS_REF=${PASS_REF:-docs/results/2026-12-07b-e2m1/call3-prompt-mma.hash}
 KEEP_SLICE=1 TEST_FILTER='-*Bench*' MEMCHECK=0 BENCH=0 ARMS=auto REPS=${DECODE_REPS:-2} PROFILE=0 REF_HASH=$PWD/$DECODE_REF \
   timeout "${DECODE_TIMEOUT:-300}" bash "$(dirname "$0")/gpu-decode.sh" > /dev/null 2>&1
 echo "decode exit $?"
+cp "$OUT/decode.log" "$OUT/suite-decode.log"  # gpu-prompt-call.sh's own decode (DECODE_REF) writes decode.log again
 grep -E '^\[  (PASSED|FAILED) +\]|tests? ran|x the floor|identical|differ|decode steady|copy rate' "$OUT/decode.log" | head -30
 grep -E 'x as hi only|L=1' "$OUT/decode.log" | head -12
 if [ "${LEVELS1_TESTS:-1}" = 1 ]; then
   FERRY_MMA_LEVELS=1 timeout "${LEVELS1_TIMEOUT:-120}" "$B/bin/ferry_test_gpu" \
-    --gtest_filter='*PromptPass*:*ExpertFfn*:Gpu*:*Q8Tiles*:*MxTiles*:-*Bench*' > "$OUT/levels1-tests.log" 2>&1
+    --gtest_filter='*PromptPass*:*ExpertFfn*:Gpu*:*GpuHf*:*Q8Tiles*:*MxTiles*:-*Bench*' > "$OUT/levels1-tests.log" 2>&1
   echo "levels-1 tests exit $?"
-  grep -E '^\[  (PASSED|FAILED) +\]|tests? ran|x as hi only|prompt logits vs|decode logits vs' "$OUT/levels1-tests.log" | head -20
+  grep -E '^\[  (PASSED|FAILED) +\]|tests? ran|x as hi only|prompt logits vs|decode logits vs|gpu-model|Failure|Which is|Expected|  Actual' "$OUT/levels1-tests.log" | head -60
 fi
 if [ "${LEVELS1_DECODE:-1}" = 1 ]; then
   mkdir -p "$OUT/l1"
@@ -32,5 +33,5 @@ if [ "${LEVELS1_DECODE:-1}" = 1 ]; then
   grep -E 'x the floor|decode steady|identical|differ|copy rate' "$OUT/l1/decode.log" | head
 fi
 REUSE_SLICE=1 TESTS=0 MEMCHECK=0 ARMS="${ARMS:-mma mma1 kdawalk2 attnsum}" REPS=${REPS:-2} PROFILE_ARMS="${PROFILE_ARMS:-mma mma1}" \
-  WAVE_STATS=${WAVE_STATS:-1} REF_HASH=$PWD/$PASS_REF timeout "${PROMPT_TIMEOUT:-260}" bash "$(dirname "$0")/gpu-prompt-call.sh" 2>&1 | tail -70
+  WAVE_STATS=${WAVE_STATS:-1} REF_HASH=$PWD/$PASS_REF DECODE_REF= timeout "${PROMPT_TIMEOUT:-260}" bash "$(dirname "$0")/gpu-prompt-call.sh" 2>&1 | tail -70
 rm -rf /dev/shm/ferry

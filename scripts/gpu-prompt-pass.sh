@@ -45,6 +45,7 @@ slice_for_script "$M" "$E"
 IDS=$(python3 -c "import random; random.seed(7); print(','.join(str(random.randrange(0, 1024)) for _ in range(${NPROMPT:-1024})))")
 arm_env() { case $1 in cores) echo FERRY_MMA=0;; mma) echo FERRY_MMA=1;; mma1) echo FERRY_MMA_LEVELS=1;; mma2) echo FERRY_MMA_LEVELS=2;; mmaw2) echo FERRY_MMA_GROUP_MW=2;; rowq8) echo FERRY_Q8T=0;;
   mmaw2l2) echo FERRY_MMA_GROUP_MW=2 FERRY_MMA_LEVELS=2;;  # mmaw2 with x as hi + lo (the bits of mma2)
+  mmaw2l1) echo FERRY_MMA_GROUP_MW=2 FERRY_MMA_LEVELS=1;;  # mmaw2 with x as hi only (the bits of mma1)
   rowmx) echo FERRY_MXT=0;;  # rowmx: resident experts in rows, not mxfp4 tiles (same bits)
   wave3) echo FERRY_MOE_WAVE_BLOCKS=3;;  # the experts' wave kernel compiled for 3 blocks a SM (same bits)
   wave64) echo FERRY_MOE_WAVE_BN=64;;  # the experts' waves in row groups of 64 (same bits)
@@ -97,9 +98,13 @@ done
 # Arms of the same bits as mma (the default): every logit hash must be identical. The reference arm is mma
 # when it ran, else the first arm of ARMS (every arm named below keeps mma's bits).
 REFARM=mma; [ -f "$R/mma-1.hash" ] || REFARM=${ARMS%% *}
-for a in base q8wg q8wg0 q8wg2 mxwg mxwg2 mxwg3 allwg rowmx kdaold kdanocl notile noattnq noconv attnq16 attnreg kdapre kdablk kdanoblk nokdapre kdawalk2 attnfold attnsum noattnreg f32pipe f32one q8mw2 q8mw1 q8swz nowave lazy x11 wave3 wave64 stages4 stages5 stages6 mmaw2; do
+for a in base q8wg q8wg0 q8wg2 mxwg mxwg2 mxwg3 allwg rowmx kdaold kdanocl notile noattnq noconv attnq16 attnreg kdapre kdablk kdanoblk nokdapre kdawalk2 attnfold attnsum noattnreg f32pipe f32one q8mw2 q8mw1 q8swz nowave lazy wave3 wave64 stages4 stages5 stages6 mmaw2; do
   [ "$a" != "$REFARM" ] && [ -f "$R/$a-1.hash" ] && [ -f "$R/$REFARM-1.hash" ] &&
     echo "$REFARM vs $a ($(arm_env $a)): must be identical:" && "$B/bin/ferry" trace diff "$R/$REFARM-1.hash" "$R/$a-1.hash" | tail -3
+done
+for a in mmaw2l1 x11; do  # x as hi only: the bits of mma1
+  [ -f "$R/mma1-1.hash" ] && [ -f "$R/$a-1.hash" ] && echo "mma1 vs $a: must be identical:" &&
+    "$B/bin/ferry" trace diff "$R/mma1-1.hash" "$R/$a-1.hash" | tail -3
 done
 [ -f "$R/mma2-1.hash" ] && [ -f "$R/x22-1.hash" ] && echo "mma2 vs x22 (--prompt-x-bits 22): must be identical:" &&
   "$B/bin/ferry" trace diff "$R/mma2-1.hash" "$R/x22-1.hash" | tail -3

@@ -31,7 +31,7 @@ struct ModelOptions {
   StreamingOptions streaming;
   bool profile_ops = false;        // time every back-end op (TimingBackend; `ferry run --profile-ops`)
   // CUDA prompt passes: significant bits of each activation in the tensor-core matmuls, 11 (one fp16) or 22
-  // (hi + lo, twice the tensor-core work); 0: the back-end's default (11, or FERRY_MMA_LEVELS). `--prompt-x-bits`.
+  // (hi + lo, twice the tensor-core work); 0: the back-end's default (22, or FERRY_MMA_LEVELS). `--prompt-x-bits`.
   int prompt_x_bits = 0;
   // Load progress, called on the loading thread: a phase ("host pool", "spine", "experts") starts with
   // done = 0 and ends with done = total (bytes); the spine reports each tensor as it is read.

@@ -24,8 +24,8 @@ void add_model_flags(CLI::App* c, EngineOptions& o) {
       ->capture_default_str();
   c->add_option("-t,--threads", m.threads, "CPU threads (0 = all cores)")->capture_default_str();
   c->add_option("--prompt-x-bits", m.prompt_x_bits,
-                "CUDA prompt passes: bits of each activation in the tensor-core matmuls, 11 (one fp16, the default) "
-                "or 22 (two, closer to F32, twice the tensor-core work); 0 = the default");
+                "CUDA prompt passes: bits of each activation in the tensor-core matmuls, 22 (two fp16, within ~1e-5 "
+                "of F32, the default) or 11 (one fp16: half the tensor-core work, may change greedy ids); 0 = the default");
   c->add_option("--spine-type", m.spine_type, "Hugging Face checkpoints: spine weights in memory, f32 (exact) or q8_0")
       ->capture_default_str();
   c->add_option("-c,--ctx-size,--ctx", o.ctx, "Context per sequence in tokens (prompt + reply); sizes the KV cache")

@@ -180,7 +180,7 @@ TEST_F(Ops, F32OneRowKernelKeepsTheCpuBitsPlainAndPerHead) {
 // levels) halves of a per-row power-of-two scaling: within mma_tol(levels) of the CPU, and a row's bits independent of the
 // pass's row count and of where the row sits in it.
 constexpr double kMmaTol = 1e-5;
-// With x as hi only (11 of its 24 bits: the default, matmul_mma_levels_tune(1), FERRY_MMA_LEVELS=1) each
+// With x as hi only (11 of its 24 bits: matmul_mma_levels_tune(1), FERRY_MMA_LEVELS=1, --prompt-x-bits 11) each
 // product is off by at most 2^-12 of itself; over these random rows the largest error measured 2.2e-4 of the
 // largest output (H100, 2026-12-07).
 constexpr double kMmaTol1 = 1e-3;

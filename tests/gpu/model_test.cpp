@@ -13,7 +13,7 @@ namespace {
 // to the CPU's and its other ops within a few ulp, so the same bounds apply unchanged.
 constexpr double kHfMaxRel = 1e-4;
 constexpr double kK3MaxAbs = 2e-4;
-// A prompt pass with x as hi only in the tensor-core matmuls (11 of its 24 bits: the default,
+// A prompt pass with x as hi only in the tensor-core matmuls (11 of its 24 bits: --prompt-x-bits 11,
 // FERRY_MMA_LEVELS=1) keeps llama.cpp's greedy ids and its logits within kK3HiOnlyMaxAbs of its F32 run
 // (measured 8.4e-3 on the prompt, 1.1e-3 on the decode steps after it, whose state the pass made: H100,
 // 2026-12-07; 2e-4 both at two levels).

@@ -37,7 +37,7 @@ using Ops = GpuOps;
 constexpr double kCpuTol = 1e-4;  // see the file comment
 enum class Pass { decode, prompt };  // whether check_batch runs inside a prompt pass
 #if FERRY_WITH_CUDA
-// With x as hi only in a prompt pass's matmuls (cuda::mma_levels() 1, the default: 11 bits into gate / up
+// With x as hi only in a prompt pass's matmuls (cuda::mma_levels() 1, FERRY_MMA_LEVELS=1: 11 bits into gate / up
 // and again into down) its experts measured up to 4.05e-3 of max|cpu| on these random weights (H100,
 // 2026-12-07): bound 1e-2. Decode batches and verify blocks always take both levels: kCpuTol.
 inline double cpu_tol(Pass pass) { return pass == Pass::prompt && cuda::mma_levels() == 1 ? 1e-2 : kCpuTol; }
