@@ -21,7 +21,7 @@ grep -E '^\[  (PASSED|FAILED) +\]|tests? ran|x the floor|identical|differ|decode
 grep -E 'x as hi only|L=1' "$OUT/decode.log" | head -12
 if [ "${LEVELS1_TESTS:-1}" = 1 ]; then
   FERRY_MMA_LEVELS=1 timeout "${LEVELS1_TIMEOUT:-120}" "$B/bin/ferry_test_gpu" \
-    --gtest_filter='*PromptPass*:*ExpertFfn*:Gpu*:*GpuHf*:*Q8Tiles*:*MxTiles*:-*Bench*' > "$OUT/levels1-tests.log" 2>&1
+    --gtest_filter="${LEVELS1_FILTER:-*PromptPass*:*ExpertFfn*:Gpu*:*GpuHf*:*Q8Tiles*:*MxTiles*:-*Bench*}" > "$OUT/levels1-tests.log" 2>&1
   echo "levels-1 tests exit $?"
   grep -E '^\[  (PASSED|FAILED) +\]|tests? ran|x as hi only|prompt logits vs|decode logits vs|gpu-model|Failure|Which is|Expected|  Actual' "$OUT/levels1-tests.log" | head -60
 fi
