@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The shortest useful device call (building nothing; `MIN=1 bash scripts/gpu-bundle.sh`, carry [".bundle"]): the GPU
+# suite at the defaults (benchmarks left out) into $OUT/suite.log, then the model tests again at each level in
+# EXTRA_LEVELS (default 1: x as hi only) into $OUT/models-l<levels>.log. No slice, no timings.
+set -uo pipefail
+source "$(dirname "$0")/gpu-env.sh"
+nvidia-smi --query-gpu=name --format=csv,noheader
+timeout "${SUITE_TIMEOUT:-120}" "$B/bin/ferry_test_gpu" --gtest_filter="${SUITE_FILTER:--*Bench*}" > "$OUT/suite.log" 2>&1
+echo "suite exit $?"
+grep -E '^\[  (PASSED|FAILED) +\]|tests? ran|Failure' "$OUT/suite.log" | head -30
+for lv in ${EXTRA_LEVELS:-1}; do
+  FERRY_MMA_LEVELS=$lv timeout "${MODEL_TIMEOUT:-60}" "$B/bin/ferry_test_gpu" \
+    --gtest_filter="${MODEL_FILTER:-*GpuHf*:GpuK3*}" > "$OUT/models-l$lv.log" 2>&1
+  echo "levels $lv: exit $?"
+  grep -E '^\[  (PASSED|FAILED) +\]|gpu-model|Failure|Expected|Which is|Value of|  Actual|tests? ran' "$OUT/models-l$lv.log" | head -50
+done
