@@ -85,6 +85,10 @@ void moe_wave_bn_tune(int rows);
 // Stages of the wave kernel's copy pipeline: 3 (the default) or 4 .. 6 (mxfp4 tiles, x as hi only, 2 blocks a SM,
 // row groups of 32; elsewhere 3); -1 the environment's (FERRY_MOE_WAVE_STAGES). Speed only: the same bits.
 void moe_wave_stages_tune(int stages);
+// 16-row weight tiles a warp in a prompt pass's expert kernels (per table and per wave): 1 (128-row tiles, the
+// default) or 2 (256-row tiles: each x stage serves twice the weights); -1 the environment's (FERRY_MMA_GROUP_MW).
+// Speed only: the same bits.
+void moe_group_mw_tune(int mw);
 // In that kernel, items with fewer than n n8 tiles of rows (1-4) run the mma.sync body instead, in the same
 // launch; -1 the environment's (FERRY_MXT_WGMMA_MIN_NT, default 1: every item on wgmma). Speed only.
 void mxt_wave_wgmma_min_nt_tune(int n);

@@ -138,12 +138,12 @@ size_t row_bytes_of(WType type, int cols) {
 // Weight tiles of 128 rows (MW = 1). FERRY_MMA_GROUP_MW=2 takes 256 (each row group's x, re-read by
 // every tile, then costs half as much per weight byte): measured on the H200 in a 1,024-token prompt
 // pass it was no faster (expert_ffn 74-79 ms either way, docs/BENCHMARKS.md). 3 stages: 2 blocks per SM.
+// H100, 2026-12-07f: at one level of x the 1,024-token pass 80.6 -> 75.9 ms with MW = 2 (same bits); not yet
+// measured at two levels, the default. moe.cuh moe_group_mw_tune.
+int g_group_mw = -1;
 int group_mw() {
-  static const int mw = [] {
-    const char* v = std::getenv("FERRY_MMA_GROUP_MW");
-    return v && std::string(v) == "2" ? 2 : 1;
-  }();
-  return mw;
+  static const int env = env_level("FERRY_MMA_GROUP_MW", 1, 2);
+  return level_on(g_group_mw, env, 2) == 2 ? 2 : 1;
 }
 constexpr int kMmaStages = 3;
 
@@ -457,6 +457,7 @@ void moe_wave_wgmma_tune(int on) { g_moe_wave_wgmma = on; }
 void moe_wave_blocks_tune(int blocks) { g_moe_wave_blocks = blocks; }
 void moe_wave_bn_tune(int rows) { g_moe_wave_bn = rows; }
 void moe_wave_stages_tune(int stages) { g_moe_wave_stages = stages; }
+void moe_group_mw_tune(int mw) { g_group_mw = mw; }
 
 namespace {
 // FERRY_MOE_WAVE_STATS=1: one stderr line per wave (measurements): its pieces (an expert's rows in a table),

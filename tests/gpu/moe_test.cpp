@@ -130,9 +130,10 @@ TEST_F(Ops, PromptPassExpertFfnOnTensorCoresMatchesPerExpertMatmulsBitwise) {
   // wave 2: a wave per launch on the kernel compiled for 3 blocks a SM (cuda::moe_wave_blocks_tune); wave 3: a
   // wave per launch in row groups of 64 (cuda::moe_wave_bn_tune); wave 4: 5 copy stages (cuda::moe_wave_stages_tune:
   // the mxfp4 tiles with x as hi only; the rows format here keeps 3, so this case checks the switch changes nothing
-  // else).
-  for (const int wave : {0, 1, 2, 3, 4}) {
-  SCOPED_TRACE(wave == 4   ? "a wave per launch, 5 copy stages"
+  // else); wave 5: 256-row weight tiles, two 16-row tiles a warp (cuda::moe_group_mw_tune).
+  for (const int wave : {0, 1, 2, 3, 4, 5}) {
+  SCOPED_TRACE(wave == 5   ? "a wave per launch, 256-row weight tiles"
+               : wave == 4 ? "a wave per launch, 5 copy stages"
                : wave == 3 ? "a wave per launch, groups of 64 rows"
                : wave == 2 ? "a wave per launch, 3 blocks a SM"
                : wave      ? "a wave per launch"
@@ -142,6 +143,7 @@ TEST_F(Ops, PromptPassExpertFfnOnTensorCoresMatchesPerExpertMatmulsBitwise) {
   cuda::moe_wave_blocks_tune(wave == 2 ? 3 : -1);
   cuda::moe_wave_bn_tune(wave == 3 ? 64 : -1);
   cuda::moe_wave_stages_tune(wave == 4 ? 5 : -1);
+  cuda::moe_group_mw_tune(wave == 5 ? 2 : -1);
 #endif
   gpu().set_prompt_pass(true);
   std::vector<int64_t> m{18, 1, 40, 3, 70, 17, 33, 300};
@@ -164,6 +166,7 @@ TEST_F(Ops, PromptPassExpertFfnOnTensorCoresMatchesPerExpertMatmulsBitwise) {
   cuda::moe_wave_blocks_tune(-1);
   cuda::moe_wave_bn_tune(-1);
   cuda::moe_wave_stages_tune(-1);
+  cuda::moe_group_mw_tune(-1);
 #endif
 }
 
@@ -249,8 +252,9 @@ TEST_F(Ops, MxTilesExpertsGiveTheBitsOfTheRowLayout) {
     // A prompt pass's waves on wgmma (moe_wave_wgmma_tune; an H100 / H200 only; x as hi + lo) and off: the same
     // bits; wg 2: on wgmma with items of 1-2 n8 tiles of rows on mma.sync in the same launch
     // (mxt_wave_wgmma_min_nt_tune); wg 3: mma.sync compiled for 3 blocks a SM (moe_wave_blocks_tune); wg 4: row
-    // groups of 64 (moe_wave_bn_tune); wg 5 / 6: 4 / 6 copy stages (moe_wave_stages_tune; x as hi only).
-    for (const int wg : {1, 2, 0, 3, 4, 5, 6}) {
+    // groups of 64 (moe_wave_bn_tune); wg 5 / 6: 4 / 6 copy stages (moe_wave_stages_tune; x as hi only); wg 7:
+    // 256-row weight tiles (moe_group_mw_tune).
+    for (const int wg : {1, 2, 0, 3, 4, 5, 6, 7}) {
       if (!c.prompt) break;
       gpu().upload(yt, poison.data(), poison.size() * 4);
       cuda::moe_wave_wgmma_tune(wg == 1 || wg == 2 ? 1 : 0);
@@ -258,6 +262,7 @@ TEST_F(Ops, MxTilesExpertsGiveTheBitsOfTheRowLayout) {
       cuda::moe_wave_blocks_tune(wg == 3 ? 3 : -1);
       cuda::moe_wave_bn_tune(wg == 4 ? 64 : -1);
       cuda::moe_wave_stages_tune(wg == 5 ? 4 : wg == 6 ? 6 : -1);
+      cuda::moe_group_mw_tune(wg == 7 ? 2 : -1);
       gpu().set_prompt_pass(true);
       gpu().expert_ffn(args_for(bt.bind(), x, c.x_rows, yt, y_rows, c.s, all_acts()[2]));
       gpu().set_prompt_pass(false);
@@ -266,6 +271,7 @@ TEST_F(Ops, MxTilesExpertsGiveTheBitsOfTheRowLayout) {
       cuda::moe_wave_blocks_tune(-1);
       cuda::moe_wave_bn_tune(-1);
       cuda::moe_wave_stages_tune(-1);
+      cuda::moe_group_mw_tune(-1);
       gpu().download(t.data(), yt, t.size() * 4);
       EXPECT_TRUE(bits_equal((std::string(c.what) + ": tiles, wave on wgmma " + std::to_string(wg)).c_str(), r, t));
     }
