@@ -357,7 +357,8 @@ bool moe_wave_wgmma() {
 // FERRY_MOE_WAVE_BLOCKS=3 or moe_wave_blocks_tune(3), one m16 tile a warp only). Speed only: the same PTX, so
 // the same bits. Why try 3: the kernel issues 0.53 instructions a scheduler and cycle with 16 warps a SM
 // (Nsight, 2026-12-07); with x as hi only ptxas spills 48 bytes at 85 registers (none at 128), and the three
-// blocks' stages fit (3 x 52 KB). Not measured yet.
+// blocks' stages fit (3 x 52 KB). Measured (H100, 2026-12-07f, one level, one round): the 1,024-token pass 80.2
+// against 80.6 ms, noise: off.
 int g_moe_wave_blocks = -1;
 int moe_wave_blocks() {
   static const int env = env_level("FERRY_MOE_WAVE_BLOCKS", 2, 3);
@@ -365,7 +366,8 @@ int moe_wave_blocks() {
 }
 
 // Rows per row group of a wave (moe.cuh moe_wave_bn_tune): 32 (kMmaBN) or 64 (FERRY_MOE_WAVE_BN=64).
-// Measured so far: nothing (built 2026-12-07; ptxas spills 48 bytes at one level, 200 at two).
+// ptxas spills 48 bytes at one level, 200 at two. Measured (H100, 2026-12-07f, one level, one round): the
+// 1,024-token pass 83.6 against 80.6 ms: loses (the tail's small pieces hold twice the x stage): off.
 int g_moe_wave_bn = -1;
 int moe_wave_bn() {
   static const int env = env_level("FERRY_MOE_WAVE_BN", kMmaBN, 64);
@@ -378,7 +380,8 @@ int moe_wave_bn() {
 // (FERRY_MOE_WAVE_STAGES; 6 x 17.4 KB x 2 blocks fit a SM's 227 KB). Speed only: the same mma in the same
 // order. Why try: the kernel streams each expert's weights once per row group and waits for its loads
 // (Nsight, 2026-12-07: 47 % of cycles with no eligible warp); more stages keep more bytes in flight.
-// Measured so far: nothing (built 2026-12-07).
+// Measured (H100, 2026-12-07f, one level, one round): the 1,024-token pass 79.0 ms with 6 stages, 80.6 with 4,
+// against 80.6 with 3: off until measured again; at two levels (the default) only 3 are built (26 KB a stage).
 int g_moe_wave_stages = -1;
 int moe_wave_stages() {
   static const int env = env_level("FERRY_MOE_WAVE_STAGES", kMmaStages, 6);
