@@ -243,11 +243,7 @@ class GpuK3 : public ::testing::Test {
   // The prompt pass's logits of every prompt row against llama.cpp's, printed under `what`.
   RowError prompt_logits_vs_llama_cpp(Loaded& m, const char* what) const {
     const auto want = read_f32(gpu_fixture("k3-tiny-a/ref/exact/prompt_logits.f32"));
-    auto st = m.model->new_state(256);
-    ForwardOptions o;
-    o.prefill = true;
-    o.all_logits = true;
-    const auto got = m.model->forward(*st, prompt_, o);
+    const auto got = prompt_pass_logits(*m.model, prompt_, 0);
     const auto e = compare_rows(got.data(), want.data(), static_cast<int64_t>(prompt_.size()), m.cfg.vocab);
     std::printf("[gpu-model k3-tiny-a] %sprompt logits vs llama.cpp: max|d| %.3g rel %.3g\n", what, e.max_abs,
                 e.max_rel);
