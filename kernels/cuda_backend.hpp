@@ -26,8 +26,8 @@ bool cuda_available();
 // The CUDA back-end on `device`. Throws ferry::Error when CUDA is not built in or the device is unusable.
 std::unique_ptr<Backend> make_cuda_backend(int device = 0);
 
-// Prompt passes' activations in the tensor-core matmuls: 11 significant bits (one fp16 after the row's
-// power-of-two scaling, the default) or 22 (hi + lo). Process-wide, like FERRY_MMA_LEVELS, which it overrides;
+// Prompt passes' activations in the tensor-core matmuls: 22 significant bits (hi + lo fp16 after the
+// row's power-of-two scaling, the default) or 11 (hi only). Process-wide, like FERRY_MMA_LEVELS, which it overrides;
 // set it before the first prompt pass (a run keeps one choice: a prompt row's bits depend on it).
 void cuda_prompt_x_bits(int bits);
 

@@ -3,8 +3,8 @@
 # The GPU tests (TEST_FILTER narrows them), memcheck over the mma tests, then a full-width K3.1 slice
 # (LAYERS=4: 1 dense + 3 MoE layers, 2,688 experts of 17.5 MB on /dev/shm, all resident) and one
 # 1,024-token prompt pass per arm, arms interleaved over REPS rounds: cores (FERRY_MMA=0, the CUDA-core
-# kernels of before), mma (the defaults: x as hi only since 2026-12-07), mma1 (FERRY_MMA_LEVELS=1: hi only), mma2
-# (FERRY_MMA_LEVELS=2: hi + lo, the default before), mmaw2
+# kernels of before), mma (the defaults: x as hi + lo), mma1 (FERRY_MMA_LEVELS=1: hi only), mma2
+# (FERRY_MMA_LEVELS=2: hi + lo, the default's bits), mmaw2
 # (FERRY_MMA_GROUP_MW=2: 256-row expert tiles), rowq8 (FERRY_Q8T=0: q8_0 spine weights in their row layout,
 # the prompt kernel of matmul_mma.cuh instead of the q8_0 tiles of matmul_q8t.cuh). ARMS picks them (default cores mma mma1). Each arm also runs
 # with --profile-ops once. Prints prompt_s per arm and the ratio to the compute target. When the bundle
@@ -80,8 +80,8 @@ arm_env() { case $1 in cores) echo FERRY_MMA=0;; mma) echo FERRY_MMA=1;; mma1) e
   noconv) echo FERRY_CONV_CHUNKS=0;;  # prompt convolutions one walk per channel (same bits)
   lazy) echo CUDA_MODULE_LOADING=LAZY;;  # kernels loaded at their first launch (the runtime's default; ferry sets EAGER)
   esac; }
-# Flags of an arm (the engine options, not the environment): x11 / x22 --prompt-x-bits 11 / 22 (x11 keeps the
-# default's bits; x22 must give mma2's).
+# Flags of an arm (the engine options, not the environment): x11 / x22 --prompt-x-bits 11 / 22 (x11 must give
+# mma1's bits; x22 mma2's, the default's).
 arm_flags() { case $1 in x11) echo --prompt-x-bits 11;; x22) echo --prompt-x-bits 22;; esac; }
 # The binary of an arm: bin/ferry, or for base an older build (gpu-bundle.sh BASE=) as bin/ferry-base.
 arm_bin() { if [ "$1" = base ]; then echo "$B/bin/ferry-base"; else echo "$B/bin/ferry"; fi; }
