@@ -111,6 +111,25 @@ TEST(StreamingFaults, EioWithNoOtherCopyAndTheDeviceTierEndsWithAnErrorNamingThe
 namespace {
 enum class Damage { flip_byte, zero_file };
 
+// Copies a prepared layout file by file. Other test processes run on the same layout at the same time and
+// a CLI run among them saves the model's usage.json (written to usage.json.<pid>.tmp, then renamed), so a
+// temporary may be listed here and gone a moment later: temporaries are skipped, and so is a file that
+// vanished between the listing and its copy (fs::copy_options::recursive threw ENOENT on one: CI, 2026-12-07).
+void copy_layout(const fs::path& from, const fs::path& to) {
+  fs::create_directories(to);
+  for (const auto& e : fs::recursive_directory_iterator(from)) {
+    const fs::path dst = to / fs::relative(e.path(), from);
+    if (e.is_directory()) {
+      fs::create_directories(dst);
+      continue;
+    }
+    if (e.path().extension() == ".tmp") continue;
+    std::error_code ec;
+    fs::copy_file(e.path(), dst, fs::copy_options::overwrite_existing, ec);
+    if (ec && ec != std::errc::no_such_file_or_directory) throw fs::filesystem_error("copy_layout", e.path(), dst, ec);
+  }
+}
+
 // Copies a prepared layout so a test can corrupt files without touching the shared ones: one byte of
 // every expert file in `victim_dir` flipped, or every one zeroed (what a failing drive returns).
 // `tag` keeps the copies of tests that ctest runs in parallel apart.
@@ -121,7 +140,7 @@ fs::path corrupted_copy(const std::string& name, int primaries, bool replica, co
   const fs::path src_root = prepared(name, primaries, replica).parent_path();
   const fs::path root = kRoot / (name + (damage == Damage::flip_byte ? "-corrupt" : "-zeroed") + tag);
   fs::remove_all(root);
-  fs::copy(src_root, root, fs::copy_options::recursive);
+  copy_layout(src_root, root);
   // manifest.json names absolute directories: point them at the copy.
   std::string m;
   {
