@@ -4,7 +4,7 @@
 # (LAYERS=4: 1 dense + 3 MoE layers, 2,688 experts of 17.5 MB on /dev/shm, all resident) and one
 # 1,024-token prompt pass per arm, arms interleaved over REPS rounds: cores (FERRY_MMA=0, the CUDA-core
 # kernels of before), mma (the defaults: x as hi + lo), mma1 (FERRY_MMA_LEVELS=1: hi only), mma2
-# (FERRY_MMA_LEVELS=2: hi + lo, the default's bits), mmaw2
+# (FERRY_MMA_LEVELS=2: hi + lo, the default's bits), lo8 (FERRY_MMA_LEVELS=3: the experts' x lo as E4M3), mmaw2
 # (FERRY_MMA_GROUP_MW=2: 256-row expert tiles), rowq8 (FERRY_Q8T=0: q8_0 spine weights in their row layout,
 # the prompt kernel of matmul_mma.cuh instead of the q8_0 tiles of matmul_q8t.cuh). ARMS picks them (default cores mma mma1). Each arm also runs
 # with --profile-ops once. Prints prompt_s per arm and the ratio to the compute target. When the bundle
@@ -46,6 +46,9 @@ IDS=$(python3 -c "import random; random.seed(7); print(','.join(str(random.randr
 arm_env() { case $1 in cores) echo FERRY_MMA=0;; mma) echo FERRY_MMA=1;; mma1) echo FERRY_MMA_LEVELS=1;; mma2) echo FERRY_MMA_LEVELS=2;; mmaw2) echo FERRY_MMA_GROUP_MW=2;; rowq8) echo FERRY_Q8T=0;;
   mmaw2l2) echo FERRY_MMA_GROUP_MW=2 FERRY_MMA_LEVELS=2;;  # mmaw2 with x as hi + lo (the bits of mma2)
   mmaw2l1) echo FERRY_MMA_GROUP_MW=2 FERRY_MMA_LEVELS=1;;  # mmaw2 with x as hi only (the bits of mma1)
+  lo8) echo FERRY_MMA_LEVELS=3;;  # x's lo as E4M3 into the mxfp4 experts (lo8_bits.cuh; new bits), q8_0 as mma
+  lo8w2) echo FERRY_MMA_LEVELS=3 FERRY_MMA_GROUP_MW=2;;  # lo8 with 256-row expert tiles (the bits of lo8)
+  lo8w3) echo FERRY_MMA_LEVELS=3 FERRY_MOE_WAVE_BLOCKS=3;;  # lo8 with the wave kernel at 3 blocks a SM (the bits of lo8)
   rowmx) echo FERRY_MXT=0;;  # rowmx: resident experts in rows, not mxfp4 tiles (same bits)
   wave3) echo FERRY_MOE_WAVE_BLOCKS=3;;  # the experts' wave kernel compiled for 3 blocks a SM (same bits)
   wave64) echo FERRY_MOE_WAVE_BN=64;;  # the experts' waves in row groups of 64 (same bits)
@@ -106,6 +109,13 @@ for a in mmaw2l1 x11; do  # x as hi only: the bits of mma1
   [ -f "$R/mma1-1.hash" ] && [ -f "$R/$a-1.hash" ] && echo "mma1 vs $a: must be identical:" &&
     "$B/bin/ferry" trace diff "$R/mma1-1.hash" "$R/$a-1.hash" | tail -3
 done
+for a in lo8w2 lo8w3; do  # x's lo as E4M3: the bits of lo8
+  [ -f "$R/lo8-1.hash" ] && [ -f "$R/$a-1.hash" ] && echo "lo8 vs $a: must be identical:" &&
+    "$B/bin/ferry" trace diff "$R/lo8-1.hash" "$R/$a-1.hash" | tail -3
+done
+# LO8_REF_HASH: a lo8 pass's reference (once one is kept).
+[ -n "${LO8_REF_HASH:-}" ] && [ -f "$R/lo8-1.hash" ] && echo "lo8 vs $LO8_REF_HASH: must be identical:" &&
+  "$B/bin/ferry" trace diff "$LO8_REF_HASH" "$R/lo8-1.hash" | tail -3
 [ -f "$R/mma2-1.hash" ] && [ -f "$R/x22-1.hash" ] && echo "mma2 vs x22 (--prompt-x-bits 22): must be identical:" &&
   "$B/bin/ferry" trace diff "$R/mma2-1.hash" "$R/x22-1.hash" | tail -3
 [ -n "${REF_HASH:-}" ] && [ -f "$R/$REFARM-1.hash" ] && echo "$REFARM vs $REF_HASH: must be identical:" &&

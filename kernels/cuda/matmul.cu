@@ -726,11 +726,14 @@ void CudaBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
   }
   if (w.layout == WLayout::mx_tiles) {  // the row layout's tensor-core bits (matmul_mxt.cuh)
     void* buf = scratch(kMmaX, mma_prep_bytes(n, w.cols));
-    if (prompt_pass_) return launch_matmul_mma(w, prep_x(x, n, w.cols, buf, stream_), n, y, stream_);
+    if (prompt_pass_)
+      return launch_matmul_mma(w, prep_x(x, n, w.cols, buf, stream_, false, XOrder::natural, prompt_lo8(w.type)), n, y,
+                               stream_);
     return launch_matmul_mxt(w, prep_decode(x, n, w.cols, buf, XOrder::mxt), n, y, stream_);
   }
   if (prompt_pass_ && matmul_mma_supported(w)) {
-    const mma::XPrep xp = prep_x(x, n, w.cols, scratch(kMmaX, mma_prep_bytes(n, w.cols)), stream_);
+    const mma::XPrep xp =
+        prep_x(x, n, w.cols, scratch(kMmaX, mma_prep_bytes(n, w.cols)), stream_, false, XOrder::natural, prompt_lo8(w.type));
     return launch_matmul_mma(w, xp, n, y, stream_);
   }
   const splitk::Bufs sk = split_bufs(w, n);

@@ -33,7 +33,8 @@ using xprep::row_scale_exp;
 
 __global__ void __launch_bounds__(kPrepThreads) prep_x_kernel(const float* __restrict__ x, int64_t cols,
                                                               __half* __restrict__ hi, __half* __restrict__ lo,
-                                                              float* __restrict__ inv, XOrder order) {
+                                                              float* __restrict__ inv, XOrder order,
+                                                              uint8_t* __restrict__ lo8) {
   dec::allow_dependents();  // a decode matmul after this may start its weight copies now
   dec::grid_dependency_wait();  // launch_small may start this before the kernel that wrote x has finished
   const int64_t r = blockIdx.x;
@@ -44,12 +45,14 @@ __global__ void __launch_bounds__(kPrepThreads) prep_x_kernel(const float* __res
   const float up = __int_as_float((k + 127) << 23), down = __int_as_float((127 - k) << 23);
   __half* hr = hi + r * cols;
   __half* lr = lo ? lo + r * cols : nullptr;
+  uint8_t* l8 = lo8 ? lo8 + r * cols : nullptr;
   for (int64_t c = threadIdx.x; c < cols; c += kPrepThreads) {
     const float v = __ldcg(xr + c) * up;  // exact: a power of two, inside the float range
     const __half h = __float2half_rn(v);
     const int64_t d = order_pos(c, order);
     hr[d] = h;
     if (lr) lr[d] = __float2half_rn(v - __half2float(h));  // v - h is exact
+    if (l8) l8[lo8::lo8_pos(c)] = static_cast<uint8_t>(xprep::lo8_pair(v - __half2float(h), 0.0f));
   }
   if (threadIdx.x == 0) inv[r] = down;
 }
@@ -61,7 +64,8 @@ __global__ void __launch_bounds__(kPrepThreads) prep_x_kernel(const float* __res
 template <int V>
 __global__ void __launch_bounds__(kPrepThreads) prep_x_reg_kernel(const float* __restrict__ x, int64_t cols,
                                                                   __half* __restrict__ hi, __half* __restrict__ lo,
-                                                                  float* __restrict__ inv, XOrder order) {
+                                                                  float* __restrict__ inv, XOrder order,
+                                                                  uint8_t* __restrict__ lo8) {
   dec::allow_dependents();
   dec::grid_dependency_wait();
   const int64_t r = blockIdx.x;
@@ -73,7 +77,7 @@ __global__ void __launch_bounds__(kPrepThreads) prep_x_reg_kernel(const float* _
     const int j = threadIdx.x + i * kPrepThreads;
     v[i] = j < nv ? __ldcg(xr + j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
-  xprep::write_row4<V>(v, cols, r, xprep::Out{hi, lo, inv, order});
+  xprep::write_row4<V>(v, cols, r, xprep::Out{hi, lo, inv, order, lo8});
 }
 
 // A gated activation (gate_act.cuh) of rows of a and b and its preparation in one pass, as act then
@@ -216,8 +220,8 @@ bool tensor_core_shape(const Weight& w) {
 bool matmul_mma_supported(const Weight& w) { return g_enabled && tensor_core_shape(w); }
 
 int mma_levels() {
-  static const int env = env_level("FERRY_MMA_LEVELS", kDefaultMmaLevels, 2);
-  const int l = level_on(g_levels_tuned, env, 2);
+  static const int env = env_level("FERRY_MMA_LEVELS", kDefaultMmaLevels, kLevelsLo8);
+  const int l = level_on(g_levels_tuned, env, kLevelsLo8);
   return l >= 1 ? l : kDefaultMmaLevels;
 }
 void matmul_mma_levels_tune(int levels) { g_levels_tuned = levels; }
@@ -258,11 +262,16 @@ size_t mma_prep_bytes(int64_t n, int64_t cols) {
 }
 
 namespace xprep {
-Out prep_layout(void* buf, int64_t n, int64_t cols, bool both_levels, XOrder order) {
+Out prep_layout(void* buf, int64_t n, int64_t cols, bool both_levels, XOrder order, bool lo8) {
   const size_t halves = static_cast<size_t>(n) * static_cast<size_t>(cols);
+  if (lo8 && !both_levels && order != XOrder::natural)
+    throw LimitError("cuda prep_x: x's lo as E4M3 is written in natural order only");
   xprep::Out o;
   o.hi = static_cast<__half*>(buf);
-  o.lo = both_levels || mma_levels() == 2 ? o.hi + halves : nullptr;
+  if (lo8 && !both_levels)
+    o.lo8 = reinterpret_cast<uint8_t*>(o.hi + halves);  // in lo's place (16-byte aligned: the tensor-core kernels' cols % 128 == 0)
+  else
+    o.lo = both_levels || mma_levels() >= 2 ? o.hi + halves : nullptr;
   o.inv = reinterpret_cast<float*>(static_cast<uint8_t*>(buf) + ((2 * halves * sizeof(__half) + 255) & ~size_t{255}));
   o.order = order;
   return o;
@@ -274,33 +283,36 @@ mma::XPrep prepared(const Out& o, int64_t cols) {
   p.lo = o.lo;
   p.inv = o.inv;
   p.stride = cols;
+  p.lo8 = o.lo8;
   return p;
 }
 }  // namespace xprep
 
-XPrep prep_x(const float* x, int64_t n, int64_t cols, void* buf, cudaStream_t st, bool both_levels, XOrder order) {
-  const xprep::Out o = xprep::prep_layout(buf, n, cols, both_levels, order);
+XPrep prep_x(const float* x, int64_t n, int64_t cols, void* buf, cudaStream_t st, bool both_levels, XOrder order,
+             bool lo8) {
+  const xprep::Out o = xprep::prep_layout(buf, n, cols, both_levels, order, lo8);
   __half* hi = o.hi;
   __half* lo = o.lo;
   float* inv = o.inv;
+  uint8_t* l8 = o.lo8;
   if (n > 0) {
     const unsigned grid = static_cast<unsigned>(n);
     const int64_t nv = cols / 4;  // float4 per row, when the rows are 16-byte aligned
     const bool vec = cols % 16 == 0 && (reinterpret_cast<uintptr_t>(x) & 15u) == 0;
     if (vec && nv <= kPrepThreads)
-      launch_small(prep_x_reg_kernel<1>, grid, kPrepThreads, 0, st, x, cols, hi, lo, inv, order);
+      launch_small(prep_x_reg_kernel<1>, grid, kPrepThreads, 0, st, x, cols, hi, lo, inv, order, l8);
     else if (vec && nv <= 2 * kPrepThreads)
-      launch_small(prep_x_reg_kernel<2>, grid, kPrepThreads, 0, st, x, cols, hi, lo, inv, order);
+      launch_small(prep_x_reg_kernel<2>, grid, kPrepThreads, 0, st, x, cols, hi, lo, inv, order, l8);
     else if (vec && nv <= 4 * kPrepThreads)
-      launch_small(prep_x_reg_kernel<4>, grid, kPrepThreads, 0, st, x, cols, hi, lo, inv, order);
+      launch_small(prep_x_reg_kernel<4>, grid, kPrepThreads, 0, st, x, cols, hi, lo, inv, order, l8);
     else if (vec && nv <= 8 * kPrepThreads)
-      launch_small(prep_x_reg_kernel<8>, grid, kPrepThreads, 0, st, x, cols, hi, lo, inv, order);
+      launch_small(prep_x_reg_kernel<8>, grid, kPrepThreads, 0, st, x, cols, hi, lo, inv, order, l8);
     else if (vec && nv <= 16 * kPrepThreads)
-      launch_small(prep_x_reg_kernel<16>, grid, kPrepThreads, 0, st, x, cols, hi, lo, inv, order);
+      launch_small(prep_x_reg_kernel<16>, grid, kPrepThreads, 0, st, x, cols, hi, lo, inv, order, l8);
     else if (vec && nv <= 40 * kPrepThreads)  // up to 40,960 columns (a dense FFN's down: 33,792)
-      launch_small(prep_x_reg_kernel<40>, grid, kPrepThreads, 0, st, x, cols, hi, lo, inv, order);
+      launch_small(prep_x_reg_kernel<40>, grid, kPrepThreads, 0, st, x, cols, hi, lo, inv, order, l8);
     else
-      launch_small(prep_x_kernel, grid, kPrepThreads, 0, st, x, cols, hi, lo, inv, order);
+      launch_small(prep_x_kernel, grid, kPrepThreads, 0, st, x, cols, hi, lo, inv, order, l8);
   }
   return xprep::prepared(o, cols);
 }
@@ -312,8 +324,8 @@ bool prep_gate_ok(const float* a, const float* b, const float* y, int64_t cols) 
 }
 
 XPrep prep_gate(const GateAct& act, const float* a, const float* b, int64_t n, int64_t cols, float* y, void* buf,
-                cudaStream_t st, bool both_levels, XOrder order) {
-  const xprep::Out o = xprep::prep_layout(buf, n, cols, both_levels, order);
+                cudaStream_t st, bool both_levels, XOrder order, bool lo8) {
+  const xprep::Out o = xprep::prep_layout(buf, n, cols, both_levels, order, lo8);
   prep_gate_into(act, a, b, n, cols, y, o, st);
   return xprep::prepared(o, cols);
 }
@@ -347,8 +359,15 @@ void launch_matmul_mma(const Weight& w, const XPrep& xp, int64_t n, float* y, cu
              xp, y, n, 0, 0, 0};
   if (n > (int64_t{1} << 30)) throw LimitError("cuda mma matmul: " + std::to_string(n) + " rows in one call");
   const bool l2 = xp.lo != nullptr;
-  if (w.layout == WLayout::mx_tiles) return l2 ? launch_plain<mxt::MxT, 2>(p, st) : launch_plain<mxt::MxT, 1>(p, st);
-  if (w.type == WType::mxfp4) return l2 ? launch_plain<Mx, 2>(p, st) : launch_plain<Mx, 1>(p, st);
+  if (xp.lo8 && w.type != WType::mxfp4) throw LimitError("cuda mma matmul: x's lo as E4M3 for a weight that is not mxfp4");
+  if (w.layout == WLayout::mx_tiles) {
+    if (xp.lo8) return launch_plain<mxt::MxT, 3>(p, st);
+    return l2 ? launch_plain<mxt::MxT, 2>(p, st) : launch_plain<mxt::MxT, 1>(p, st);
+  }
+  if (w.type == WType::mxfp4) {
+    if (xp.lo8) return launch_plain<Mx, 3>(p, st);
+    return l2 ? launch_plain<Mx, 2>(p, st) : launch_plain<Mx, 1>(p, st);
+  }
   return l2 ? launch_plain<Q8, 2>(p, st) : launch_plain<Q8, 1>(p, st);
 }
 

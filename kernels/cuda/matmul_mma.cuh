@@ -14,7 +14,10 @@
 //   at L = 2 (FERRY_MMA_LEVELS=2; decode kernels always), split into hi and lo = fp16(x' - hi): hi + lo
 //   carries 22 of x's 24 significant bits for twice the tensor-core work. Every product of an fp16 weight
 //   value (<= 8 significant bits) and hi or lo is exact in fp32. The output is multiplied by 2^-k at the end.
-// - One quant block (32 columns) is 2 k16 steps x L levels (hi, then lo) = 2 L mma into a fresh accumulator; the
+//   L = 3 (mxfp4 only; FERRY_MMA_LEVELS=3, built 2026-12-07g, not yet run on a GPU): hi in fp16 and lo as E4M3
+//   (lo8_bits.cuh), x to ~15 bits for 3 mma a block instead of 4.
+// - One quant block (32 columns) is 2 k16 steps x L levels (hi, then lo) = 2 L mma into a fresh accumulator (L = 3:
+//   lo's one E4M3 k32 mma first, its sum times 2^-13, then hi's two steps onto it); the
 //   hardware's order of additions inside an mma depends only on the output element's own row and
 //   column, and the kernel's loop order depends only on the weight's shape. So every output element
 //   is computed by the same operations whatever the number of rows in the call, and where its row sits.
@@ -29,7 +32,8 @@
 // MW = 2) against a group of BN activation rows, K in stages of 128 columns (4 quant blocks): cp.async copies, in 16-byte
 // granules, the 16-aligned window over each tile row's raw quant bytes (q8_0: 136 bytes at an 8-aligned
 // start, 9 granules; mxfp4: 68 at a 4-aligned start, 5) and the group's hi / lo rows (fp16, rows padded
-// to 272 bytes so ldmatrix is conflict-free) into one of S stages. Each warp decodes its rows' A fragments
+// to 272 bytes so ldmatrix is conflict-free; L = 3: hi, then lo's E4M3 rows of 128 bytes padded to 144) into one of
+// S stages. Each warp decodes its rows' A fragments
 // straight from the raw bytes (q8_0: int8 -> fp16 by the 0x6400 magic; mxfp4: shifts and masks),
 // loads B fragments with ldmatrix, and runs 4 mma per 8 activation rows and quant block.
 #pragma once
@@ -41,6 +45,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/e2m1_bits.cuh"
+#include "kernels/cuda/lo8_bits.cuh"
 #include "kernels/cuda/matmul_mma_launch.cuh"
 
 namespace ferry::cuda::mma {
@@ -53,6 +58,16 @@ constexpr int kThreads = kWarps * 32;
 __host__ __device__ constexpr int tile_rows(int mw) { return 16 * mw * kWarps; }
 constexpr int kK = 128;           // columns per stage: 4 quant blocks
 constexpr int kXStride = kK * 2 + 16;  // bytes per activation row in a stage (fp16, padded)
+// L = 3 (x as hi fp16 + lo E4M3, lo8_bits.cuh; mxfp4 weights only): lo's bytes per activation row in a stage,
+// padded so that ldmatrix's 8 rows of 16 bytes fall in 8 distinct groups of 4 banks.
+constexpr int kX8Stride = kK + 16;
+// Bytes of x per stage: L fp16 levels, or (L = 3) hi in fp16 and lo in E4M3.
+template <int BN, int L>
+__host__ __device__ constexpr int x_stage_bytes() {
+  return L == 3 ? BN * (kXStride + kX8Stride) : L * BN * kXStride;
+}
+// fp16 levels of x in a stage (hi, and lo unless L is 1 or 3).
+__host__ __device__ constexpr int half_levels(int l) { return l == 3 ? 1 : l; }
 
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void* smem) {
@@ -66,6 +81,15 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void* smem) {
 __device__ __forceinline__ void mma16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1, const float c[4]) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%11,%12,%13};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+}
+
+// d = a (16x32, row) * b (32x8, col) + c, E4M3 inputs, fp32 accumulate (sm_89 and later).
+__device__ __forceinline__ void mma16832_e4m3(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1, const float c[4]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%10,%11,%12,%13};\n"
       : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
@@ -161,7 +185,7 @@ __host__ __device__ constexpr int stage_weight_bytes() {
 
 template <class F, int BN, int L, int MW>
 __host__ __device__ constexpr int stage_bytes() {
-  return stage_weight_bytes<F, MW>() + 16 + L * BN * kXStride;  // +16: u16_at's read past the last row
+  return stage_weight_bytes<F, MW>() + 16 + x_stage_bytes<BN, L>();  // +16: u16_at's read past the last row
 }
 
 // One work item: a 128-row weight tile against a group of nr (<= BN) activation rows.
@@ -227,6 +251,9 @@ struct PlainTc {
 // their mma issue back to back instead of each waiting on its predecessor's result. Each chain keeps its
 // order (hi's steps 0, 1, then lo's), and its block sum enters acc by one fma, blocks in K order: the
 // bits do not depend on NT (a tail group's n8 tiles past its rows are not computed).
+// L = 3 (mxfp4 only: lo8_bits.cuh): lo first, as E4M3, one mma.m16n8k32 per (m, n8) tile into the fresh sum
+// (A: the lane's own fp16 weights of both steps as E4M3, lo8::a_word; B: ldmatrix x4 over the lo8 rows gives a
+// pair of n8 tiles' two registers each), the sum times 2^-13 (lo8::kDown), then hi's two steps onto it.
 template <int L, int MW, int NT, int BN>
 __device__ __forceinline__ void block_math(const uint32_t (&a)[MW][2][4], const float (&d)[MW][2], const uint8_t* xs,
                                            int b, int lane, float (&acc)[MW][BN / 8][4]) {
@@ -239,8 +266,32 @@ __device__ __forceinline__ void block_math(const uint32_t (&a)[MW][2][4], const 
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int i = 0; i < 4; ++i) sum[m][j][i] = 0.0f;
+  if constexpr (L == 3) {
+    uint32_t b8[NJ][4];
 #pragma unroll
-  for (int lv = 0; lv < L; ++lv) {
+    for (int jp = 0; jp < NJ; ++jp) {
+      const int row = 16 * jp + 8 * (q >> 1) + (lane & 7);
+      ldmatrix_x4(b8[jp], xs + BN * kXStride + row * kX8Stride + 32 * b + 16 * (q & 1));
+    }
+    uint32_t a8[MW][4];
+#pragma unroll
+    for (int m = 0; m < MW; ++m)
+#pragma unroll
+      for (int s = 0; s < 2; ++s) {
+        a8[m][2 * s] = lo8::a_word(a[m][s][0], a[m][s][2]);      // row g
+        a8[m][2 * s + 1] = lo8::a_word(a[m][s][1], a[m][s][3]);  // row g + 8
+      }
+#pragma unroll
+    for (int m = 0; m < MW; ++m)
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        mma16832_e4m3(sum[m][j], a8[m], b8[j >> 1][2 * (j & 1)], b8[j >> 1][2 * (j & 1) + 1], sum[m][j]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) sum[m][j][i] *= lo8::kDown;
+      }
+  }
+#pragma unroll
+  for (int lv = 0; lv < half_levels(L); ++lv) {
     uint32_t bx[NJ][2][4];
 #pragma unroll
     for (int jp = 0; jp < NJ; ++jp) {
@@ -316,6 +367,7 @@ __device__ __forceinline__ void store_sums(const P& p, const Item& it, const int
 // (MoeBenchPromptPassExpertWave) and the pass 130.4-130.9 against 123.5-125.4 ms (H100, one call).
 template <class F, int BN, int S, int L, int MW, class P>
 __device__ __forceinline__ void item_body(const P& p, const Item& it, uint8_t* smem) {
+  static_assert(L != 3 || !std::is_same_v<F, Q8>, "x's lo as E4M3 needs E2M1 weights (q8_0's int8 are not exact in E4M3)");
   constexpr int kBM = tile_rows(MW);
   constexpr int SB = stage_bytes<F, BN, L, MW>();
   constexpr int kWB = stage_weight_bytes<F, MW>();
@@ -351,6 +403,16 @@ __device__ __forceinline__ void item_body(const P& p, const Item& it, uint8_t* s
   constexpr int kXR = XSources<BN>::kXR;
   const int64_t lo_off = L == 2 ? p.xp.lo - p.xp.hi : 0;
   const int xdst0 = xsrc.r0 * kXStride + xsrc.q * 16;
+  // L = 3: lo's E4M3 rows, 8 granules a row and stage: granule j = threadIdx.x + k * kThreads is granule j % 8 of
+  // row j / 8 (null past the item's rows).
+  static_assert(L != 3 || (BN * (kK / 16)) % kThreads == 0, "lo8 granules per thread");
+  constexpr int kX8R = L == 3 ? BN * (kK / 16) / kThreads : 0;
+  const uint8_t* x8src[kX8R > 0 ? kX8R : 1];
+#pragma unroll
+  for (int k = 0; k < kX8R; ++k) {
+    const int j = threadIdx.x + k * kThreads, r = j / (kK / 16);
+    x8src[k] = r < it.nr ? p.xp.lo8 + xrow[r] * p.xp.stride + (j % (kK / 16)) * 16 : nullptr;
+  }
   auto load = [&](int st, int c) {
     uint8_t* base = smem + st * SB;
     if constexpr (F::kTiled) {
@@ -374,12 +436,18 @@ __device__ __forceinline__ void item_body(const P& p, const Item& it, uint8_t* s
     }
     uint8_t* xs = base + kWB + 16 + xdst0;
 #pragma unroll
-    for (int lv = 0; lv < L; ++lv)
+    for (int lv = 0; lv < half_levels(L); ++lv)
 #pragma unroll
       for (int k = 0; k < kXR; ++k)
         if (xsrc.src[k])
           cp_async16(xs + (lv * BN + k * XSources<BN>::kRowStep) * kXStride,
                      xsrc.src[k] + lv * lo_off + static_cast<int64_t>(c) * kK);
+    uint8_t* x8 = base + kWB + 16 + BN * kXStride;
+#pragma unroll
+    for (int k = 0; k < kX8R; ++k) {
+      const int j = threadIdx.x + k * kThreads;
+      if (x8src[k]) cp_async16(x8 + (j / (kK / 16)) * kX8Stride + (j % (kK / 16)) * 16, x8src[k] + static_cast<int64_t>(c) * kK);
+    }
   };
   // Where this warp's rows g and g + 8 of its m16 tile m start in their windows: (row address + stage
   // offset) & 15. Warp w holds rows 16 MW w + 16 m + (g, g + 8).

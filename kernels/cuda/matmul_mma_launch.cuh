@@ -15,12 +15,14 @@ namespace ferry::cuda {
 
 namespace mma {
 // An activation prepared by prep_x: row r of x is (hi[r*stride ..] + lo[r*stride ..]) * inv[r]
-// (lo == nullptr with one level).
+// (lo == nullptr with one level), or with lo8 (x's lo as E4M3 for mxfp4 weights, mma_levels() 3; lo8_bits.cuh)
+// (hi[r*stride ..] + lo8[r*stride ..] * 2^-5) * inv[r], lo8's columns in lo8::lo8_pos order.
 struct XPrep {
   const __half* hi = nullptr;
   const __half* lo = nullptr;
-  const float* inv = nullptr;  // 2^-k of each row
-  int64_t stride = 0;          // halves per row (the matmul's cols)
+  const float* inv = nullptr;     // 2^-k of each row
+  int64_t stride = 0;             // halves per row (the matmul's cols); lo8: bytes per row
+  const uint8_t* lo8 = nullptr;   // E4M3 lo (then lo is null)
 };
 }  // namespace mma
 
@@ -39,9 +41,14 @@ bool matmul_mma_supported(const Weight& w);
 // the kimi_linear-a checkpoint's greedy continuation then differs from transformers' (and from the CPU
 // back-end's), and three families' teacher-forced logits leave the 1e-4 bound. So it is a user's choice
 // (`--prompt-x-bits 11`), not the default.
+// 3 (FERRY_MMA_LEVELS=3, `--prompt-x-bits 15`): x entering an mxfp4 weight takes hi in fp16 and lo in E4M3
+// (~15 bits, 3 mma a quant block and n8 tile instead of 4: lo8_bits.cuh); q8_0 weights keep hi + lo (22 bits).
 constexpr int kDefaultMmaLevels = 2;
+constexpr int kLevelsLo8 = 3;
 int mma_levels();
 void matmul_mma_levels_tune(int levels);
+// Whether a prompt pass prepares x for weights of this type with lo as E4M3 (mma_levels() 3 and mxfp4).
+inline bool prompt_lo8(WType type) { return type == WType::mxfp4 && mma_levels() == kLevelsLo8; }
 
 // Whether decode steps and verify blocks (every matmul outside a prompt pass) run this weight on the
 // tensor cores (matmul_dec.cuh) rather than on the CUDA-core kernels of matmul_fast.cuh: by default
@@ -71,8 +78,9 @@ inline XOrder x_order(WType type, bool prompt, WLayout layout = WLayout::rows) {
   if (prompt || type != WType::mxfp4) return XOrder::natural;
   return layout == WLayout::mx_tiles ? XOrder::mxt : XOrder::mx;
 }
+// lo8 (prompt passes, natural order only): lo as E4M3 in lo8's order instead of fp16 (prompt_lo8 of the weights).
 mma::XPrep prep_x(const float* x, int64_t n, int64_t cols, void* buf, cudaStream_t st, bool both_levels = false,
-                  XOrder order = XOrder::natural);
+                  XOrder order = XOrder::natural, bool lo8 = false);
 // y [n, w.rows] = x @ W^T from x prepared by prep_x: a prompt pass's kernel (matmul_mma.cuh).
 void launch_matmul_mma(const Weight& w, const mma::XPrep& xp, int64_t n, float* y, cudaStream_t st);
 // The same for decode steps and verify blocks (matmul_dec.cuh; x prepared with both levels).

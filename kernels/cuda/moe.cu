@@ -222,13 +222,14 @@ void ffn_wave_tc(CudaBackend& be, const ExpertFfnArgs& a, const Launch* ls, size
   }
   // The activation and its preparation for the down projections in one launch (prep_gate), or one each.
   const XOrder order = x_order(type, prompt, layout);
+  const bool lo8 = prompt && prompt_lo8(type);
   mma::XPrep ap;
   if (fused_gate() && prep_gate_ok(s.g, s.u, nullptr, a.inter)) {
     const GateAct act{a.act.situ ? GateOp::situ : GateOp::swiglu, a.act.beta, a.act.lbeta};
-    ap = prep_gate(act, s.g, s.u, rows, inter, nullptr, act_buf, st, !prompt, order);
+    ap = prep_gate(act, s.g, s.u, rows, inter, nullptr, act_buf, st, !prompt, order, lo8);
   } else {
     expert_act(be, a.act, s.g, s.u, rows * a.inter);
-    ap = prep_x(s.g, rows, inter, act_buf, st, !prompt, order);
+    ap = prep_x(s.g, rows, inter, act_buf, st, !prompt, order, lo8);
   }
   if (wave) return launch_wave_down_mma(wl, type, layout, ap, in, inter, a.y, st);
   for (const Launch& l : Span{ls, nls}) {
@@ -319,7 +320,7 @@ void CudaBackend::expert_ffn(const ExpertFfnArgs& a) {
     const size_t xb = (mma_prep_bytes(a.x_rows, a.in) + 255) & ~size_t{255};
     auto* buf = static_cast<uint8_t*>(scratch(kMmaX, xb + mma_prep_bytes(wave, a.inter)));
     const XOrder order = x_order(a.calls[0].gate.type, prompt_pass_, a.calls[0].gate.layout);
-    xp = prompt_pass_ ? prep_x(a.x, a.x_rows, a.in, buf, stream_, false, order)
+    xp = prompt_pass_ ? prep_x(a.x, a.x_rows, a.in, buf, stream_, false, order, prompt_lo8(a.calls[0].gate.type))
                       : prep_decode(a.x, a.x_rows, a.in, buf, order);
     act_buf = buf + xb;
   }

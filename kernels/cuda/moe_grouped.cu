@@ -195,16 +195,25 @@ void launch_mma_f(GroupTc& a, int nz, cudaStream_t st) {
   FERRY_CUDA_LAUNCHED(grouped_mma_kernel);
 }
 
+// x's levels as the prompt kernels' template L: 2 (hi + lo fp16), 1 (hi only) or 3 (hi + lo as E4M3: mxfp4 only).
+int x_levels(const mma::XPrep& xp) { return xp.lo8 ? 3 : xp.lo ? 2 : 1; }
+
 // Calls fn(F{}, levels, tile rows) with the prompt kernels' fragment format F of the batch's weights (the
 // mxfp4 tiles of matmul_mxt.cuh, mxfp4 rows or q8_0 rows: the same bits for tiles and rows), x's levels
-// (2: hi + lo, 1: hi only) and MW (group_mw()) as std::integral_constant.
+// (x_levels) and MW (group_mw()) as std::integral_constant.
 template <class Fn>
-void with_mma_format(WType type, WLayout layout, bool l2, Fn&& fn) {
+void with_mma_format(WType type, WLayout layout, int levels_of_x, Fn&& fn) {
   using One = std::integral_constant<int, 1>;
   using Two = std::integral_constant<int, 2>;
+  using Three = std::integral_constant<int, 3>;
   const bool w2 = group_mw() == 2;
   auto levels = [&](auto f) {
-    if (l2) return w2 ? fn(f, Two{}, Two{}) : fn(f, Two{}, One{});
+    if constexpr (!std::is_same_v<decltype(f), mma::Q8>) {
+      if (levels_of_x == 3) return w2 ? fn(f, Three{}, Two{}) : fn(f, Three{}, One{});
+    } else if (levels_of_x == 3) {
+      throw LimitError("cuda expert_ffn: x's lo as E4M3 for q8_0 weights");
+    }
+    if (levels_of_x == 2) return w2 ? fn(f, Two{}, Two{}) : fn(f, Two{}, One{});
     return w2 ? fn(f, One{}, Two{}) : fn(f, One{}, One{});
   };
   if (layout == WLayout::mx_tiles) return levels(mxt::MxT{});
@@ -213,7 +222,7 @@ void with_mma_format(WType type, WLayout layout, bool l2, Fn&& fn) {
 }
 
 void launch_mma(GroupTc& a, WType type, WLayout layout, int nz, cudaStream_t st) {
-  with_mma_format(type, layout, a.xp.lo != nullptr, [&](auto f, auto l, auto mw) {
+  with_mma_format(type, layout, x_levels(a.xp), [&](auto f, auto l, auto mw) {
     launch_mma_f<decltype(f), decltype(l)::value, decltype(mw)::value>(a, nz, st);
   });
 }
@@ -442,7 +451,7 @@ void launch_wave_f(WaveTc& a, const WaveLaunch& w, int nz, cudaStream_t st) {
 }
 
 void launch_wave(WaveTc& a, const WaveLaunch& w, WType type, WLayout layout, int nz, cudaStream_t st) {
-  with_mma_format(type, layout, a.xp.lo != nullptr, [&](auto f, auto l, auto mw) {
+  with_mma_format(type, layout, x_levels(a.xp), [&](auto f, auto l, auto mw) {
     launch_wave_f<decltype(f), decltype(l)::value, decltype(mw)::value>(a, w, nz, st);
   });
 }

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/lo8_bits.cuh"
 #include "kernels/cuda/matmul_mma_launch.cuh"
 
 namespace ferry::cuda::xprep {
@@ -63,19 +64,30 @@ __device__ __forceinline__ int row_scale_exp(float m) {
 // Where a kernel writes prepared rows (the layout prep_x writes into its buffer; hi == nullptr: none).
 struct Out {
   __half* hi = nullptr;
-  __half* lo = nullptr;  // nullptr: hi only
+  __half* lo = nullptr;  // nullptr: hi only (or lo8)
   float* inv = nullptr;
   XOrder order = XOrder::natural;
+  uint8_t* lo8 = nullptr;  // lo as E4M3 (lo8_bits.cuh), in lo8::lo8_pos order; natural order only
 };
 
 #if defined(__CUDACC__)
+// lo values l0, l1 (x * 2^k - hi) as two E4M3 bytes of l * 2^5 (lo8::kUp), l0's in the low byte: round to nearest
+// even, no saturation (|l| <= 8).
+__device__ __forceinline__ uint16_t lo8_pair(float l0, float l1) {
+  uint16_t r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(l1 * lo8::kUp), "f"(l0 * lo8::kUp));
+  return r;
+}
+
 // Element c of row r (dim elements) of value x prepared into o, the row's 2^k being up.
 __device__ __forceinline__ void put_one(const Out& o, int64_t r, int64_t dim, int64_t c, float x, float up) {
   const float a = x * up;  // exact: a power of two, inside the float range
   const __half h = __float2half_rn(a);
   const int64_t d = r * dim + order_pos(c, o.order);
   o.hi[d] = h;
-  if (o.lo) o.lo[d] = __float2half_rn(a - __half2float(h));  // a - h is exact
+  const float l = a - __half2float(h);  // exact
+  if (o.lo) o.lo[d] = __float2half_rn(l);
+  if (o.lo8) o.lo8[r * dim + lo8::lo8_pos(c)] = static_cast<uint8_t>(lo8_pair(l, 0.0f));
 }
 
 // Row r (dim elements) prepared into o, from a block of kThreads threads where thread t holds element
@@ -128,6 +140,7 @@ __device__ __forceinline__ void put_row4(const float4 (&v)[V], int64_t cols, int
   const float up = __int_as_float((k + 127) << 23);
   __half* hr = o.hi + r * cols;
   __half* lr = o.lo ? o.lo + r * cols : nullptr;
+  uint8_t* l8 = o.lo8 ? o.lo8 + r * cols : nullptr;
   const XOrder order = o.order;
   // 4 elements 4j .. 4j + 3 as two half2: at 4j and 4j + 2, in the mx order at 2t and 8 + 2t of their 16
   // (t = j & 3), in the mxt order at 8t + 4s and 8t + 4s + 2 of their 32 (s = (j >> 2) & 1).
@@ -153,14 +166,22 @@ __device__ __forceinline__ void put_row4(const float4 (&v)[V], int64_t cols, int
     }
     put(hr, j, h[0], h[1], h[2], h[3]);
     if (lr) put(lr, j, l[0], l[1], l[2], l[3]);
+    if (l8) {  // natural order: elements 4j, 4j + 1 and 4j + 2, 4j + 3 are pairs in lo8's order
+      float d[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) d[q] = a[q] - __half2float(h[q]);
+      *reinterpret_cast<uint16_t*>(l8 + lo8::lo8_pos(4 * j)) = lo8_pair(d[0], d[1]);
+      *reinterpret_cast<uint16_t*>(l8 + lo8::lo8_pos(4 * j + 2)) = lo8_pair(d[2], d[3]);
+    }
   }
 }
 
 #endif  // __CUDACC__
 
 // Host side (matmul_mma.cu). Where prep_x puts n rows of cols in a buffer of mma_prep_bytes(n, cols): hi,
-// lo (both_levels, or under FERRY_MMA_LEVELS=2, the default) and inv.
-Out prep_layout(void* buf, int64_t n, int64_t cols, bool both_levels, XOrder order);
+// lo (both_levels, or under FERRY_MMA_LEVELS=2, the default, or 3 without lo8) or lo8 (lo8 and not both_levels:
+// in lo's place) and inv.
+Out prep_layout(void* buf, int64_t n, int64_t cols, bool both_levels, XOrder order, bool lo8 = false);
 // The matmuls' view of rows prepared into o.
 mma::XPrep prepared(const Out& o, int64_t cols);
 
@@ -173,7 +194,7 @@ bool prep_gate_ok(const float* a, const float* b, const float* y, int64_t cols);
 // act(a, b) of n rows of cols (gate_act.cuh) prepared into buf as prep_x would prepare the activation (and
 // written to y unless y is null): one launch.
 mma::XPrep prep_gate(const GateAct& act, const float* a, const float* b, int64_t n, int64_t cols, float* y, void* buf,
-                     cudaStream_t st, bool both_levels, XOrder order);
+                     cudaStream_t st, bool both_levels, XOrder order, bool lo8 = false);
 // The same into a place of xprep::prep_layout.
 void prep_gate_into(const GateAct& act, const float* a, const float* b, int64_t n, int64_t cols, float* y,
                     const xprep::Out& o, cudaStream_t st);

@@ -184,10 +184,18 @@ constexpr double kMmaTol = 1e-5;
 // product is off by at most 2^-12 of itself; over these random rows the largest error measured 2.2e-4 of the
 // largest output (H100, 2026-12-07).
 constexpr double kMmaTol1 = 1e-3;
-inline double mma_tol(int levels) { return levels == 1 ? kMmaTol1 : kMmaTol; }
+// With x's lo as E4M3 for mxfp4 weights (levels 3: matmul_mma_levels_tune(3), FERRY_MMA_LEVELS=3; lo8_bits.cuh) x
+// keeps ~15 bits: each product within ~2^-16 of itself, a sixteenth of one level's error. q8_0 weights keep both
+// fp16 levels there.
+constexpr double kMmaTol3 = 1e-4;
+inline double mma_tol(int levels, WType t) {
+  if (levels == 1) return kMmaTol1;
+  return levels == 3 && t == WType::mxfp4 ? kMmaTol3 : kMmaTol;
+}
 #if FERRY_WITH_CUDA
-// The tolerance of a prompt pass's matmul at the levels in force (the default, or FERRY_MMA_LEVELS).
-inline double prompt_tol() { return mma_tol(cuda::mma_levels()); }
+// The tolerance of a prompt pass's matmul of a weight of type t at the levels in force (the default, or
+// FERRY_MMA_LEVELS).
+inline double prompt_tol(WType t) { return mma_tol(cuda::mma_levels(), t); }
 #endif
 
 // Backend::set_prompt_pass(true) for a scope.
@@ -214,7 +222,7 @@ TEST_F(Ops, PromptPassMatmulOnTensorCoresMatchesCpuForEveryRowCount) {
     auto wb = both_bytes(bytes.data(), bytes.size());
     const Weight wg{s.t, s.rows, s.cols, wb->g};
     EXPECT_TRUE(mma_path(wg)) << tname(s.t) << " " << s.rows << "x" << s.cols;
-    for (const int lv : {2, 1})
+    for (const int lv : {2, 1, 3})
       for (int64_t n : s.ns) {
         auto x = both(random_floats(static_cast<size_t>(n * s.cols), 6 + static_cast<uint32_t>(n)));
         auto y = poisoned_pair(static_cast<size_t>(n * s.rows));
@@ -228,7 +236,7 @@ TEST_F(Ops, PromptPassMatmulOnTensorCoresMatchesCpuForEveryRowCount) {
         auto [c, g] = results(y);
         const std::string what = std::string("mma ") + tname(s.t) + " " + std::to_string(s.rows) + "x" +
                                  std::to_string(s.cols) + " n=" + std::to_string(n) + " L=" + std::to_string(lv);
-        EXPECT_LE(rel_err(what.c_str(), c, g), mma_tol(lv)) << what;
+        EXPECT_LE(rel_err(what.c_str(), c, g), mma_tol(lv, s.t)) << what;
       }
   }
 }
@@ -242,18 +250,23 @@ TEST_F(Ops, PromptPassMatmulRowHasTheSameBitsAloneAndAnywhereInAPassOf1024Rows) 
     const Weight w{t, rows, cols, wb->g};
     auto x = both(random_floats(static_cast<size_t>(n * cols), 8));
     PromptPass on(gpu());
-    auto all = poisoned_pair(static_cast<size_t>(n * rows));
-    gpu().matmul(w, x.gpu(), n, all.gpu());
-    const auto a = get(gpu(), all.gpu(), all.g.size());
-    for (const auto& [r0, m] : {std::pair{0, 1}, std::pair{511, 1}, std::pair{64, 64}, std::pair{1000, 24},
-                                std::pair{333, 37}, std::pair{7, 100}}) {
-      auto part = poisoned_pair(static_cast<size_t>(m * rows));
-      gpu().matmul(w, x.gpu() + r0 * cols, m, part.gpu());
-      const auto p = get(gpu(), part.gpu(), part.g.size());
-      const int64_t d = first_bit_diff(p.data(), a.data() + r0 * rows, m * rows);
-      std::printf("[gpu-op] mma %s rows %d..%d alone vs in 1024: %s\n", tname(t), r0, r0 + m - 1,
-                  d < 0 ? "bit-identical" : "DIFFERENT");
-      EXPECT_LT(d, 0) << tname(t) << " rows " << r0 << " + " << m;
+    // The default levels, and x's lo as E4M3 for mxfp4 (3; q8_0 keeps two fp16 levels there).
+    for (const int lv : {-1, 3}) {
+      cuda::matmul_mma_levels_tune(lv);
+      auto all = poisoned_pair(static_cast<size_t>(n * rows));
+      gpu().matmul(w, x.gpu(), n, all.gpu());
+      const auto a = get(gpu(), all.gpu(), all.g.size());
+      for (const auto& [r0, m] : {std::pair{0, 1}, std::pair{511, 1}, std::pair{64, 64}, std::pair{1000, 24},
+                                  std::pair{333, 37}, std::pair{7, 100}}) {
+        auto part = poisoned_pair(static_cast<size_t>(m * rows));
+        gpu().matmul(w, x.gpu() + r0 * cols, m, part.gpu());
+        const auto p = get(gpu(), part.gpu(), part.g.size());
+        const int64_t d = first_bit_diff(p.data(), a.data() + r0 * rows, m * rows);
+        std::printf("[gpu-op] mma %s L=%d rows %d..%d alone vs in 1024: %s\n", tname(t), lv, r0, r0 + m - 1,
+                    d < 0 ? "bit-identical" : "DIFFERENT");
+        EXPECT_LT(d, 0) << tname(t) << " L=" << lv << " rows " << r0 << " + " << m;
+      }
+      cuda::matmul_mma_levels_tune(-1);
     }
   }
 }
@@ -292,7 +305,7 @@ void check_row_scaling(Backend& cpu, Backend& gpu, bool prompt, Both both, BothB
       const std::vector<float> gr(g.begin() + r * rows, g.begin() + (r + 1) * rows);
       const std::string what = std::string(prompt ? "mma" : "dec") + " e [" + std::to_string(e_lo) + "," +
                                std::to_string(e_hi) + "] row x" + std::to_string(row_scale[r]);
-      EXPECT_LE(rel_err(what.c_str(), cr, gr), prompt_tol()) << what;
+      EXPECT_LE(rel_err(what.c_str(), cr, gr), prompt_tol(WType::mxfp4)) << what;
     }
   }
 }
@@ -336,7 +349,7 @@ TEST_F(Ops, DecodeMatmulOnTensorCoresMatchesCpuForEveryRowCount) {
       auto [c, g] = results(y);
       const std::string what = std::string("dec ") + tname(s.t) + " " + std::to_string(s.rows) + "x" +
                                std::to_string(s.cols) + " n=" + std::to_string(n);
-      EXPECT_LE(rel_err(what.c_str(), c, g), prompt_tol()) << what;
+      EXPECT_LE(rel_err(what.c_str(), c, g), prompt_tol(s.t)) << what;
     }
   }
 }
@@ -412,7 +425,7 @@ TEST_F(Ops, SplitKDecodeMatmulMatchesCpuKeepsRowBitsAndRepeatsForEveryPartCount)
         auto [c, g] = results(y);
         const std::string what = std::string("split-K ") + kern + " " + std::to_string(rows) + "x" +
                                  std::to_string(cols) + " parts=" + std::to_string(parts);
-        EXPECT_LE(rel_err(what.c_str(), c, g), prompt_tol()) << what;
+        EXPECT_LE(rel_err(what.c_str(), c, g), prompt_tol(WType::q8_0)) << what;
         auto again = poisoned_pair(static_cast<size_t>(n * rows));
         gpu().matmul(wg, x.gpu(), n, again.gpu());
         EXPECT_LT(first_bit_diff(get(gpu(), again.gpu(), again.g.size()).data(), g.data(), n * rows), 0)
@@ -911,8 +924,8 @@ TEST_F(Ops, Q8TilesMatmulMatchesCpuForEverySplitAndKeepsRowBits) {
       }
     }
     // Prompt passes (their own kernel: groups of 64 rows, 128-row tiles): a row's bits are those of the
-    // row anywhere in a pass, with x as hi + lo and as hi only (matmul_mma_levels_tune).
-    for (const int lv : {2, 1}) {
+    // row anywhere in a pass, with x as hi + lo and as hi only (matmul_mma_levels_tune; 3 keeps q8_0's two levels).
+    for (const int lv : {2, 1, 3}) {
       cuda::matmul_mma_levels_tune(lv);
       const int64_t np = 130;
       auto xp = both(random_floats(static_cast<size_t>(np * s.cols), 34));
@@ -926,7 +939,7 @@ TEST_F(Ops, Q8TilesMatmulMatchesCpuForEverySplitAndKeepsRowBits) {
       const auto pa = get(gpu(), pass.gpu(), pass.g.size());
       EXPECT_LE(rel_err(("q8t prompt pass " + shape + " L=" + std::to_string(lv)).c_str(),
                         get(cpu(), pc.cpu(), pc.c.size()), pa),
-                mma_tol(lv));
+                mma_tol(lv, WType::q8_0));
       for (const auto& [r0, m] : {std::pair{0, 1}, std::pair{17, 3}, std::pair{24, 16}, std::pair{60, 9}, std::pair{129, 1}}) {
         auto part = poisoned_pair(static_cast<size_t>(m * s.rows));
         {
