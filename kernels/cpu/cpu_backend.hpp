@@ -24,6 +24,9 @@ class CpuBackend final : public Backend {
   void copy(void* dst, const void* src, size_t bytes) override;
   void synchronize() override {}
 
+  // Inside a prompt pass with emulate_prompt_x_bits set (prompt_x_emulation.hpp), x is rounded as the CUDA
+  // back-end's prompt kernels see it before the product; otherwise the pass changes nothing here.
+  void set_prompt_pass(bool on) override { prompt_pass_ = on; }
   void matmul(const Weight& w, const float* x, int64_t n, float* y) override;
   void embed(const Weight& table, const int32_t* ids_host, int64_t n, float* y) override;
 
@@ -67,6 +70,7 @@ class CpuBackend final : public Backend {
   void for_elems(int64_t n, F&& f);
 
   ThreadPool pool_;
+  bool prompt_pass_ = false;
 };
 
 // Small shared helpers of the CPU kernels.

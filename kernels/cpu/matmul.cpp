@@ -12,9 +12,11 @@
 #include <atomic>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "io/errors.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
+#include "kernels/cpu/prompt_x_emulation.hpp"
 #include "kernels/cpu/dot.hpp"
 #include "kernels/cpu/quant.hpp"
 
@@ -188,6 +190,12 @@ void CpuBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
   if (w.layout != WLayout::rows)
     throw TensorError(std::string("cpu matmul: a weight in another back-end's layout (") +
                       (w.layout == WLayout::q8_tiles ? "q8_0 tiles" : "mxfp4 tiles") + ")");
+  std::vector<float> rounded;  // x as the CUDA prompt kernels take it (prompt_x_emulation.hpp; off by default)
+  if (const int bits = prompt_pass_ ? emulated_bits_for(w) : 0) {
+    rounded.resize(static_cast<size_t>(n * w.cols));
+    round_prompt_x(x, n, w.cols, bits, rounded.data());
+    x = rounded.data();
+  }
   const Job j{static_cast<const uint8_t*>(w.data), w.row_bytes(), w.rows, w.cols, x, n, y, e8m0_half_table()};
   const bool avx2 = use_avx2();
   // At least ~64k multiply-adds per thread range; smaller matmuls stay on the calling thread.

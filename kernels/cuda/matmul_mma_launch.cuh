@@ -67,7 +67,8 @@ int dec_stage_blocks(int64_t cols);
 // Device bytes prep_x needs for n rows of cols.
 size_t mma_prep_bytes(int64_t n, int64_t cols);
 // x [n, cols] (contiguous) prepared into buf (mma_prep_bytes(n, cols) bytes) on stream st: hi + lo, or
-// hi only when mma_levels() is 1 (`--prompt-x-bits 11`), unless both_levels (the decode kernels always take both).
+// hi only when mma_levels() is 1 (`--prompt-x-bits 11`), unless both_levels (the decode kernels always take both);
+// hi + lo8 (E4M3) when lo8 is asked for (prompt_lo8: level 3 and an mxfp4 weight) and not both_levels.
 // order: natural, mx (the decode kernels' mxfp4 order: within each 16 columns, 4t + j at 2t + (j & 1)
 // + 8 (j >> 1); matmul_dec.cuh) or mxt (below).
 // mxt (the mxfp4 tiles' decode kernel, matmul_mxt.cuh): within each 32 columns, 16s + 4t + j at 8t + 4s + j.

@@ -19,8 +19,9 @@ constexpr double kK3MaxAbs = 2e-4;
 // 2026-12-07; 2e-4 both at two levels).
 constexpr double kK3HiOnlyMaxAbs = 2e-2;
 // With x's lo as E4M3 into the mxfp4 experts (FERRY_MMA_LEVELS=3: ~15 bits there, lo8_bits.cuh; the q8_0 spine
-// keeps 22) the error should be about a sixteenth of one level's: bound 2e-3 until measured.
-constexpr double kK3Lo8MaxAbs = 2e-3;
+// keeps 22): the CPU's emulation of that rounding gives 2.06e-4 on the prompt (9.4e-3 at one level, where the
+// GPU measured 8.4e-3; tests/kernels/model/prompt_x_emulation_test.cpp): bound 1e-3.
+constexpr double kK3Lo8MaxAbs = 1e-3;
 double k3_prompt_max_abs() {
 #if FERRY_WITH_CUDA
   if (cuda::mma_levels() == 1) return kK3HiOnlyMaxAbs;
