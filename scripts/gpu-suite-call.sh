@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The shortest useful device call (building nothing; `MIN=1 bash scripts/gpu-bundle.sh`, carry [".bundle"]): the GPU
 # suite at the defaults (benchmarks left out) into $OUT/suite.log, then the model tests again at each level in
-# EXTRA_LEVELS (default 1: x as hi only) into $OUT/models-l<levels>.log. No slice, no timings.
+# EXTRA_LEVELS (default 1: x as hi only; 3: x's lo as E4M3 into the mxfp4 experts) into $OUT/models-l<levels>.log,
+# and with MEMCHECK_FILTER set, compute-sanitizer's memcheck over those tests (MEMCHECK_LEVELS: FERRY_MMA_LEVELS for
+# it) into $OUT/memcheck.log. No slice, no timings.
 set -uo pipefail
 source "$(dirname "$0")/gpu-env.sh"
 nvidia-smi --query-gpu=name --format=csv,noheader
@@ -14,3 +16,9 @@ for lv in ${EXTRA_LEVELS:-1}; do
   echo "levels $lv: exit $?"
   grep -E '^\[  (PASSED|FAILED) +\]|gpu-model|Failure|Expected|Which is|Value of|  Actual|tests? ran' "$OUT/models-l$lv.log" | head -50
 done
+if [ -n "${MEMCHECK_FILTER:-}" ] && command -v compute-sanitizer > /dev/null; then
+  FERRY_MMA_LEVELS=${MEMCHECK_LEVELS:-2} timeout "${MEMCHECK_TIMEOUT:-120}" compute-sanitizer --tool memcheck --leak-check no \
+    "$B/bin/ferry_test_gpu" --gtest_filter="$MEMCHECK_FILTER" > "$OUT/memcheck.log" 2>&1
+  echo "memcheck exit $? : $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
+  grep -E '^\[  (PASSED|FAILED) +\]|Invalid|out of bounds' "$OUT/memcheck.log" | head -10
+fi
