@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "io/errors.hpp"
 #include "kernels/cpu/prompt_x_emulation.hpp"
 #include "tests/kernels/model/fixture_util.hpp"
 
@@ -26,6 +27,8 @@ TEST(PromptXEmulation, Fp16AndE4m3RoundToNearestEvenWithSubnormalsAndSaturation)
   EXPECT_EQ(cpu::round_to_e4m3(0.0009f), 0.0f);
   EXPECT_EQ(cpu::round_to_e4m3(500.0f), 448.0f);                         // saturates
   EXPECT_EQ(cpu::round_to_e4m3(240.0f), 240.0f);
+  EXPECT_THROW(cpu::emulate_prompt_x_bits(12), ConfigError);  // 0, 11, 15 or 22 only
+  EXPECT_EQ(cpu::emulated_prompt_x_bits(), 0);
 }
 
 // Each element within the mode's bound of itself (relative to the row's largest, for the E4M3 lo's flushed tail).
