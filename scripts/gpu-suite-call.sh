@@ -2,7 +2,7 @@
 # The shortest useful device call (building nothing; `MIN=1 bash scripts/gpu-bundle.sh`, carry [".bundle"]): the GPU
 # suite at the defaults (benchmarks left out) into $OUT/suite.log, then the model tests again at each level in
 # EXTRA_LEVELS (default 1: x as hi only; 3: x's lo as E4M3 into the mxfp4 experts) into $OUT/models-l<levels>.log,
-# and with MEMCHECK_FILTER set, compute-sanitizer's memcheck over those tests (MEMCHECK_LEVELS: FERRY_MMA_LEVELS for
+# with BENCH_FILTER set, those benchmarks into $OUT/bench.log, and with MEMCHECK_FILTER set, compute-sanitizer's memcheck over those tests (MEMCHECK_LEVELS: FERRY_MMA_LEVELS for
 # it) into $OUT/memcheck.log. No slice, no timings.
 set -uo pipefail
 source "$(dirname "$0")/gpu-env.sh"
@@ -10,6 +10,11 @@ nvidia-smi --query-gpu=name --format=csv,noheader
 timeout "${SUITE_TIMEOUT:-120}" "$B/bin/ferry_test_gpu" --gtest_filter="${SUITE_FILTER:--*Bench*}" > "$OUT/suite.log" 2>&1
 echo "suite exit $?"
 grep -E '^\[  (PASSED|FAILED) +\]|tests? ran|Failure' "$OUT/suite.log" | head -30
+if [ -n "${BENCH_FILTER:-}" ]; then  # benchmarks by name (the suite leaves them out), into $OUT/bench.log
+  timeout "${BENCH_TIMEOUT:-60}" "$B/bin/ferry_test_gpu" --gtest_filter="$BENCH_FILTER" > "$OUT/bench.log" 2>&1
+  echo "benchmarks exit $?"
+  grep -E '^\[(mma-rate|bench|q8tp)\]|^\[  (PASSED|FAILED) +\]' "$OUT/bench.log" | head -20
+fi
 for lv in ${EXTRA_LEVELS:-1}; do
   FERRY_MMA_LEVELS=$lv timeout "${MODEL_TIMEOUT:-60}" "$B/bin/ferry_test_gpu" \
     --gtest_filter="${MODEL_FILTER:-*GpuHf*:GpuK3*}" > "$OUT/models-l$lv.log" 2>&1

@@ -22,6 +22,7 @@
 #include "kernels/cuda/cuda_backend.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/matmul_mma_launch.cuh"
+#include "kernels/cuda/mma_rate_probe.cuh"
 #include "kernels/cuda/sm90a/wgmma_probe.cuh"
 #endif
 
@@ -1212,6 +1213,16 @@ TEST_F(Ops, MatmulBenchQ8Tiles) {
 #else
   GTEST_SKIP() << "no CUDA back-end in this build";
 #endif
+}
+
+// mma.sync's rates for fp16 m16n8k16 and E4M3 m16n8k32 (kernels/cuda/mma_rate_probe.cuh): whether x's lo as
+// E4M3 (FERRY_MMA_LEVELS=3) can save tensor time, not only x's bytes. A benchmark (not in the default GPU suite).
+TEST_F(Ops, MmaSyncRateBenchE4m3VersusFp16) {
+  const cuda::MmaRates r = cuda::mma_sync_rates();
+  std::printf("[mma-rate] mma.sync fp16 m16n8k16: %.1f TFLOP/s; e4m3 m16n8k32: %.1f TFLOP/s (%.2fx)\n", r.fp16_tflops,
+              r.e4m3_tflops, r.e4m3_tflops / r.fp16_tflops);
+  EXPECT_GT(r.fp16_tflops, 0.0);
+  EXPECT_GT(r.e4m3_tflops, 0.0);
 }
 
 // The wgmma probe (kernels/cuda/sm90a/wgmma_probe.cuh): a chain of 4 wgmma.m64nNk16 with A in registers
