@@ -2,7 +2,8 @@
 // that already holds its output row in registers writes the row's prepared halves too, and the matmuls
 // after it skip their prep_x launch (CudaBackend::rmsnorm_kept, attn_res_norm). One rule for both: per
 // row, k from the row's max |x| (max |x * 2^k| in [2^14, 2^15)), hi = fp16(x * 2^k), lo = fp16(x * 2^k -
-// hi) (exact), inv = 2^-k, written at the order's position of each element. Elementwise apart from the
+// hi) (exact), inv = 2^-k, written at the order's position of each element; or, for the mxfp4 weights' prompt
+// kernels at level 3, lo8 = E4M3(lo * 2^5) in lo8's own order (lo8_bits.cuh). Elementwise apart from the
 // max, so any kernel that computes the same row gets the same bits as prep_x.
 #pragma once
 
