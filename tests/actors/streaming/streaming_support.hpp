@@ -58,11 +58,14 @@ inline RunResult generate_run(const ModelOptions& o, const std::function<void(Lo
   return r;
 }
 
+// Streaming over a shared layout. Learning usage is off: a run would otherwise add its counts to the layout's
+// usage.json, which the next test's caches start from (usage_test.cpp tests learning on a file of its own).
 inline ModelOptions streaming_options(const fs::path& dir, uint64_t cache_experts) {
   ModelOptions o;
   o.dir = dir.string();
   o.threads = 2;
   o.ssd_streaming = true;
+  o.streaming.learn_usage = false;
   o.streaming.cache_experts = cache_experts;
   o.streaming.read_timeout = std::chrono::milliseconds(10000);
   o.streaming.layer_timeout = std::chrono::milliseconds(30000);
