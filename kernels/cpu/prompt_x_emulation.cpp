@@ -6,6 +6,7 @@
 #include <string>
 
 #include "io/errors.hpp"
+#include "io/formats/convert.hpp"
 
 namespace ferry::cpu {
 
@@ -13,8 +14,9 @@ namespace {
 
 std::atomic<int> g_bits{0};
 
-// v rounded to `sig` significant bits with the format's smallest quantum `min_q` (its subnormal step), ties to
-// even (std::nearbyint under the default rounding mode; divisions by powers of two are exact).
+// v rounded to `sig` significant bits, binades below 2^min_exp sharing its quantum (the subnormals), ties to even
+// (std::nearbyint under the default rounding mode; divisions by powers of two are exact). For E4M3, which the
+// formats' conversions (io/formats/convert.hpp) do not have.
 float round_sig(float v, int sig, int min_exp) {
   if (v == 0.0f || !std::isfinite(v)) return v;
   const double a = std::fabs(static_cast<double>(v));
@@ -35,10 +37,7 @@ int scale_exp(float m) {
 
 }  // namespace
 
-float round_to_fp16(float v) {
-  const float r = round_sig(v, 11, -14);
-  return std::fabs(r) >= 65520.0f ? std::copysign(INFINITY, v) : r;
-}
+float round_to_fp16(float v) { return f16_to_f32(f32_to_f16(v)); }
 
 float round_to_e4m3(float v) {
   if (std::isnan(v)) return v;
