@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "io/errors.hpp"
 #include "kernels/cuda/cuda_check.cuh"
@@ -51,8 +52,9 @@ __global__ void __launch_bounds__(kPrepThreads) prep_x_kernel(const float* __res
     const __half h = __float2half_rn(v);
     const int64_t d = order_pos(c, order);
     hr[d] = h;
-    if (lr) lr[d] = __float2half_rn(v - __half2float(h));  // v - h is exact
-    if (l8) l8[lo8::lo8_pos(c)] = static_cast<uint8_t>(xprep::lo8_pair(v - __half2float(h), 0.0f));
+    const float l = v - __half2float(h);  // exact
+    if (lr) lr[d] = __float2half_rn(l);
+    if (l8) l8[lo8::lo8_pos(c)] = static_cast<uint8_t>(xprep::lo8_pair(l, 0.0f));
   }
   if (threadIdx.x == 0) inv[r] = down;
 }
@@ -358,17 +360,19 @@ void launch_matmul_mma(const Weight& w, const XPrep& xp, int64_t n, float* y, cu
   PlainTc p{static_cast<const uint8_t*>(w.data), w.row_bytes(), static_cast<int>(w.rows), static_cast<int>(w.cols),
              xp, y, n, 0, 0, 0};
   if (n > (int64_t{1} << 30)) throw LimitError("cuda mma matmul: " + std::to_string(n) + " rows in one call");
-  const bool l2 = xp.lo != nullptr;
-  if (xp.lo8 && w.type != WType::mxfp4) throw LimitError("cuda mma matmul: x's lo as E4M3 for a weight that is not mxfp4");
-  if (w.layout == WLayout::mx_tiles) {
-    if (xp.lo8) return launch_plain<mxt::MxT, 3>(p, st);
-    return l2 ? launch_plain<mxt::MxT, 2>(p, st) : launch_plain<mxt::MxT, 1>(p, st);
-  }
-  if (w.type == WType::mxfp4) {
-    if (xp.lo8) return launch_plain<Mx, 3>(p, st);
-    return l2 ? launch_plain<Mx, 2>(p, st) : launch_plain<Mx, 1>(p, st);
-  }
-  return l2 ? launch_plain<Q8, 2>(p, st) : launch_plain<Q8, 1>(p, st);
+  const int lv = xp.levels();
+  const auto levels = [&](auto f) {
+    using F = decltype(f);
+    if constexpr (!std::is_same_v<F, Q8>) {
+      if (lv == 3) return launch_plain<F, 3>(p, st);
+    } else if (lv == 3) {
+      throw LimitError("cuda mma matmul: x's lo as E4M3 for a weight that is not mxfp4");
+    }
+    return lv == 2 ? launch_plain<F, 2>(p, st) : launch_plain<F, 1>(p, st);
+  };
+  if (w.layout == WLayout::mx_tiles) return levels(mxt::MxT{});
+  if (w.type == WType::mxfp4) return levels(Mx{});
+  levels(Q8{});
 }
 
 void launch_matmul_dec(const Weight& w, const XPrep& xp, int64_t n, float* y, cudaStream_t st, const splitk::Bufs& sk) {

@@ -10,8 +10,8 @@
 //   products, in fp32: acc = fma(block_sum, scale, acc), blocks in K order.
 // - x is prepared per row (prep_x): x' = x * 2^k with k chosen from the row's own max |x| so that
 //   max |x'| lies in [2^14, 2^15) (inside fp16's range), then rounded to hi = fp16(x') (11 significant
-//   bits: the template's L = 1, the default since 2026-12-07, mma_levels() in matmul_mma_launch.cuh) or,
-//   at L = 2 (FERRY_MMA_LEVELS=2; decode kernels always), split into hi and lo = fp16(x' - hi): hi + lo
+//   bits: the template's L = 1, `--prompt-x-bits 11`, mma_levels() in matmul_mma_launch.cuh) or, at L = 2
+//   (the default; decode kernels always), split into hi and lo = fp16(x' - hi): hi + lo
 //   carries 22 of x's 24 significant bits for twice the tensor-core work. Every product of an fp16 weight
 //   value (<= 8 significant bits) and hi or lo is exact in fp32. The output is multiplied by 2^-k at the end.
 //   L = 3 (mxfp4 only; FERRY_MMA_LEVELS=3, built 2026-12-07g, not yet run on a GPU): hi in fp16 and lo as E4M3

@@ -23,6 +23,8 @@ struct XPrep {
   const float* inv = nullptr;     // 2^-k of each row
   int64_t stride = 0;             // halves per row (the matmul's cols); lo8: bytes per row
   const uint8_t* lo8 = nullptr;   // E4M3 lo (then lo is null)
+  // The prompt kernels' template L this x takes: 1 (hi only), 2 (hi + lo fp16) or 3 (hi + lo8; mxfp4 only).
+  int levels() const { return lo8 ? 3 : lo ? 2 : 1; }
 };
 }  // namespace mma
 

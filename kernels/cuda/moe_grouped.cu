@@ -195,12 +195,9 @@ void launch_mma_f(GroupTc& a, int nz, cudaStream_t st) {
   FERRY_CUDA_LAUNCHED(grouped_mma_kernel);
 }
 
-// x's levels as the prompt kernels' template L: 2 (hi + lo fp16), 1 (hi only) or 3 (hi + lo as E4M3: mxfp4 only).
-int x_levels(const mma::XPrep& xp) { return xp.lo8 ? 3 : xp.lo ? 2 : 1; }
-
 // Calls fn(F{}, levels, tile rows) with the prompt kernels' fragment format F of the batch's weights (the
 // mxfp4 tiles of matmul_mxt.cuh, mxfp4 rows or q8_0 rows: the same bits for tiles and rows), x's levels
-// (x_levels) and MW (group_mw()) as std::integral_constant.
+// (XPrep::levels) and MW (group_mw()) as std::integral_constant.
 template <class Fn>
 void with_mma_format(WType type, WLayout layout, int levels_of_x, Fn&& fn) {
   using One = std::integral_constant<int, 1>;
@@ -222,7 +219,7 @@ void with_mma_format(WType type, WLayout layout, int levels_of_x, Fn&& fn) {
 }
 
 void launch_mma(GroupTc& a, WType type, WLayout layout, int nz, cudaStream_t st) {
-  with_mma_format(type, layout, x_levels(a.xp), [&](auto f, auto l, auto mw) {
+  with_mma_format(type, layout, a.xp.levels(), [&](auto f, auto l, auto mw) {
     launch_mma_f<decltype(f), decltype(l)::value, decltype(mw)::value>(a, nz, st);
   });
 }
@@ -451,7 +448,7 @@ void launch_wave_f(WaveTc& a, const WaveLaunch& w, int nz, cudaStream_t st) {
 }
 
 void launch_wave(WaveTc& a, const WaveLaunch& w, WType type, WLayout layout, int nz, cudaStream_t st) {
-  with_mma_format(type, layout, x_levels(a.xp), [&](auto f, auto l, auto mw) {
+  with_mma_format(type, layout, a.xp.levels(), [&](auto f, auto l, auto mw) {
     launch_wave_f<decltype(f), decltype(l)::value, decltype(mw)::value>(a, w, nz, st);
   });
 }

@@ -159,18 +159,16 @@ __device__ __forceinline__ void put_row4(const float4 (&v)[V], int64_t cols, int
     const int j = j0 + threadIdx.x + i * kThreads;
     if (j >= nv) break;
     const float a[4] = {v[i].x * up, v[i].y * up, v[i].z * up, v[i].w * up};
-    __half h[4], l[4];
+    __half h[4];
+    float d[4];  // a - h: exact
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       h[q] = __float2half_rn(a[q]);
-      l[q] = __float2half_rn(a[q] - __half2float(h[q]));
+      d[q] = a[q] - __half2float(h[q]);
     }
     put(hr, j, h[0], h[1], h[2], h[3]);
-    if (lr) put(lr, j, l[0], l[1], l[2], l[3]);
+    if (lr) put(lr, j, __float2half_rn(d[0]), __float2half_rn(d[1]), __float2half_rn(d[2]), __float2half_rn(d[3]));
     if (l8) {  // natural order: elements 4j, 4j + 1 and 4j + 2, 4j + 3 are pairs in lo8's order
-      float d[4];
-#pragma unroll
-      for (int q = 0; q < 4; ++q) d[q] = a[q] - __half2float(h[q]);
       *reinterpret_cast<uint16_t*>(l8 + lo8::lo8_pos(4 * j)) = lo8_pair(d[0], d[1]);
       *reinterpret_cast<uint16_t*>(l8 + lo8::lo8_pos(4 * j + 2)) = lo8_pair(d[2], d[3]);
     }
