@@ -108,22 +108,8 @@ TEST_P(GpuHf, TeacherForcedLogitsMatchTransformers) {
 TEST_P(GpuHf, GreedyContinuationEqualsTransformers) {
   const auto prompt = ids_of(ref_["prompt_ids"]);
   const auto want = ids_of(ref_["generated_ids"]);
-  std::vector<int32_t> got;
-  if (GetParam() == "deepseek_v32-a") {  // as hf_fixture_test.cpp: torch ties, whole sequence each step
-    auto m = load_on(dir_, true, IndexerTies::torch_cpu);
-    std::vector<int32_t> ids = prompt;
-    for (size_t i = 0; i < want.size(); ++i) {
-      auto st = m.model->new_state(256);
-      ForwardOptions o;
-      o.prefill = true;
-      const auto logits = m.model->forward(*st, ids, o);
-      got.push_back(argmax(logits.data(), m.cfg.vocab));
-      ids.push_back(got.back());
-    }
-  } else {
-    auto m = load_on(dir_, true, IndexerTies::torch_cpu);
-    got = greedy(m, prompt, want.size(), nullptr);
-  }
+  auto m = load_on(dir_, true, IndexerTies::torch_cpu);
+  const auto got = greedy_continuation(*m.model, m.cfg.vocab, prompt, want.size(), GetParam() == "deepseek_v32-a");
   EXPECT_EQ(got, want);
 }
 
@@ -254,6 +240,22 @@ class GpuK3 : public ::testing::Test {
                 e.max_rel);
     return e;
   }
+
+  // With the prompt pass's x at `levels` (cuda::matmul_mma_levels_tune): prompt logits within `bound` of llama.cpp's
+  // and its greedy ids after the pass.
+  void expect_llama_cpps_ids_and_logits_within(int levels, double bound, const char* what) const {
+#if FERRY_WITH_CUDA
+    cuda::matmul_mma_levels_tune(levels);
+    auto m = load_on(gpu_fixture("k3-tiny-a/hf"), true);
+    const auto e = prompt_logits_vs_llama_cpp(m, what);
+    const auto ids = greedy(m, prompt_, gen_.size(), nullptr);
+    cuda::matmul_mma_levels_tune(-1);
+    EXPECT_LE(e.max_abs, bound);
+    EXPECT_EQ(ids, gen_);
+#else
+    (void)levels, (void)bound, (void)what;
+#endif
+  }
 };
 
 TEST_F(GpuK3, PromptLogitsAndGreedyIdsMatchLlamaCpp) {
@@ -279,28 +281,14 @@ TEST_F(GpuK3, PromptLogitsAndGreedyIdsMatchLlamaCpp) {
 }
 
 TEST_F(GpuK3, PromptPassWithXAsHiOnlyKeepsLlamaCppsGreedyIdsAndLogitsClose) {
-#if FERRY_WITH_CUDA
-  cuda::matmul_mma_levels_tune(1);
-  auto m = load_on(gpu_fixture("k3-tiny-a/hf"), true);
-  const auto e = prompt_logits_vs_llama_cpp(m, "x as hi only: ");
-  const auto ids = greedy(m, prompt_, gen_.size(), nullptr);
-  cuda::matmul_mma_levels_tune(-1);
-  EXPECT_LE(e.max_abs, kK3HiOnlyMaxAbs);
-  EXPECT_EQ(ids, gen_);
-#endif
+  expect_llama_cpps_ids_and_logits_within(1, kK3HiOnlyMaxAbs, "x as hi only: ");
 }
 
 // x's lo as E4M3 into the mxfp4 experts (levels 3; the q8_0 spine keeps hi + lo): llama.cpp's greedy ids, logits
 // within kK3Lo8MaxAbs.
 TEST_F(GpuK3, PromptPassWithLoAsE4m3KeepsLlamaCppsGreedyIdsAndLogitsClose) {
 #if FERRY_WITH_CUDA
-  cuda::matmul_mma_levels_tune(cuda::kLevelsLo8);
-  auto m = load_on(gpu_fixture("k3-tiny-a/hf"), true);
-  const auto e = prompt_logits_vs_llama_cpp(m, "x's lo as E4M3: ");
-  const auto ids = greedy(m, prompt_, gen_.size(), nullptr);
-  cuda::matmul_mma_levels_tune(-1);
-  EXPECT_LE(e.max_abs, kK3Lo8MaxAbs);
-  EXPECT_EQ(ids, gen_);
+  expect_llama_cpps_ids_and_logits_within(cuda::kLevelsLo8, kK3Lo8MaxAbs, "x's lo as E4M3: ");
 #endif
 }
 

@@ -60,6 +60,34 @@ inline RowError compare_rows(const float* got, const float* ref, int64_t rows, i
   return e;
 }
 
+// n greedy tokens after `prompt`, as the fixtures' references generated them (reference.json generated_ids, run.json
+// gen_ids): a prompt pass, then one plain step per token. deepseek_v32-a's reference re-ran the whole sequence each step and
+// with torch's tie order the indexer's choice depends on the call's length, so for it (whole_sequence_each_step)
+// every token is a fresh prompt pass over the sequence so far.
+inline std::vector<int32_t> greedy_continuation(Model& m, int64_t vocab, const std::vector<int32_t>& prompt, size_t n,
+                                                   bool whole_sequence_each_step) {
+  ForwardOptions pre;
+  pre.prefill = true;
+  std::vector<int32_t> got;
+  if (whole_sequence_each_step) {
+    std::vector<int32_t> ids = prompt;
+    for (size_t i = 0; i < n; ++i) {
+      auto st = m.new_state(256);
+      const auto logits = m.forward(*st, ids, pre);
+      got.push_back(argmax(logits.data(), vocab));
+      ids.push_back(got.back());
+    }
+    return got;
+  }
+  auto st = m.new_state(256);
+  auto logits = m.forward(*st, prompt, pre);
+  for (size_t i = 0; i < n; ++i) {
+    got.push_back(argmax(logits.data(), vocab));
+    logits = m.forward(*st, std::vector<int32_t>{got.back()});
+  }
+  return got;
+}
+
 // A model loaded from a fixture directory on the CPU back-end.
 struct Loaded {
   ModelConfig cfg;

@@ -6,6 +6,7 @@
 #include "io/errors.hpp"
 #include "kernels/cpu/prompt_x_emulation.hpp"
 #include "tests/kernels/model/fixture_util.hpp"
+#include "tests/kernels/model/prompt_pass_util.hpp"
 
 namespace ferry::test {
 namespace {
@@ -66,33 +67,13 @@ Outcome hf_outcome(const std::string& family, int bits) {
   Loaded m = load(dir, SpineType::f32, IndexerTies::torch_cpu);
   EmulatedBits on(bits);
   Outcome o;
-  {
-    const auto all = ids_of(ref["all_ids"]);
-    const auto want = read_f32(dir / "logits.f32");
-    auto st = m.model->new_state(256);
-    ForwardOptions fo;
-    fo.prefill = true;
-    fo.all_logits = true;
-    const auto got = m.model->forward(*st, all, fo);
-    o.max_rel = compare_rows(got.data(), want.data(), static_cast<int64_t>(all.size()), m.cfg.vocab).max_rel;
-  }
-  const auto prompt = ids_of(ref["prompt_ids"]);
+  const auto all = ids_of(ref["all_ids"]);
+  const auto got = prompt_pass_logits(*m.model, all, 0);
+  o.max_rel = compare_rows(got.data(), read_f32(dir / "logits.f32").data(), static_cast<int64_t>(all.size()), m.cfg.vocab)
+                  .max_rel;
   const auto want = ids_of(ref["generated_ids"]);
-  std::vector<int32_t> got, ids = prompt;
-  auto st = m.model->new_state(256);
-  ForwardOptions pre;
-  pre.prefill = true;
-  auto logits = m.model->forward(*st, prompt, pre);
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (family == "deepseek_v32-a") {  // as the reference: the whole sequence again each step
-      auto s2 = m.model->new_state(256);
-      logits = m.model->forward(*s2, ids, pre);
-    }
-    got.push_back(argmax(logits.data(), m.cfg.vocab));
-    ids.push_back(got.back());
-    if (family != "deepseek_v32-a") logits = m.model->forward(*st, std::vector<int32_t>{got.back()});
-  }
-  o.ids_equal = got == want;
+  o.ids_equal = greedy_continuation(*m.model, m.cfg.vocab, ids_of(ref["prompt_ids"]), want.size(),
+                                       family == "deepseek_v32-a") == want;
   std::printf("[prompt-x %s] %d bits: teacher-forced max rel %.3g, greedy ids %s\n", family.c_str(), bits, o.max_rel,
               o.ids_equal ? "equal" : "DIFFERENT");
   return o;
@@ -103,14 +84,17 @@ Outcome hf_outcome(const std::string& family, int bits) {
 constexpr double kHfMaxRel = 1e-4;
 const char* const kMoeFamilies[] = {"kimi_linear-a", "deepseek_v3-a", "deepseek_v32-a"};
 
-// The default (two fp16 levels, 22 bits) keeps every family's bar: the emulation's baseline.
-TEST(PromptXEmulation, TwentyTwoBitsKeepEveryMoeFamilysLogitsAndGreedyIds) {
+// Every MoE family within kHfMaxRel of transformers with its greedy ids at `bits`.
+void expect_every_moe_family_keeps_the_bar(int bits) {
   for (const char* f : kMoeFamilies) {
-    const Outcome o = hf_outcome(f, 22);
-    EXPECT_LE(o.max_rel, kHfMaxRel) << f;
-    EXPECT_TRUE(o.ids_equal) << f;
+    const Outcome o = hf_outcome(f, bits);
+    EXPECT_LE(o.max_rel, kHfMaxRel) << f << " at " << bits << " bits";
+    EXPECT_TRUE(o.ids_equal) << f << " at " << bits << " bits";
   }
 }
+
+// The default (two fp16 levels, 22 bits) keeps every family's bar: the emulation's baseline.
+TEST(PromptXEmulation, TwentyTwoBitsKeepEveryMoeFamilysLogitsAndGreedyIds) { expect_every_moe_family_keeps_the_bar(22); }
 
 // The emulation reproduces what the GPU measured with x as hi only (H100, 2026-12-07f, docs/BENCHMARKS.md): the
 // teacher-forced logits of these three families leave the bound and kimi_linear-a's greedy ids change, while
@@ -126,13 +110,7 @@ TEST(PromptXEmulation, ElevenBitsReproduceTheGpusFailuresOfTheFixtures) {
 
 // x's lo as E4M3 into the mxfp4 experts (FERRY_MMA_LEVELS=3, kernels/cuda/lo8_bits.cuh): ~15 bits keep every
 // family's bar (emulated 2026-12-07g: max rel 1.11e-5, 1.34e-5, 8.6e-6), the prediction the GPU tests check.
-TEST(PromptXEmulation, FifteenBitsKeepEveryMoeFamilysLogitsAndGreedyIds) {
-  for (const char* f : kMoeFamilies) {
-    const Outcome o = hf_outcome(f, 15);
-    EXPECT_LE(o.max_rel, kHfMaxRel) << f;
-    EXPECT_TRUE(o.ids_equal) << f;
-  }
-}
+TEST(PromptXEmulation, FifteenBitsKeepEveryMoeFamilysLogitsAndGreedyIds) { expect_every_moe_family_keeps_the_bar(15); }
 
 // K3 tiny (llama.cpp's F32 run, tests/fixtures/k3-tiny-a): prompt logits' largest difference and the greedy ids
 // after the prompt pass (decode steps keep full precision), as tests/gpu/model_test.cpp GpuK3 measures them.
@@ -144,21 +122,9 @@ TEST(PromptXEmulation, K3TinyAtEachPrecision) {
   double err[23] = {};
   for (const int bits : {22, 15, 11}) {
     EmulatedBits on(bits);
-    auto st = m.model->new_state(256);
-    ForwardOptions o;
-    o.prefill = true;
-    o.all_logits = true;
-    const auto got = m.model->forward(*st, prompt, o);
+    const auto got = prompt_pass_logits(*m.model, prompt, 0);
     err[bits] = compare_rows(got.data(), want.data(), static_cast<int64_t>(prompt.size()), m.cfg.vocab).max_abs;
-    auto s2 = m.model->new_state(256);
-    ForwardOptions pre;
-    pre.prefill = true;
-    auto logits = m.model->forward(*s2, prompt, pre);
-    std::vector<int32_t> ids;
-    for (size_t g = 0; g < gen.size(); ++g) {
-      ids.push_back(argmax(logits.data(), m.cfg.vocab));
-      logits = m.model->forward(*s2, std::vector<int32_t>{ids.back()});
-    }
+    const auto ids = greedy_continuation(*m.model, m.cfg.vocab, prompt, gen.size(), false);
     std::printf("[prompt-x k3-tiny-a] %d bits: prompt logits max|d| %.3g, greedy ids %s\n", bits, err[bits],
                 ids == gen ? "equal" : "DIFFERENT");
     EXPECT_EQ(ids, gen) << bits << " bits";
