@@ -95,6 +95,10 @@ struct AttentionArgs {
   // attends only the selected keys (which are causal by construction).
   const int32_t* sel = nullptr;
   int64_t sel_k = 0;
+  // sel is indexer_topk's output for these queries, unchanged: each row's positions ascending, every one
+  // visible, then -1. A back-end may then take it as it stands (CUDA, under device_select: on the device,
+  // without downloading, checking and compacting it).
+  bool sel_ascending = false;
 };
 
 // Activation of a routed expert's FFN (MODEL_SPEC.md §2): SiTU (K3) or SwiGLU.

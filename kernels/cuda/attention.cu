@@ -10,6 +10,7 @@
 #include "kernels/cuda/cuda_backend.cuh"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/row_norm.cuh"
+#include "kernels/cuda/select_bits.cuh"
 #include "kernels/cuda/switches.hpp"
 #include "kernels/cuda/xprep.cuh"
 
@@ -54,6 +55,20 @@ __device__ __forceinline__ float block_max(float v, float* sh) {
   return m;
 }
 
+// The number of selected keys of a row of indexer_topk's device selection (AttentionArgs::sel_ascending: the
+// positions first, then -1): the first -1, by bisection.
+__device__ __forceinline__ int64_t leading_keys(const int32_t* keys, int64_t n) {
+  int64_t lo = 0, hi = n;  // keys[0, lo) are positions, keys[hi, n) are -1
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (keys[mid] >= 0)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
 // KEYS: keys a warp scores at once; COLS: value columns a thread sums at once. Each score is still its key's
 // warp_dot and each output column its sum over the keys in key order, so every (KEYS, COLS) gives the same
 // bits; <1, 1> is the kernel of one key and one column at a time, <4, 4> keeps more loads in flight for
@@ -66,8 +81,9 @@ __global__ void attention_kernel(AttnParams P, int64_t t0, float* sc) {
   const int64_t h = blockIdx.x, t = t0 + blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int64_t last = min(a.L - 1, a.q_pos0 + t);
-  const int64_t nkeys = P.keys ? P.counts[t] : (last + 1 > 0 ? last + 1 : int64_t{0});
   const int32_t* keys = P.keys ? P.keys + t * a.sel_k : nullptr;
+  const int64_t nkeys = P.keys ? (P.counts ? P.counts[t] : leading_keys(keys, a.sel_k))
+                               : (last + 1 > 0 ? last + 1 : int64_t{0});
   const int64_t kh = h / (a.Hq / a.Hk);
   const float* q = a.q + t * a.q_tok_stride + h * a.q_head_stride;
   float* s = sc + (blockIdx.y * a.Hq + h) * P.maxk;
@@ -490,6 +506,87 @@ __global__ void indexer_scores_kernel(const float* q, const float* k, const floa
   if (lane == 0) score[t * L + s] = acc;
 }
 
+// The DSA selection on the device (indexer_topk under device_select(); select_bits.cuh says what and how): block
+// t selects query t's min(topk, visible) best positions of score[t, 0 .. visible) into sel[t, 0 .. topk), ascending,
+// -1 padded: the positions of cpu::indexer_select with ties by position. kSelectThreads threads a query.
+constexpr int kSelectThreads = 512;
+
+// Exclusive prefix sum over the block of v (thread order), and the block's total; every thread calls it.
+__device__ __forceinline__ uint32_t block_exclusive_sum(uint32_t v, uint32_t* warp_sums, uint32_t& total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  uint32_t x = v;  // inclusive within the warp
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const uint32_t y = __shfl_up_sync(kFullMask, x, d);
+    if (lane >= d) x += y;
+  }
+  if (lane == 31) warp_sums[warp] = x;
+  __syncthreads();
+  uint32_t before = 0, all = 0;
+  for (int i = 0; i < nw; ++i) {
+    const uint32_t s = warp_sums[i];
+    before += i < warp ? s : 0u;
+    all += s;
+  }
+  __syncthreads();  // warp_sums is free for the next call
+  total = all;
+  return before + x - v;
+}
+
+__global__ void __launch_bounds__(kSelectThreads) indexer_select_kernel(const float* score, int64_t L, int64_t q_pos0,
+                                                                         int64_t topk, int32_t* sel) {
+  pdl_begin();
+  __shared__ uint32_t hist[select::kBins];
+  __shared__ uint32_t warp_sums[kSelectThreads / 32];
+  __shared__ uint32_t picked[2];  // the prefix so far, need
+  const int64_t t = blockIdx.x;
+  const int tid = threadIdx.x;
+  const float* s = score + t * L;
+  int32_t* out = sel + t * topk;
+  const int64_t lim = min(L, q_pos0 + t + 1), visible = lim > 0 ? lim : 0;
+  if (visible <= topk) {  // every visible key
+    for (int64_t i = tid; i < topk; i += blockDim.x) out[i] = i < visible ? static_cast<int32_t>(i) : -1;
+    return;
+  }
+  uint32_t prefix = 0, need = static_cast<uint32_t>(topk);
+  for (int pass = 0; pass < select::kPasses; ++pass) {
+    const int shift = select::digit_shift(pass);
+    const uint32_t hm = select::high_mask(pass);
+    for (int i = tid; i < select::kBins; i += blockDim.x) hist[i] = 0;
+    __syncthreads();
+    for (int64_t i = tid; i < visible; i += blockDim.x) {
+      const uint32_t k = select::order_key(s[i]);
+      if ((k & hm) == (prefix & hm)) atomicAdd(&hist[(k >> shift) & (select::kBins - 1)], 1u);
+    }
+    __syncthreads();
+    if (tid == 0) {
+      uint32_t nd = need;
+      const int d = select::pick_digit(hist, nd);
+      picked[0] = prefix | (static_cast<uint32_t>(d) << shift);
+      picked[1] = nd;
+    }
+    __syncthreads();
+    prefix = picked[0];
+    need = picked[1];
+  }
+  // Position order, a tile of blockDim.x positions at a time: the counts of keys above k* and equal to it before
+  // each position, packed in one sum (16 bits each: a tile has at most kSelectThreads of either).
+  uint32_t gt_base = 0, eq_base = 0;
+  for (int64_t c0 = 0; c0 < visible; c0 += blockDim.x) {
+    const int64_t p = c0 + tid;
+    const uint32_t k = p < visible ? select::order_key(s[p]) : 0u;
+    const uint32_t gt = p < visible && k > prefix, eq = p < visible && k == prefix;
+    uint32_t total;
+    const uint32_t before = block_exclusive_sum(gt | (eq << 16), warp_sums, total);
+    const uint32_t gt_before = gt_base + (before & 0xFFFFu), eq_before = eq_base + (before >> 16);
+    if (p < visible && select::kept(k, prefix, eq_before, need))
+      out[select::out_index(gt_before, eq_before, need)] = static_cast<int32_t>(p);
+    gt_base += total & 0xFFFFu;
+    eq_base += total >> 16;
+  }
+  // visible > topk: the topk slots all hold positions, no -1.
+}
+
 // Attention residuals where row_norm.cu's cluster kernel does not take them (more than rownorm::kMaxInputs
 // inputs, rows longer than rownorm::kMaxDim, or FERRY_ROW_CLUSTER=0), in two launches. Scores: block (s, t) reduces vs[s] row t
 // in the part order (row_norm.cuh), as the cluster kernel does; mix: block (d-chunk, t) takes the softmax
@@ -571,7 +668,11 @@ void CudaBackend::attention(const AttentionArgs& a) {
   AttnParams P;
   P.a = a;
   P.maxk = a.sel ? a.sel_k : a.L;
-  if (a.sel) {
+  if (a.sel && a.sel_ascending && device_select() && is_device_pointer(a.sel)) {
+    // indexer_topk's own device selection: each row's keys are its leading entries (attention_kernel counts
+    // them, leading_keys), ascending and visible by construction.
+    P.keys = a.sel;
+  } else if (a.sel) {
     // Validate on the host (the model passes host memory; a device selection is fetched first) and
     // compact each query's valid entries, keeping their order. A selection of every visible key, in order,
     // is dense attention: it is not staged, and the kernels run as without a selection (the same keys in
@@ -626,18 +727,27 @@ void CudaBackend::indexer_topk(const float* q, const float* k, const float* w, i
   if (T <= 0 || topk <= 0) return;
   if (T > 65535) throw LimitError("cuda indexer_topk: " + std::to_string(T) + " queries in one call (max 65535)");
   bind();
-  std::vector<float> score(static_cast<size_t>(T * L));
+  float* sc = nullptr;
   if (L > 0) {
-    auto* sc = static_cast<float*>(scratch(kScores, score.size() * sizeof(float)));
+    sc = static_cast<float*>(scratch(kScores, static_cast<size_t>(T * L) * sizeof(float)));
     constexpr int kWarpsPerBlock = 4;
     const dim3 grid(static_cast<unsigned>((L + kWarpsPerBlock - 1) / kWarpsPerBlock), static_cast<unsigned>(T));
     if (attention_ilp())
       launch_small(indexer_scores_kernel<8>, grid, kWarpsPerBlock * 32, 0, stream_, q, k, w, L, Hi, Di, q_pos0, sc);
     else
       launch_small(indexer_scores_kernel<1>, grid, kWarpsPerBlock * 32, 0, stream_, q, k, w, L, Hi, Di, q_pos0, sc);
-    download(score.data(), sc, score.size() * sizeof(float));
   }
   const bool on_device = is_device_pointer(sel);
+  if (ties == IndexerTies::by_position && device_select()) {
+    // The same positions chosen on the device: no scores to the host; into sel directly when it is device memory.
+    const size_t nsel = static_cast<size_t>(T * topk);
+    auto* dst = on_device ? sel : static_cast<int32_t*>(scratch(kKeys, nsel * sizeof(int32_t)));
+    launch_small(indexer_select_kernel, static_cast<unsigned>(T), kSelectThreads, 0, stream_, sc, L, q_pos0, topk, dst);
+    if (!on_device) download(sel, dst, nsel * sizeof(int32_t));
+    return;
+  }
+  std::vector<float> score(static_cast<size_t>(T * L));
+  if (L > 0) download(score.data(), sc, score.size() * sizeof(float));
   std::vector<int32_t> out(static_cast<size_t>(T * topk)), idx(static_cast<size_t>(std::max<int64_t>(L, 1)));
   for (int64_t t = 0; t < T; ++t) {
     const int64_t visible = std::max<int64_t>(0, std::min(L, q_pos0 + t + 1));

@@ -68,6 +68,16 @@ int g_attn_ilp = -1;  // attention_ilp_tune
 void launch_pdl_tune(int on) { g_pdl = on; }
 void attention_ilp_tune(int on) { g_attn_ilp = on; }
 
+namespace {
+int g_device_select = -1;  // device_select_tune
+}  // namespace
+
+void device_select_tune(int on) { g_device_select = on; }
+bool device_select() {
+  static const bool env = env_switch("FERRY_DEVICE_SELECT", false);
+  return switch_on(g_device_select, env);
+}
+
 bool pdl_small() {
   static const bool env = env_switch("FERRY_PDL", true);
   return switch_on(g_pdl, env);

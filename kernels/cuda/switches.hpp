@@ -47,6 +47,14 @@ void attention_ilp_tune(int on);
 // attention_multi_queries(): 0 (off), 8 or 16.
 int attention_multi_queries();
 void attention_multi_tune(int on);
+// Whether the DSA indexer's selection (ties by position, the default) runs on the device (attention.cu
+// indexer_select_kernel, a radix select: select_bits.cuh) instead of on the host after downloading every query's
+// scores, and attention takes such a selection as it stands (AttentionArgs::sel_ascending) instead of downloading,
+// checking and compacting it: no host round trip in a DSA layer whose context exceeds index_topk. The same
+// positions (host test SelectBits.*, GPU test Ops.IndexerTopk*). Built 2026-12-07h, not yet run on a GPU: off
+// until it is; FERRY_DEVICE_SELECT=1 or device_select_tune(1) turns it on.
+bool device_select();
+void device_select_tune(int on);
 // Whether those 8-query blocks take attention_multi_reg_kernel where keys are at most 256 floats wide (query
 // rows in registers, two keys a warp per round, the grid head-major; attention.cu): 0 no, 1 with each score
 // folded over the warp by warp_fold, 2 (the default since 2026-12-07b) with a round's 16 scores folded at once

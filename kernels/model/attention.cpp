@@ -13,7 +13,7 @@ constexpr float kLatentNormEps = 1e-6f;
 constexpr float kIndexerNormEps = 1e-6f;
 }  // namespace
 
-void Model::indexer(int il, Ctx& c, const float* x, const float* cq, std::vector<int32_t>& sel) {
+void Model::indexer(int il, Ctx& c, const float* x, const float* cq, Buf& sel) {
   const MlaWeights& w = w_.layers[static_cast<size_t>(il)].mla;
   LayerState& st = c.s->layers[static_cast<size_t>(il)];
   const int64_t n = c.n, hi = cfg_.index_n_heads, di = cfg_.index_head_dim, dr = cfg_.qk_rope_dim;
@@ -33,17 +33,20 @@ void Model::indexer(int il, Ctx& c, const float* x, const float* cq, std::vector
   // So no selection at all (sel empty): no query side, no score kernel, no host round trip for the scores,
   // and no [n, topk] list for the back-end to check and stage (8 MB for a 1,024-token pass).
   if (c.pos0 + n <= topk) {
-    sel.clear();
+    sel.reset();
     return;
   }
-  sel.assign(static_cast<size_t>(n * topk), -1);
+  // [n, topk] int32 in the back-end's memory (float-sized slots), written in full by indexer_topk and read by
+  // attention: on a GPU the selection need not visit the host (CUDA's device_select).
+  sel = Buf(be_, static_cast<size_t>(n * topk), Buf::Uninit{});
   Buf q(be_, static_cast<size_t>(n * hi * di), Buf::Uninit{}), wts(be_, static_cast<size_t>(n * hi), Buf::Uninit{});
   be_.matmul(w.idx_wq_b, cq, n, q);
   if (!inv_freq_.empty()) be_.rope(q, n, hi, hi * di, di, 0, c.pos.data(), rp);
   be_.matmul(w.idx_w, x, n, wts);
   // HF: weights * Hi^-0.5, scores * di^-0.5 inside the ReLU (a positive scale commutes with it).
   be_.scale(wts, static_cast<float>(1.0 / std::sqrt(static_cast<double>(hi * di))), n * hi);
-  be_.indexer_topk(q, st.index_k, wts, n, c.pos0 + n, hi, di, c.pos0, topk, sel.data(), indexer_ties_);
+  be_.indexer_topk(q, st.index_k, wts, n, c.pos0 + n, hi, di, c.pos0, topk, reinterpret_cast<int32_t*>(sel.get()),
+                   indexer_ties_);
 }
 
 void Model::mixer_mla(int il, Ctx& c, const float* x, float* out) {
@@ -77,7 +80,7 @@ void Model::mixer_mla(int il, Ctx& c, const float* x, float* out) {
     be_.rope(q, n, h, h * qk, qk, dn, c.pos.data(), rp);
     be_.rope(lat, n, 1, lw, lw, r, c.pos.data(), rp);
   }
-  std::vector<int32_t> sel;
+  Buf sel;
   if (cfg_.mixer[static_cast<size_t>(il)] == Mixer::dsa)
     indexer(il, c, x, cq.get() ? cq.get() : x, sel);
 
@@ -87,9 +90,10 @@ void Model::mixer_mla(int il, Ctx& c, const float* x, float* out) {
   aa.Hq = h;
   aa.q_pos0 = c.pos0;
   aa.scale = attn_scale_;
-  if (!sel.empty()) {
-    aa.sel = sel.data();
+  if (sel.get()) {
+    aa.sel = reinterpret_cast<const int32_t*>(sel.get());
     aa.sel_k = cfg_.index_topk;
+    aa.sel_ascending = true;
   }
   Buf att(be_, static_cast<size_t>(n * h * dv), Buf::Uninit{});
   if (c.prefill) {

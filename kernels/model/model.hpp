@@ -120,7 +120,7 @@ class Model {
   void mixer_kda(int il, Ctx& c, const float* x, float* out);
   void mixer_mla(int il, Ctx& c, const float* x, float* out);
   void mixer_gqa(int il, Ctx& c, const float* x, float* out);
-  void indexer(int il, Ctx& c, const float* x, const float* cq, std::vector<int32_t>& sel);
+  void indexer(int il, Ctx& c, const float* x, const float* cq, Buf& sel);
   void ffn(int il, Ctx& c, const float* x, float* out);
   // The gated MLP; `with`, when given, joins its gate / up matmul group of x (the MoE's latent projection).
   void mlp(const MlpWeights& w, const float* x, int64_t n, float* out, const MatmulOut* with = nullptr);

@@ -247,6 +247,65 @@ TEST_F(Ops, IndexerTopkSelectsTheSameKeysInBothTieModesForEveryHeadCount) {
   EXPECT_EQ(sc, back);
 }
 
+// The selection on the device (cuda::device_select: attention.cu indexer_select_kernel, select_bits.cuh) picks the
+// CPU's positions: queries whose visible keys fit topk and queries with far more (a radix select over 5,000
+// scores), rows on both sides of topk in one call, scores full of exact ties (2 heads: every key whose dots are
+// all negative scores 0), K3.1's 64 heads (few ties: the low digits decide), into host and device memory. Then
+// attention takes that device selection as it stands (AttentionArgs::sel_ascending: no download, check or
+// compaction) with the bits of the checked path.
+TEST_F(Ops, IndexerSelectionOnTheDevicePicksTheCpusPositionsAndAttentionTakesItAsItStands) {
+#if FERRY_WITH_CUDA
+  struct Shape { int64_t T, L, Hi, Di, topk; };
+  for (const Shape sh : {Shape{6, 300, 2, 32, 200}, Shape{5, 5000, 2, 32, 2048}, Shape{3, 5000, 64, 128, 2048},
+                         Shape{8, 2052, 8, 64, 2048}, Shape{2, 70, 2, 32, 1}}) {
+    const int64_t pos0 = sh.L - sh.T;
+    auto q = both(random_floats(sh.T * sh.Hi * sh.Di, 31)), k = both(random_floats(sh.L * sh.Di, 32));
+    auto w = both(random_floats(sh.T * sh.Hi, 33, 0.1f, 1.0f));
+    std::vector<int32_t> want(static_cast<size_t>(sh.T * sh.topk), -7), host(want.size(), -7), back(want.size(), -7);
+    cpu().indexer_topk(q.cpu(), k.cpu(), w.cpu(), sh.T, sh.L, sh.Hi, sh.Di, pos0, sh.topk, want.data(),
+                       IndexerTies::by_position);
+    cuda::device_select_tune(1);
+    gpu().indexer_topk(q.gpu(), k.gpu(), w.gpu(), sh.T, sh.L, sh.Hi, sh.Di, pos0, sh.topk, host.data(),
+                       IndexerTies::by_position);
+    Buf dsel(gpu(), want.size());
+    auto* dp = reinterpret_cast<int32_t*>(dsel.get());
+    gpu().indexer_topk(q.gpu(), k.gpu(), w.gpu(), sh.T, sh.L, sh.Hi, sh.Di, pos0, sh.topk, dp, IndexerTies::by_position);
+    gpu().download(back.data(), dp, back.size() * 4);
+    EXPECT_EQ(host, want) << "T " << sh.T << " L " << sh.L << " heads " << sh.Hi << " topk " << sh.topk;
+    EXPECT_EQ(back, want) << "device memory: T " << sh.T << " L " << sh.L << " heads " << sh.Hi;
+    // Attention over the selection: MQA over one key head (MLA's absorbed decode shape, narrowed).
+    const int64_t Hq = 4, Dk = 64, Dv = 48;
+    auto aq = both(random_floats(sh.T * Hq * Dk, 34)), ak = both(random_floats(sh.L * Dk, 35));
+    auto av = both(random_floats(sh.L * Dv, 36));
+    std::vector<float> res[2];
+    for (const int trusted : {0, 1}) {
+      cuda::device_select_tune(trusted);
+      auto out = poisoned_pair(sh.T * Hq * Dv);
+      AttentionArgs a;
+      a.q = aq.gpu(); a.q_tok_stride = Hq * Dk; a.q_head_stride = Dk;
+      a.k = ak.gpu(); a.k_tok_stride = Dk; a.k_head_stride = 0;
+      a.v = av.gpu(); a.v_tok_stride = Dv; a.v_head_stride = 0;
+      a.out = out.gpu();
+      a.T = sh.T; a.L = sh.L; a.Hq = Hq; a.Hk = 1; a.Dk = Dk; a.Dv = Dv; a.q_pos0 = pos0;
+      a.scale = 0.125f;
+      a.sel = dp; a.sel_k = sh.topk; a.sel_ascending = true;
+      gpu().attention(a);
+      res[trusted] = get(gpu(), out.gpu(), out.g.size());
+    }
+    EXPECT_TRUE(bits_equal(("the device selection as it stands vs checked, L=" + std::to_string(sh.L)).c_str(), res[0],
+                           res[1]));
+    int64_t chosen = 0;
+    for (int32_t s : want) chosen += s >= 0;
+    std::printf("[gpu-op] device selection T=%lld L=%lld heads=%lld topk=%lld: %lld selected, identical=%d\n",
+                static_cast<long long>(sh.T), static_cast<long long>(sh.L), static_cast<long long>(sh.Hi),
+                static_cast<long long>(sh.topk), static_cast<long long>(chosen), int(host == want && back == want));
+  }
+  cuda::device_select_tune(-1);
+#else
+  GTEST_SKIP() << "no CUDA back-end in this build";
+#endif
+}
+
 // A decode row of K3's width with 2 and 16 inputs, rows longer than the kernel's registers hold.
 TEST_F(Ops, AttnResMatchesCpu) {
   struct Shape { int64_t T, D, nv; };
