@@ -101,6 +101,19 @@ struct AttentionArgs {
   bool sel_ascending = false;
 };
 
+// A MoE layer's routing rule (MODEL_SPEC.md §2, HF DeepseekV3TopkRouter / KimiLinearTopkRouter): of a row's e
+// sigmoid scores s, choose by choice = s + bias (bias: the layer's e_score_correction_bias, zeros if absent), keep
+// only the topk_group groups (of e / n_group experts) whose two best choices sum highest when n_group > 1 and
+// topk_group < n_group, take the k best choices (ties to the lower id: a strict order, so a unique result), best
+// first; the weights are the chosen s, divided by their sum (in double, rank order, + 1e-20) when renormalize and
+// k > 1, times routed_scale. kernels/model/top_k.hpp route_rows is the rule on the host.
+struct RouteRule {
+  int64_t e = 0, k = 0, n_group = 1, topk_group = 1;
+  bool renormalize = true;
+  double routed_scale = 1.0;
+  bool grouped() const { return n_group > 1 && topk_group < n_group; }
+};
+
 // Activation of a routed expert's FFN (MODEL_SPEC.md §2): SiTU (K3) or SwiGLU.
 // A gated activation of two inputs (Backend::gate_kept): silu(a) * b, SiTU(a, b) (Backend::situ) or
 // a * sigmoid(b).
@@ -162,6 +175,16 @@ class Backend {
   // One at a time. Default: a plain download at the start.
   virtual void download_start(void* dst_host, const void* src, size_t bytes) { download(dst_host, src, bytes); }
   virtual void download_wait() {}
+  // The router's selection of n rows by `rule` done by the back-end itself: scores [n, rule.e] and bias [rule.e]
+  // in its memory. When it takes the call it queues the selection, starts (download_start) the download of the
+  // result into picked_host (n * k ids, then the n * k weights' float bits: route_rows's ids and weights to the
+  // bit) and returns true; download_wait completes it. false (the default): nothing queued, the caller downloads
+  // the scores and selects on the host.
+  virtual bool route_select_start(const float* scores, const float* bias, const RouteRule& rule, int64_t n,
+                                  uint32_t* picked_host) {
+    (void)scores, (void)bias, (void)rule, (void)n, (void)picked_host;
+    return false;
+  }
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // within back-end memory
   virtual void synchronize() = 0;
   // Page-locks host memory that uploads read from (CUDA: cudaHostRegister); a no-op on the CPU.

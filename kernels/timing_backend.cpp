@@ -94,6 +94,12 @@ void TimingBackend::upload(void* d, const void* s, size_t b) { timed("upload", [
 void TimingBackend::download(void* d, const void* s, size_t b) { timed("download", [&] { in_->download(d, s, b); }); }
 void TimingBackend::download_start(void* d, const void* s, size_t b) { in_->download_start(d, s, b); }
 void TimingBackend::download_wait() { timed("download_wait", [&] { in_->download_wait(); }); }
+bool TimingBackend::route_select_start(const float* scores, const float* bias, const RouteRule& rule, int64_t n,
+                                       uint32_t* picked_host) {
+  bool taken = false;
+  timed("route_select", [&] { taken = in_->route_select_start(scores, bias, rule, n, picked_host); });
+  return taken;
+}
 void TimingBackend::copy(void* d, const void* s, size_t b) { timed("copy", [&] { in_->copy(d, s, b); }); }
 void TimingBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
   timed(fmt::format("matmul {} {}x{}", tname(w.type), w.rows, w.cols), [&] { in_->matmul(w, x, n, y); });

@@ -44,6 +44,8 @@ class TimingBackend final : public Backend {
   void download(void* d, const void* s, size_t b) override;
   void download_start(void* d, const void* s, size_t b) override;
   void download_wait() override;
+  bool route_select_start(const float* scores, const float* bias, const RouteRule& rule, int64_t n,
+                          uint32_t* picked_host) override;
   void copy(void* d, const void* s, size_t b) override;
   void synchronize() override { in_->synchronize(); }
   void register_host(void* p, size_t b) override { in_->register_host(p, b); }

@@ -73,6 +73,16 @@ int g_device_select = -1;  // device_select_tune
 }  // namespace
 
 void device_select_tune(int on) { g_device_select = on; }
+
+namespace {
+int g_device_route = -1;  // device_route_tune
+}  // namespace
+
+void device_route_tune(int on) { g_device_route = on; }
+bool device_route() {
+  static const bool env = env_switch("FERRY_DEVICE_ROUTE", false);
+  return switch_on(g_device_route, env);
+}
 bool device_select() {
   static const bool env = env_switch("FERRY_DEVICE_SELECT", false);
   return switch_on(g_device_select, env);

@@ -32,6 +32,8 @@ class CudaBackend final : public Backend {
   void download(void* dst_host, const void* src, size_t bytes) override;
   void download_start(void* dst_host, const void* src, size_t bytes) override;
   void download_wait() override;
+  bool route_select_start(const float* scores, const float* bias, const RouteRule& rule, int64_t n,
+                          uint32_t* picked_host) override;  // route.cu
   void copy(void* dst, const void* src, size_t bytes) override;
   void synchronize() override;
   void register_host(void* p, size_t bytes) override;
@@ -118,6 +120,7 @@ class CudaBackend final : public Backend {
     kSplitPart, kSplitCount,  // a split-K matmul's partials and its counters (splitk.cuh)
     kKeptX,                   // the prepared rows of the kept x (rmsnorm_kept)
     kKdaPre,                  // the chunked delta rule's prepass (kda_chunked.cu)
+    kRoute,                   // the router's selection on the device: ids, then weights (route.cu)
     kNumSlots
   };
   void* scratch(Slot s, size_t bytes);

@@ -55,6 +55,14 @@ void attention_multi_tune(int on);
 // until it is; FERRY_DEVICE_SELECT=1 or device_select_tune(1) turns it on.
 bool device_select();
 void device_select_tune(int on);
+// Whether the router's selection (RouteRule: choice, groups, top-k, weights) runs on the device (route.cu
+// route_select_kernel, a warp per row; its pieces in route_bits.cuh, run serially on the host against route_rows
+// by RouteBits.*) and only the ids and weights come to the host (n x k x 8 bytes, against n x e x 4 of scores and
+// the host's selection: 3.7 MB and 8 host threads a layer in a 1,024-token pass). The same ids and weight bits
+// (GPU test Ops.RouterSelectionOnTheDevice*). Built 2026-12-07h, not yet run on a GPU: off until it is;
+// FERRY_DEVICE_ROUTE=1 or device_route_tune(1) turns it on.
+bool device_route();
+void device_route_tune(int on);
 // Whether those 8-query blocks take attention_multi_reg_kernel where keys are at most 256 floats wide (query
 // rows in registers, two keys a warp per round, the grid head-major; attention.cu): 0 no, 1 with each score
 // folded over the warp by warp_fold, 2 (the default since 2026-12-07b) with a round's 16 scores folded at once

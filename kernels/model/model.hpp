@@ -126,8 +126,16 @@ class Model {
   void mlp(const MlpWeights& w, const float* x, int64_t n, float* out, const MatmulOut* with = nullptr);
   void moe(int il, Ctx& c, const float* x, float* out);
   void route(int il, const float* x, int64_t n, std::vector<int32_t>& ids, std::vector<float>& w);
-  void route_start(int il, const float* x, int64_t n, std::vector<float>& scores);
-  void route_finish(int il, int64_t n, std::vector<float>& scores, std::vector<int32_t>& ids, std::vector<float>& wts);
+  // What route_start leaves for route_finish: the back-end's own selection (picked: ids, then the weights' bits)
+  // or the scores to select from on the host.
+  struct RouteWait {
+    bool selected = false;
+    std::vector<uint32_t> picked;
+    std::vector<float> scores;
+  };
+  RouteRule route_rule() const;
+  void route_start(int il, const float* x, int64_t n, RouteWait& w);
+  void route_finish(int il, int64_t n, RouteWait& w, std::vector<int32_t>& ids, std::vector<float>& wts);
   void hint_next_layer(int il, const float* x, int64_t n);
   // attn_res, then rmsnorm_kept(out, norm_w) into y (Backend::attn_res_norm); with add, p += add first
   // (Backend::add_attn_res_norm).

@@ -2,6 +2,7 @@
 // grouped top-k, shared experts and K3's latent MoE (MODEL_SPEC.md §2, §6).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <thread>
 #include <vector>
@@ -43,72 +44,58 @@ void Model::ffn(int il, Ctx& c, const float* x, float* out) {
 }
 
 // Router (HF DeepseekV3TopkRouter / KimiLinearTopkRouter): f32 logits, sigmoid scores, the correction
-// bias only for choosing, optional group restriction, top-k, renormalisation and scaling. Runs on
-// the host: the scheduler needs the expert ids there anyway. Rank order = descending choice score,
-// ties to the lower expert id, so it is deterministic.
+// bias only for choosing, optional group restriction, top-k, renormalisation and scaling (RouteRule,
+// route_rows). The ids go to the host: the scheduler needs them there anyway. Rank order = descending
+// choice score, ties to the lower expert id, so it is deterministic.
 //
-// In two halves: route_start queues the scores and starts their download; the caller may queue work
-// that does not depend on the routing (Model::moe: the latent projection and the shared experts), which
-// the device runs while the host waits in route_finish and selects.
-void Model::route_start(int il, const float* x, int64_t n, std::vector<float>& s) {
-  const MoeWeights& w = w_.layers[static_cast<size_t>(il)].moe;
-  const int64_t e = cfg_.moe.n_experts;
-  Buf logits(be_, static_cast<size_t>(n * e), Buf::Uninit{});
-  be_.matmul(w.router, x, n, logits);
-  be_.sigmoid(logits, n * e, logits);
-  s.resize(static_cast<size_t>(n * e));
-  // Releasing logits is safe: whatever reuses its memory is queued after the copy.
-  be_.download_start(s.data(), logits.get(), s.size() * sizeof(float));
+// In two halves: route_start queues the scores and either the back-end's own selection and the download of
+// its ids and weights (Backend::route_select_start: CUDA's device_route) or the download of the scores; the
+// caller may queue work that does not depend on the routing (Model::moe: the latent projection and the shared
+// experts), which the device runs while the host waits in route_finish (and there selects, when the scores came).
+RouteRule Model::route_rule() const {
+  RouteRule r;
+  r.e = cfg_.moe.n_experts;
+  r.k = cfg_.moe.top_k;
+  r.n_group = cfg_.moe.n_group;
+  r.topk_group = cfg_.moe.topk_group;
+  r.renormalize = cfg_.moe.renormalize;
+  r.routed_scale = cfg_.moe.routed_scale;
+  return r;
+}
+
+void Model::route_start(int il, const float* x, int64_t n, RouteWait& w) {
+  const MoeWeights& mw = w_.layers[static_cast<size_t>(il)].moe;
+  const RouteRule rule = route_rule();
+  Buf logits(be_, static_cast<size_t>(n * rule.e), Buf::Uninit{});
+  be_.matmul(mw.router, x, n, logits);
+  be_.sigmoid(logits, n * rule.e, logits);
+  // Releasing logits is safe: whatever reuses its memory is queued after the selection or the copy.
+  w.picked.resize(static_cast<size_t>(2 * n * rule.k));
+  w.selected = be_.route_select_start(logits, mw.score_bias, rule, n, w.picked.data());
+  if (w.selected) return;
+  w.scores.resize(static_cast<size_t>(n * rule.e));
+  be_.download_start(w.scores.data(), logits.get(), w.scores.size() * sizeof(float));
 }
 
 void Model::route(int il, const float* x, int64_t n, std::vector<int32_t>& ids, std::vector<float>& wts) {
-  std::vector<float> s;
-  route_start(il, x, n, s);
-  route_finish(il, n, s, ids, wts);
+  RouteWait w;
+  route_start(il, x, n, w);
+  route_finish(il, n, w, ids, wts);
 }
 
-void Model::route_finish(int il, int64_t n, std::vector<float>& s, std::vector<int32_t>& ids, std::vector<float>& wts) {
+void Model::route_finish(int il, int64_t n, RouteWait& w, std::vector<int32_t>& ids, std::vector<float>& wts) {
   be_.download_wait();
-  const int64_t e = cfg_.moe.n_experts, k = cfg_.moe.top_k;
-  const auto& bias = score_bias_host_[static_cast<size_t>(il)];
-  ids.assign(static_cast<size_t>(n * k), 0);
-  wts.assign(static_cast<size_t>(n * k), 0.0f);
-  const int64_t ng = cfg_.moe.n_group, per = e / std::max<int64_t>(ng, 1);
-  const bool grouped = ng > 1 && cfg_.moe.topk_group < ng;
-  // Rows [b, end): each row's selection and weights from its own scores only, so the rows may run on any
-  // threads in any split (the pool below) with the same results.
-  const auto rows = [&](int64_t b, int64_t end) {
-    std::vector<float> choice(static_cast<size_t>(grouped ? e : 0));
-    for (int64_t t = b; t < end; ++t) {
-      const float* st = s.data() + t * e;
-      int32_t* out = ids.data() + t * k;
-      if (grouped) {
-        for (int64_t j = 0; j < e; ++j) choice[static_cast<size_t>(j)] = st[j] + bias[static_cast<size_t>(j)];
-        // Group score = sum of the group's two best choice scores; keep the topk_group best groups.
-        std::vector<std::pair<float, int64_t>> gs;
-        for (int64_t g = 0; g < ng; ++g) {
-          std::vector<float> v(choice.begin() + g * per, choice.begin() + (g + 1) * per);
-          std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<>());
-          gs.push_back({v[0] + v[1], g});
-        }
-        std::stable_sort(gs.begin(), gs.end(), [](auto& a, auto& c) { return a.first > c.first; });
-        std::vector<bool> keep(static_cast<size_t>(ng), false);
-        for (int64_t g = 0; g < cfg_.moe.topk_group; ++g) keep[static_cast<size_t>(gs[static_cast<size_t>(g)].second)] = true;
-        for (int64_t j = 0; j < e; ++j)
-          if (!keep[static_cast<size_t>(j / per)]) choice[static_cast<size_t>(j)] = -INFINITY;
-        top_k_desc(choice.data(), nullptr, e, k, out);
-      } else {
-        top_k_desc(st, bias.data(), e, k, out);
-      }
-      double sum = 0;
-      for (int64_t j = 0; j < k; ++j) sum += st[out[j]];
-      for (int64_t j = 0; j < k; ++j) {
-        float wt = st[out[j]];
-        if (cfg_.moe.renormalize && k > 1) wt = static_cast<float>(wt / (sum + 1e-20));
-        wts[static_cast<size_t>(t * k + j)] = static_cast<float>(wt * cfg_.moe.routed_scale);
-      }
-    }
-  };
+  const RouteRule rule = route_rule();
+  const size_t nk = static_cast<size_t>(n * rule.k);
+  ids.resize(nk);
+  wts.resize(nk);
+  if (w.selected) {
+    std::memcpy(ids.data(), w.picked.data(), nk * sizeof(int32_t));
+    std::memcpy(wts.data(), w.picked.data() + nk, nk * sizeof(float));
+    return;
+  }
+  const float* bias = score_bias_host_[static_cast<size_t>(il)].data();
+  const auto rows = [&](int64_t b, int64_t end) { route_rows(w.scores.data(), bias, rule, b, end, ids.data(), wts.data()); };
   // A prompt pass's rows (1,024 x 896 scores: ~3-5 ms a layer on one core) on a few host threads; the
   // device waits for them (the shared experts queued before cover only part of it). Only the model's
   // thread gets here: the router prefetch's predictor (hint_next_layer, another thread) routes at most
@@ -148,8 +135,8 @@ void Model::moe(int il, Ctx& c, const float* x, float* out) {
   const int64_t in = cfg_.moe.latent_dim > 0 ? cfg_.moe.latent_dim : d;
   std::vector<int32_t> ids;
   std::vector<float> wts;
-  std::vector<float> scores;
-  route_start(il, x, n, scores);
+  RouteWait routing;
+  route_start(il, x, n, routing);
   // Queued while the host waits for the scores (route_finish): the expert input, the latent projection
   // of x (K3) or x itself, and the shared experts. The latent projection and the shared experts' gate /
   // up projections are one matmul group of x (Backend::matmul_group: the bits of each alone; CUDA: one
@@ -170,7 +157,7 @@ void Model::moe(int il, Ctx& c, const float* x, float* out) {
   } else if (cfg_.moe.latent_dim > 0) {
     be_.matmul(w.latent_down, x, n, hl);
   }
-  route_finish(il, n, scores, ids, wts);
+  route_finish(il, n, routing, ids, wts);
   // Group rows by expert, experts in order of first use (row-major over ranks).
   std::vector<ExpertUse> uses;
   std::vector<int> slot(static_cast<size_t>(cfg_.moe.n_experts), -1);

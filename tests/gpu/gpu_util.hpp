@@ -64,11 +64,11 @@ struct DecodeOnTensorCores {
 };
 
 // Every switch that changes speed only (kernels/cuda/switches.hpp, kernels/cuda/matmul.cuh): programmatic
-// launches of the small kernels, the attention and indexer kernels' wider loops, the DSA selection on the device, the q8_0 tiles' early
-// dependents, one-launch groups (split weights too) and swizzled prompt x, the one-row f32 kernel, the
-// mxfp4 tiles' x in shared memory, a prompt pass's expert waves in one launch, the delta rule's and the
-// norms' variants, all on (1) or all off (0) for a scope; the defaults (each one's environment) again
-// after it. Some are on by default, so tests compare all off with all on.
+// launches of the small kernels, the attention and indexer kernels' wider loops, the DSA and router selections
+// on the device, the q8_0 tiles' early dependents, one-launch groups (split weights too) and swizzled prompt x,
+// the one-row f32 kernel, the mxfp4 tiles' x in shared memory, a prompt pass's expert waves in one launch, the
+// delta rule's and the norms' variants, all on (1) or all off (0) for a scope; the defaults (each one's
+// environment) again after it. Some are on by default, so tests compare all off with all on.
 struct AllSameBitsSwitches {
 #if FERRY_WITH_CUDA
   explicit AllSameBitsSwitches(int on = 1) { set(on); }
@@ -87,6 +87,7 @@ struct AllSameBitsSwitches {
     cuda::matmul_f32_tile_tune(on);
     cuda::attention_ilp_tune(on);
     cuda::device_select_tune(on);
+    cuda::device_route_tune(on);
     cuda::attention_multi_tune(on);
     cuda::attention_reg_tune(on == 1 ? 2 : on);  // on: the shared-memory fold
     cuda::fused_ops_tune(on);

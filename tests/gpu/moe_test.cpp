@@ -13,6 +13,8 @@
 // Outputs are NaN-poisoned first so unwritten rows show.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstring>
 #include <numeric>
 #include <string>
 #include <tuple>
@@ -21,6 +23,7 @@
 #include <random>
 
 #include "io/errors.hpp"
+#include "kernels/model/top_k.hpp"
 #include "tests/gpu/gpu_util.hpp"
 #include "tests/kernels/cpu/moe_util.hpp"
 #if FERRY_WITH_CUDA
@@ -616,6 +619,52 @@ TEST_F(Ops, MoeBenchPromptPassExpertWave) {
   cuda::moe_wave_tune(-1);
   cuda::moe_wave_wgmma_tune(-1);
   gpu().set_prompt_pass(false);
+#else
+  GTEST_SKIP() << "no CUDA back-end in this build";
+#endif
+}
+
+// The router's selection on the device (cuda::device_route: route.cu, a warp per row) gives route_rows's ids and
+// weights to the bit: K3's rule (896 experts, top 16), DeepSeek-V3's groups (256 in 8, 4 kept, top 8), a rule with
+// every expert picked, for 1, 2, 16 and 1,024 rows, with sigmoid scores, quarter-step scores (ties everywhere) and
+// a bias; with the switch off the back-end declines and queues nothing.
+TEST_F(Ops, RouterSelectionOnTheDeviceGivesTheHostsIdsAndWeightBits) {
+#if FERRY_WITH_CUDA
+  std::mt19937 rng(16);
+  struct Case { int64_t e, k, ng, tg; bool renorm; double scale; };
+  for (const Case rc : {Case{896, 16, 1, 1, true, 2.827}, Case{256, 8, 8, 4, true, 2.5}, Case{40, 40, 1, 1, true, 1.0},
+                        Case{64, 6, 1, 1, false, 1.0}})
+    for (const int64_t n : {int64_t{1}, int64_t{2}, int64_t{16}, int64_t{1024}})
+      for (const bool ties : {false, true}) {
+        RouteRule rule;
+        rule.e = rc.e, rule.k = rc.k, rule.n_group = rc.ng, rule.topk_group = rc.tg, rule.renormalize = rc.renorm;
+        rule.routed_scale = rc.scale;
+        std::vector<float> s(static_cast<size_t>(n * rc.e)), bias(static_cast<size_t>(rc.e));
+        for (float& v : s) {
+          const float u = static_cast<float>(rng() % 10000) / 10000.0f;
+          v = ties ? std::round(u * 4) / 4 : 1.0f / (1.0f + std::exp(-8 * (u - 0.5f)));
+        }
+        for (float& b : bias) b = ties ? 0.0f : static_cast<float>(rng() % 100) / 1000.0f - 0.05f;
+        auto sg = both(s), bg = both(bias);
+        const size_t nk = static_cast<size_t>(n * rc.k);
+        std::vector<int32_t> want_ids(nk);
+        std::vector<float> want_w(nk);
+        route_rows(s.data(), bias.data(), rule, 0, n, want_ids.data(), want_w.data());
+        std::vector<uint32_t> picked(2 * nk, 0xFFFFFFFFu);
+        cuda::device_route_tune(0);
+        EXPECT_FALSE(gpu().route_select_start(sg.gpu(), bg.gpu(), rule, n, picked.data()));
+        cuda::device_route_tune(1);
+        ASSERT_TRUE(gpu().route_select_start(sg.gpu(), bg.gpu(), rule, n, picked.data()));
+        gpu().download_wait();
+        std::vector<int32_t> ids(nk);
+        std::vector<float> w(nk);
+        std::memcpy(ids.data(), picked.data(), nk * sizeof(int32_t));
+        std::memcpy(w.data(), picked.data() + nk, nk * sizeof(float));
+        EXPECT_EQ(ids, want_ids) << "e " << rc.e << " k " << rc.k << " groups " << rc.ng << " rows " << n << " ties " << ties;
+        EXPECT_EQ(0, std::memcmp(w.data(), want_w.data(), nk * sizeof(float)))
+            << "weights' bits: e " << rc.e << " k " << rc.k << " rows " << n << " ties " << ties;
+      }
+  cuda::device_route_tune(-1);
 #else
   GTEST_SKIP() << "no CUDA back-end in this build";
 #endif
