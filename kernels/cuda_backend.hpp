@@ -8,7 +8,7 @@
 //    (cudaMallocAsync/cudaFreeAsync on that stream), so a Buf freed mid-forward costs no device sync.
 //  - upload and download return when the copy is complete (as on the CPU back-end).
 //  - The int32 selection buffers of attention (AttentionArgs::sel) and indexer_topk (sel) may be host
-//    or device memory: the model passes host vectors, and the back-end detects which it got.
+//    or device memory: the back-end detects which it got (the model passes device memory, a Buf).
 //  - Matmul results are bit-identical to the CPU back-end's (same per-output reduction order, no FMA
 //    contraction); other ops agree within the tolerances tests/gpu documents.
 #pragma once

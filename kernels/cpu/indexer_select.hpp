@@ -1,6 +1,7 @@
 // The DSA indexer's top-k selection from one query's scores, shared by the CPU back-end and the CUDA
 // back-end (which computes the scores on the GPU, bit-identical to the CPU's, and selects on the host
-// with this same code so both back-ends pick the same keys, ties included).
+// with this same code so both back-ends pick the same keys, ties included; under FERRY_DEVICE_SELECT it
+// selects on the device instead, with ties by position, to these positions: kernels/cuda/select_bits.cuh).
 #pragma once
 
 #include <cstdint>
