@@ -70,22 +70,19 @@ void attention_ilp_tune(int on) { g_attn_ilp = on; }
 
 namespace {
 int g_device_select = -1;  // device_select_tune
+int g_device_route = -1;   // device_route_tune
 }  // namespace
 
 void device_select_tune(int on) { g_device_select = on; }
-
-namespace {
-int g_device_route = -1;  // device_route_tune
-}  // namespace
+bool device_select() {
+  static const bool env = env_switch("FERRY_DEVICE_SELECT", false);
+  return switch_on(g_device_select, env);
+}
 
 void device_route_tune(int on) { g_device_route = on; }
 bool device_route() {
   static const bool env = env_switch("FERRY_DEVICE_ROUTE", false);
   return switch_on(g_device_route, env);
-}
-bool device_select() {
-  static const bool env = env_switch("FERRY_DEVICE_SELECT", false);
-  return switch_on(g_device_select, env);
 }
 
 bool pdl_small() {
