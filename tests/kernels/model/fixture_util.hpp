@@ -15,6 +15,7 @@
 
 #include "io/formats/checkpoint.hpp"
 #include "io/formats/model_config.hpp"
+#include "kernels/decoding/generate.hpp"
 #include "kernels/model/model.hpp"
 
 namespace ferry::test {
@@ -58,6 +59,22 @@ inline RowError compare_rows(const float* got, const float* ref, int64_t rows, i
     e.max_abs = std::max(e.max_abs, d);
   }
   return e;
+}
+
+// The logits hashes of n_predict greedy tokens generated after `prompt` (generate: a prompt pass, then plain steps)
+// in a fresh state of ctx positions: what tests compare when a change must keep every logit's bits.
+inline std::vector<uint64_t> greedy_logits_hashes(Model& m, const std::vector<int32_t>& prompt, int n_predict,
+                                                  int64_t ctx) {
+  auto st = m.new_state(ctx);
+  GenerateParams gp;
+  gp.n_predict = n_predict;
+  GenerateMetrics gm;
+  std::vector<uint64_t> h;
+  generate(m, *st, prompt, gp, gm, [&](const GeneratedToken& t) {
+    h.push_back(t.logits_hash);
+    return true;
+  });
+  return h;
 }
 
 // n greedy tokens after `prompt`, as the fixtures' references generated them (reference.json generated_ids, run.json

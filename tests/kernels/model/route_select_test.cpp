@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "actors/runtime/model_loader.hpp"
-#include "kernels/decoding/generate.hpp"
 #include "kernels/model/top_k.hpp"
 #include "kernels/timing_backend.hpp"
+#include "tests/kernels/model/fixture_util.hpp"
 
 namespace ferry::test {
 namespace {
@@ -39,18 +39,9 @@ class SelfRoutingBackend : public TimingBackend {
 };
 
 std::vector<uint64_t> hashes_of(LoadedModel& m) {
-  auto st = m.model->new_state(128);
-  GenerateParams gp;
-  gp.n_predict = 4;
-  GenerateMetrics gm;
-  std::vector<uint64_t> h;
   std::vector<int32_t> prompt;
   for (int i = 0; i < 70; ++i) prompt.push_back(static_cast<int32_t>((i * 37 + 11) % (m.cfg.vocab - 1)));
-  generate(*m.model, *st, prompt, gp, gm, [&](const GeneratedToken& t) {
-    h.push_back(t.logits_hash);
-    return true;
-  });
-  return h;
+  return greedy_logits_hashes(*m.model, prompt, 4, 128);
 }
 
 class RouteSelect : public ::testing::TestWithParam<std::string> {};

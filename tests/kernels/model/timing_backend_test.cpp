@@ -5,23 +5,13 @@
 #include <gtest/gtest.h>
 
 #include "actors/runtime/model_loader.hpp"
-#include "kernels/decoding/generate.hpp"
+#include "tests/kernels/model/fixture_util.hpp"
 
 namespace ferry::test {
 namespace {
 
 std::vector<uint64_t> hashes_of(LoadedModel& m) {
-  auto st = m.model->new_state(64);
-  GenerateParams gp;
-  gp.n_predict = 6;
-  GenerateMetrics gm;
-  std::vector<uint64_t> h;
-  const std::vector<int32_t> prompt = {768, 84, 257, 653, 384, 526};
-  generate(*m.model, *st, prompt, gp, gm, [&](const GeneratedToken& t) {
-    h.push_back(t.logits_hash);
-    return true;
-  });
-  return h;
+  return greedy_logits_hashes(*m.model, {768, 84, 257, 653, 384, 526}, 6, 64);
 }
 
 TEST(TimingBackend, ProfilingChangesNoOutputAndReportsEveryOpKind) {
