@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One device call for the prompt pass's x levels and this session's built-but-unrun switches (issue 14), building
 # nothing (`MIN=1 bash scripts/gpu-bundle.sh` here, carry [".bundle"]):
-#   1. gpu-decode.sh: the GPU suite (benchmarks left out; DECODE_TESTS=0 skips it), the K3.1 slice kept, decode arm
-#      auto against DECODE_REF;
+#   1. gpu-decode.sh: the GPU suite (benchmarks left out; DECODE_TESTS=0 skips it), the K3.1 slice kept, decode arms
+#      DECODE_ARMS (default auto) against DECODE_REF;
 #   2. the prompt tests again under FERRY_MMA_LEVELS=$XLEVEL (default 1: x as hi only; 3: x's lo as E4M3 into
 #      the mxfp4 experts), into $OUT/levels$XLEVEL-tests.log (LEVELS1_TESTS=0 skips it);
 #   3. decode after a prompt pass at that level (its logit hashes: the reference if it becomes the default), into
@@ -16,7 +16,7 @@ nvidia-smi --query-gpu=name --format=csv,noheader
 DECODE_REF=${DECODE_REF:-docs/results/2026-12-07b-e2m1/call3-decode-auto.hash}
 XLEVEL=${XLEVEL:-1}
 PASS_REF=${PASS_REF:-docs/results/2026-12-07b-e2m1/call3-prompt-mma.hash}
-KEEP_SLICE=1 TESTS=${DECODE_TESTS:-1} TEST_FILTER='-*Bench*' MEMCHECK=0 BENCH=0 ARMS=auto REPS=${DECODE_REPS:-2} PROFILE=0 REF_HASH=$PWD/$DECODE_REF \
+KEEP_SLICE=1 TESTS=${DECODE_TESTS:-1} TEST_FILTER='-*Bench*' MEMCHECK=0 BENCH=0 ARMS="${DECODE_ARMS:-auto}" REPS=${DECODE_REPS:-2} PROFILE=0 REF_HASH=$PWD/$DECODE_REF \
   timeout "${DECODE_TIMEOUT:-300}" bash "$(dirname "$0")/gpu-decode.sh" > /dev/null 2>&1
 echo "decode exit $?"
 cp "$OUT/decode.log" "$OUT/suite-decode.log"  # gpu-prompt-call.sh's own decode (DECODE_REF) writes decode.log again
