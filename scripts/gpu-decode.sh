@@ -108,7 +108,7 @@ arm_env() {
     old) echo FERRY_MXT_LEAN=0 FERRY_ROW_PUSH=0 FERRY_F32_ROW_BULK=0;; nolean) echo FERRY_MXT_LEAN=0;; leandown) echo FERRY_MXT_LEAN=2;; nobulk) echo FERRY_F32_ROW_BULK=0;; lpb) echo FERRY_MXT_LEAN=1 FERRY_ROW_PUSH=1 FERRY_F32_ROW_BULK=1;; pl) echo FERRY_MXT_LEAN=1 FERRY_ROW_PUSH=1;; pb) echo FERRY_ROW_PUSH=1 FERRY_F32_ROW_BULK=1;;
     stream) echo FERRY_Q8T_STREAM=1;; stream2) echo FERRY_Q8T_STREAM=2;; mxset[0-9]*) echo FERRY_MXT_SET=${1#mxset};; dset[0-9]*) echo FERRY_MXT_SET_DOWN=${1#dset};; lean) echo FERRY_MXT_LEAN=1;;
     pdl-*) echo FERRY_PDL=1 FERRY_PDL_ONLY=${1#pdl-};;
-    route) echo FERRY_DEVICE_ROUTE=1;; dsel) echo FERRY_DEVICE_SELECT=1;; devsel) echo FERRY_DEVICE_ROUTE=1 FERRY_DEVICE_SELECT=1;;
+    route) echo FERRY_DEVICE_ROUTE=1;; hroute) echo FERRY_DEVICE_ROUTE=0;; dsel) echo FERRY_DEVICE_SELECT=1;; nodsel) echo FERRY_DEVICE_SELECT=0;; devsel) echo FERRY_DEVICE_ROUTE=1 FERRY_DEVICE_SELECT=1;;
   esac
 }
 ARMS=${ARMS:-"cores dec"}
@@ -147,12 +147,16 @@ fi
 stamp "synth"
 D=/dev/shm/ferry; M=$D/model; E=$D/experts
 slice_for_script "$M" "$E"
+# NPROMPT=n decodes after a prompt of n random ids instead of the sentence (n past the DSA layer's index_topk,
+# 2,048, makes every decode step select; the slice's context is 4,096).
+PROMPT=(-p "The three main financial statements are")
+[ -n "${NPROMPT:-}" ] && PROMPT=(--prompt-ids "$(python3 -c "import random; random.seed(7); print(','.join(str(random.randrange(0, 1024)) for _ in range($NPROMPT)))")")
 for rep in $(seq 1 ${REPS:-2}); do
   for arm in $ARMS; do
     stamp "$arm decode round $rep"
     FB="$B/bin/ferry"; [ $arm = base ] && FB="$B/bin/ferry-base"
-    env $(arm_env $arm) timeout 150 "$FB" run -m "$M" --backend cuda -p "The three main financial statements are" \
-      -n 65 --json --trace-hash "$R/$arm-$rep.hash" > "$R/$arm-$rep.json" 2> "$R/$arm-$rep.err"
+    env $(arm_env $arm) timeout 150 "$FB" run -m "$M" --backend cuda "${PROMPT[@]}" \
+      -n 65 --ignore-eos --json --trace-hash "$R/$arm-$rep.hash" > "$R/$arm-$rep.json" 2> "$R/$arm-$rep.err"
     echo "exit $?"
     python3 -c "import json;j=json.load(open('$R/$arm-$rep.json'));print('$arm decode steady',j['steady'],'tok/s, prompt_s',j['prompt_s'],'ids',j['ids'][:16])"
   done

@@ -80,9 +80,13 @@ bool device_select() {
 }
 
 void device_route_tune(int on) { g_device_route = on; }
-bool device_route() {
-  static const bool env = env_switch("FERRY_DEVICE_ROUTE", false);
-  return switch_on(g_device_route, env);
+int device_route() {
+  static const int env = env_level("FERRY_DEVICE_ROUTE", 2, 2);
+  return level_on(g_device_route, env, 2);
+}
+bool device_route_for(int64_t rows) {
+  const int m = device_route();
+  return m == 1 || (m == 2 && rows >= kDeviceRouteMinRows);
 }
 
 bool pdl_small() {

@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_select_kernel(RouteArg
 
 bool CudaBackend::route_select_start(const float* scores, const float* bias, const RouteRule& rule, int64_t n,
                                      uint32_t* picked_host) {
-  if (!device_route() || n <= 0) return false;
+  if (n <= 0 || !device_route_for(n)) return false;
   // The kernel's limits (else the host selects): a block's rows of choices in 48 KB, a group per lane, whole
   // groups of at least two.
   const bool grouped = rule.grouped();

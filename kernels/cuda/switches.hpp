@@ -55,13 +55,18 @@ void attention_multi_tune(int on);
 // until it is; FERRY_DEVICE_SELECT=1 or device_select_tune(1) turns it on.
 bool device_select();
 void device_select_tune(int on);
-// Whether the router's selection (RouteRule: choice, groups, top-k, weights) runs on the device (route.cu
+// Where the router's selection (RouteRule: choice, groups, top-k, weights) runs on the device (route.cu
 // route_select_kernel, a warp per row; its pieces in route_bits.cuh, run serially on the host against route_rows
 // by RouteBits.*) and only the ids and weights come to the host (n x k x 8 bytes, against n x e x 4 of scores and
 // the host's selection: 3.7 MB and 8 host threads a layer in a 1,024-token pass). The same ids and weight bits
-// (GPU test Ops.RouterSelectionOnTheDevice*). Built 2026-12-07h, not yet run on a GPU: off until it is;
-// FERRY_DEVICE_ROUTE=1 or device_route_tune(1) turns it on.
-bool device_route();
+// (GPU test Ops.RouterSelectionOnTheDevice*). device_route(): 0 never, 1 every call, 2 (the default) calls of
+// kDeviceRouteMinRows rows or more, the prompt passes. Measured 2026-12-07i on the H100 K3.1 slice: the
+// 1,024-token pass 99.5 -> 97.3 ms, but one-row decode 539.7 -> 520.6 tok/s (the warp's kernel sits on the
+// device's path, where the host's selection overlaps the shared experts). FERRY_DEVICE_ROUTE=0|1|2 or
+// device_route_tune(0|1|2) picks one.
+constexpr int64_t kDeviceRouteMinRows = 64;
+int device_route();
+bool device_route_for(int64_t rows);  // whether a call of rows rows selects on the device
 void device_route_tune(int on);
 // Whether those 8-query blocks take attention_multi_reg_kernel where keys are at most 256 floats wide (query
 // rows in registers, two keys a warp per round, the grid head-major; attention.cu): 0 no, 1 with each score

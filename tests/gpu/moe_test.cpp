@@ -627,7 +627,8 @@ TEST_F(Ops, MoeBenchPromptPassExpertWave) {
 // The router's selection on the device (cuda::device_route: route.cu, a warp per row) gives route_rows's ids and
 // weights to the bit: K3's rule (896 experts, top 16), DeepSeek-V3's groups (256 in 8, 4 kept, top 8), a rule with
 // every expert picked, for 1, 2, 16 and 1,024 rows, with sigmoid scores, quarter-step scores (ties everywhere) and
-// a bias; with the switch off the back-end declines and queues nothing.
+// a bias; with the switch off the back-end declines and queues nothing, and by default it selects calls of
+// kDeviceRouteMinRows rows or more.
 TEST_F(Ops, RouterSelectionOnTheDeviceGivesTheHostsIdsAndWeightBits) {
 #if FERRY_WITH_CUDA
   std::mt19937 rng(16);
@@ -653,6 +654,10 @@ TEST_F(Ops, RouterSelectionOnTheDeviceGivesTheHostsIdsAndWeightBits) {
         std::vector<uint32_t> picked(2 * nk, 0xFFFFFFFFu);
         cuda::device_route_tune(0);
         EXPECT_FALSE(gpu().route_select_start(sg.gpu(), bg.gpu(), rule, n, picked.data()));
+        cuda::device_route_tune(2);  // the default: prompt passes' calls only
+        const bool by_rows = gpu().route_select_start(sg.gpu(), bg.gpu(), rule, n, picked.data());
+        EXPECT_EQ(n >= cuda::kDeviceRouteMinRows, by_rows) << "rows " << n;
+        gpu().download_wait();
         cuda::device_route_tune(1);
         ASSERT_TRUE(gpu().route_select_start(sg.gpu(), bg.gpu(), rule, n, picked.data()));
         gpu().download_wait();
