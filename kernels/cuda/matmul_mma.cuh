@@ -14,7 +14,7 @@
 //   (the default; decode kernels always), split into hi and lo = fp16(x' - hi): hi + lo
 //   carries 22 of x's 24 significant bits for twice the tensor-core work. Every product of an fp16 weight
 //   value (<= 8 significant bits) and hi or lo is exact in fp32. The output is multiplied by 2^-k at the end.
-//   L = 3 (mxfp4 only; FERRY_MMA_LEVELS=3, built 2026-12-07g, not yet run on a GPU): hi in fp16 and lo as E4M3
+//   L = 3 (mxfp4 only; FERRY_MMA_LEVELS=3, off: slower, matmul_mma_launch.cuh): hi in fp16 and lo as E4M3
 //   (lo8_bits.cuh), x to ~15 bits for 3 mma a block instead of 4.
 // - One quant block (32 columns) is 2 k16 steps x L levels (hi, then lo) = 2 L mma into a fresh accumulator (L = 3:
 //   lo's one E4M3 k32 mma first, its sum times 2^-13, then hi's two steps onto it); the

@@ -51,8 +51,9 @@ void attention_multi_tune(int on);
 // indexer_select_kernel, a radix select: select_bits.cuh) instead of on the host after downloading every query's
 // scores, and attention takes such a selection as it stands (AttentionArgs::sel_ascending) instead of downloading,
 // checking and compacting it: no host round trip in a DSA layer whose context exceeds index_topk. The same
-// positions (host test SelectBits.*, GPU test Ops.IndexerTopk*). Built 2026-12-07h, not yet run on a GPU: off
-// until it is; FERRY_DEVICE_SELECT=1 or device_select_tune(1) turns it on.
+// positions (host test SelectBits.*, GPU tests Ops.IndexerTopk* and Ops.IndexerSelectionOnTheDevice*, passed on
+// the H100 2026-12-07i). Off until its speed is measured (a context past 2,048 tokens: gpu-select-call.sh);
+// FERRY_DEVICE_SELECT=1 or device_select_tune(1) turns it on.
 bool device_select();
 void device_select_tune(int on);
 // Where the router's selection (RouteRule: choice, groups, top-k, weights) runs on the device (route.cu
