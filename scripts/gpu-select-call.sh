@@ -5,7 +5,8 @@
 #   1. the selection tests and the model tests at the new defaults (device route for prompt passes):
 #      $ROOT/tests.log;
 #   2. decode of the short prompt, arms DEC_ARMS (default auto route: the default's host selection for one row
-#      against the device's), against DECODE_REF: $ROOT/dec/;
+#      against the device's), against DECODE_REF, and (STEPNCU=1, the default) every kernel's time in 3 steps of
+#      auto: $ROOT/dec/;
 #   3. decode after a NPROMPT_LONG-token prompt (default 3,000: every step of the DSA layer selects 2,048 of its
 #      keys), arms LONG_ARMS (default auto dsel): $ROOT/dec3k/;
 #   4. the 1,024-token pass, arms PASS_ARMS (default mma hroute: the device route, now the default, against the
@@ -28,9 +29,9 @@ grep -E '^\[  (PASSED|FAILED) +\]|tests? ran|Failure|same-bits|cpu vs cuda' "$RO
 DECODE_REF=${DECODE_REF:-docs/results/2026-12-07i-lo8/call1-decode-auto.hash}
 PASS_REF=${PASS_REF:-docs/results/2026-12-07i-lo8/call1-prompt-mma.hash}
 OUT=$ROOT/dec KEEP_SLICE=1 TESTS=0 MEMCHECK=0 BENCH=0 ARMS="${DEC_ARMS:-auto route}" REPS=${DEC_REPS:-1} PROFILE=0 \
-  REF_HASH=$PWD/$DECODE_REF timeout "${DEC_TIMEOUT:-150}" bash "$S/gpu-decode.sh" > /dev/null 2>&1
+  STEPNCU=${STEPNCU:-1} REF_HASH=$PWD/$DECODE_REF timeout "${DEC_TIMEOUT:-220}" bash "$S/gpu-decode.sh" > /dev/null 2>&1
 echo "decode exit $? at $(( $(date +%s) - T0 )) s"
-grep -E 'x the floor|identical|differ|must be|copy rate' "$ROOT/dec/decode.log" | head -12
+grep -E 'x the floor|identical|differ|must be|copy rate|kernels|step' "$ROOT/dec/decode.log" | head -24
 OUT=$ROOT/dec3k NPROMPT=${NPROMPT_LONG:-3000} REUSE_SLICE=1 KEEP_SLICE=1 TESTS=0 MEMCHECK=0 BENCH=0 \
   ARMS="${LONG_ARMS:-auto dsel}" REPS=${LONG_REPS:-1} PROFILE=0 timeout "${LONG_TIMEOUT:-120}" bash "$S/gpu-decode.sh" > /dev/null 2>&1
 echo "long decode exit $? at $(( $(date +%s) - T0 )) s"
