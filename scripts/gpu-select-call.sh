@@ -36,12 +36,12 @@ OUT=$ROOT/dec3k NPROMPT=${NPROMPT_LONG:-3000} REUSE_SLICE=1 KEEP_SLICE=1 TESTS=0
   ARMS="${LONG_ARMS:-auto dsel}" REPS=${LONG_REPS:-1} PROFILE=0 timeout "${LONG_TIMEOUT:-120}" bash "$S/gpu-decode.sh" > /dev/null 2>&1
 echo "long decode exit $? at $(( $(date +%s) - T0 )) s"
 grep -E 'x the floor|identical|differ|must be|prompt_s' "$ROOT/dec3k/decode.log" | head -12
-OUT=$ROOT/pass REUSE_SLICE=1 KEEP_SLICE=1 TESTS=0 MEMCHECK=0 ARMS="${PASS_ARMS:-mma hroute}" REPS=${PASS_REPS:-2} \
+OUT=$ROOT/pass REUSE_SLICE=1 KEEP_SLICE=1 TESTS=0 MEMCHECK=0 ARMS="${PASS_ARMS:-mma hroute}" REPS=${PASS_REPS:-1} \
   PROFILE=0 REF_HASH=$PWD/$PASS_REF timeout "${PASS_TIMEOUT:-150}" bash "$S/gpu-prompt-pass.sh" > /dev/null 2>&1
 echo "pass exit $? at $(( $(date +%s) - T0 )) s"
 grep -E 'identical|differ|must be|prompt pass of' "$ROOT/pass/prompt-pass.log" | head -12
 OUT=$ROOT/pass3k NPROMPT=${NPROMPT_LONG:-3000} REUSE_SLICE=1 TESTS=0 MEMCHECK=0 ARMS="${LONG_PASS_ARMS:-mma dsel}" \
-  REPS=${LONG_PASS_REPS:-2} PROFILE=0 timeout "${LONG_PASS_TIMEOUT:-150}" bash "$S/gpu-prompt-pass.sh" > /dev/null 2>&1
+  REPS=${LONG_PASS_REPS:-1} PROFILE=0 timeout "${LONG_PASS_TIMEOUT:-150}" bash "$S/gpu-prompt-pass.sh" > /dev/null 2>&1
 echo "long pass exit $? at $(( $(date +%s) - T0 )) s"
 grep -E 'identical|differ|must be|prompt pass of|prompt_s' "$ROOT/pass3k/prompt-pass.log" | head -12
 rm -rf /dev/shm/ferry
