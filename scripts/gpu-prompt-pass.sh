@@ -56,8 +56,9 @@ arm_env() { case $1 in cores) echo FERRY_MMA=0;; mma) echo FERRY_MMA=1;; mma1) e
   route) echo FERRY_DEVICE_ROUTE=1;;  # the router's selection on the device, ids and weights downloaded (same bits)
   lo8route) echo FERRY_MMA_LEVELS=3 FERRY_DEVICE_ROUTE=1;;  # lo8 with it (the bits of lo8)
   hroute) echo FERRY_DEVICE_ROUTE=0;;  # the router's selection on the host (same bits; the default before 2026-12-07i)
-  dsel) echo FERRY_DEVICE_SELECT=1;;  # the DSA selection on the device (same bits; selects only past 2,048 tokens: NPROMPT)
-  nodsel) echo FERRY_DEVICE_SELECT=0;;  # on the host (same bits)
+  dsel) echo FERRY_DEVICE_SELECT=1;;  # the DSA selection on the device (same bits; the default since 2026-12-07i; selects only past 2,048 tokens: NPROMPT)
+  nodsel) echo FERRY_DEVICE_SELECT=0;;  # on the host from downloaded scores (same bits)
+  asplit) echo FERRY_ATTN_SPLIT=1;;  # attention of queries with 256 keys or more split over keys and columns (same bits)
   kdaold) echo FERRY_KDA_ILP=0;;  # the chunked delta rule's first version (same bits)
   kdanocl) echo FERRY_KDA_CLUSTER=0;;  # its loads in flight without the head's cluster (same bits)
   noattnq) echo FERRY_ATTN_MULTI=0;;  # dense attention of a prompt pass with a block per (query, head) (same bits)
@@ -106,7 +107,7 @@ done
 # Arms of the same bits as mma (the default): every logit hash must be identical. The reference arm is mma
 # when it ran, else the first arm of ARMS (every arm named below keeps mma's bits).
 REFARM=mma; [ -f "$R/mma-1.hash" ] || REFARM=${ARMS%% *}
-for a in base q8wg q8wg0 q8wg2 mxwg mxwg2 mxwg3 allwg rowmx kdaold kdanocl notile noattnq noconv attnq16 attnreg kdapre kdablk kdanoblk nokdapre kdawalk2 attnfold attnsum noattnreg f32pipe f32one q8mw2 q8mw1 q8swz nowave lazy wave3 wave64 stages4 stages5 stages6 mmaw2 route hroute dsel nodsel; do
+for a in base q8wg q8wg0 q8wg2 mxwg mxwg2 mxwg3 allwg rowmx kdaold kdanocl notile noattnq noconv attnq16 attnreg kdapre kdablk kdanoblk nokdapre kdawalk2 attnfold attnsum noattnreg f32pipe f32one q8mw2 q8mw1 q8swz nowave lazy wave3 wave64 stages4 stages5 stages6 mmaw2 route hroute dsel nodsel asplit; do
   [ "$a" != "$REFARM" ] && [ -f "$R/$a-1.hash" ] && [ -f "$R/$REFARM-1.hash" ] &&
     echo "$REFARM vs $a ($(arm_env $a)): must be identical:" && "$B/bin/ferry" trace diff "$R/$REFARM-1.hash" "$R/$a-1.hash" | tail -3
 done

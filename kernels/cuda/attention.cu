@@ -1,5 +1,6 @@
 // rope, attention, indexer_topk, attn_res (see attention.cuh).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -163,6 +164,159 @@ __global__ void attention_kernel(AttnParams P, int64_t t0, float* sc) {
     for (int j = 0; j < COLS; ++j)
       if (d0 + j * blockDim.x < a.Dv) out[d0 + j * blockDim.x] = nkeys ? mul(o[j], 1.0f / sum) : 0.0f;
   }
+}
+
+// ---- attention split over keys and columns (attention_split()) ---------------------------------------------
+// attention_kernel gives a (query, head) one block that walks the query's keys twice, every step waiting on a
+// load from L2 (the selected position, then its row): fine for the ~70 keys of a short decode, but a DSA
+// layer past index_topk selects 2,048 keys a query, and MLA's 96 heads each walk all of them (H100,
+// 2026-12-07i: a decode step at 3,000 tokens of context took 2.43 ms against 1.85 at 70, the extra in that one
+// layer). Here the same operations in two launches, spread over keys, heads and columns:
+// - attention_split_scores_kernel: block (chunk of kSplitKeys keys, query, group of kSplitHeads heads); warp w
+//   takes the group's heads w, w + kSplitWarps, ..., its q row in registers (lane l: columns l, l + 32, ...),
+//   and scores the chunk's keys 4 at a time: each score its warp_dot chain (lane l's columns in increasing
+//   order, then warp_fold) times the scale, into sc where attention_kernel puts it.
+// - attention_split_output_kernel: block (kSplitCols output columns, query, kSplitWarps heads), a warp per head:
+//   the max of its scores (a max: any order), then its keys in order, 32 at a time (lane l computes key
+//   c + l's p = expf(s - max) and position, shuffled to every lane in turn): sum += p, and for the lane's 4
+//   columns (one 16-byte load) o += p * v; out = o * (1 / sum).
+// Every score, max, p, sum and output column is attention_kernel's, from the same operations in the same
+// order: the same bits (GPU test Ops.AttentionSplitOverKeysHasTheBitsOfABlockPerHead).
+constexpr int kSplitKeys = 16, kSplitHeads = 32, kSplitWarps = 4, kSplitCols = 128;
+constexpr int64_t kSplitMaxDk = 1024;  // q rows in registers: 32 a lane at most
+
+// The keys a warp's query t sees: its count when known on the host side (P.counts, or dense), else (indexer_topk's
+// device selection: leading positions, then -1) by a 32-way search, three rounds of loads for 2,048 entries.
+__device__ __forceinline__ int64_t split_key_count(const AttnParams& P, int64_t t, int lane) {
+  const AttentionArgs& a = P.a;
+  if (!P.keys) {
+    const int64_t last = min(a.L - 1, a.q_pos0 + t);
+    return last + 1 > 0 ? last + 1 : 0;
+  }
+  if (P.counts) return P.counts[t];
+  const int32_t* keys = P.keys + t * a.sel_k;
+  int64_t lo = 0, hi = a.sel_k;  // keys[0, lo) are positions, keys[hi, sel_k) are -1
+  while (lo < hi) {
+    const int64_t step = (hi - lo + 31) / 32, p = lo + lane * step;
+    const bool valid = p < hi && keys[p] >= 0;
+    const int j = __popc(__ballot_sync(kFullMask, valid));  // the valid probes lead
+    if (j == 0) return lo;
+    const int64_t next_hi = min(hi, lo + j * step);  // probe j (if any) is -1
+    lo = lo + (j - 1) * step + 1;
+    hi = next_hi;
+  }
+  return lo;
+}
+
+template <int CPL>
+__global__ void __launch_bounds__(kSplitWarps * 32) attention_split_scores_kernel(AttnParams P, int64_t t0, float* sc) {
+  pdl_begin();
+  const AttentionArgs& a = P.a;
+  const int64_t tq = blockIdx.y, t = t0 + tq;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int32_t* keys = P.keys ? P.keys + t * a.sel_k : nullptr;
+  // The chunk's positions, a lane each: a device selection's -1 entries are its tail, so the valid lanes lead.
+  int64_t limit;
+  if (!P.keys) {
+    const int64_t last = min(a.L - 1, a.q_pos0 + t);
+    limit = last + 1 > 0 ? last + 1 : 0;
+  } else {
+    limit = P.counts ? P.counts[t] : a.sel_k;
+  }
+  const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kSplitKeys;
+  if (i0 >= limit) return;
+  const int64_t i = i0 + lane;
+  const int64_t pos_l = lane < kSplitKeys && i < limit ? (keys ? keys[i] : i) : -1;
+  const int n = __popc(__ballot_sync(kFullMask, pos_l >= 0));
+  if (n == 0) return;
+  const int64_t h_end = min(a.Hq, (static_cast<int64_t>(blockIdx.z) + 1) * kSplitHeads);
+  for (int64_t h = static_cast<int64_t>(blockIdx.z) * kSplitHeads + warp; h < h_end; h += kSplitWarps) {
+    const int64_t kh = h / (a.Hq / a.Hk);
+    const float* q = a.q + t * a.q_tok_stride + h * a.q_head_stride;
+    float qv[CPL];
+#pragma unroll
+    for (int m = 0; m < CPL; ++m) {
+      const int64_t c = lane + 32 * m;
+      qv[m] = c < a.Dk ? q[c] : 0.0f;
+    }
+    float* s = sc + (tq * a.Hq + h) * P.maxk + i0;
+    for (int u0 = 0; u0 < n; u0 += 4) {
+      const float* kp[4];
+      float d[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int64_t pos = __shfl_sync(kFullMask, pos_l, min(u0 + j, n - 1));  // past n: a valid key, never stored
+        kp[j] = a.k + pos * a.k_tok_stride + kh * a.k_head_stride;
+        d[j] = 0.0f;
+      }
+#pragma unroll
+      for (int m = 0; m < CPL; ++m) {
+        const int64_t c = lane + 32 * m;
+        if (c < a.Dk) {
+          float kv[4];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) kv[j] = kp[j][c];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) d[j] = add(d[j], mul(qv[m], kv[j]));
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float v = warp_fold(d[j]);
+        if (lane == 0 && u0 + j < n) s[u0 + j] = mul(v, a.scale);
+      }
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kSplitWarps * 32) attention_split_output_kernel(AttnParams P, int64_t t0, const float* sc) {
+  pdl_begin();
+  const AttentionArgs& a = P.a;
+  const int64_t tq = blockIdx.y, t = t0 + tq;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t h = static_cast<int64_t>(blockIdx.z) * kSplitWarps + warp;
+  if (h >= a.Hq) return;  // a whole warp; nothing below synchronises the block
+  const int32_t* keys = P.keys ? P.keys + t * a.sel_k : nullptr;
+  const int64_t nkeys = split_key_count(P, t, lane);
+  const int64_t kh = h / (a.Hq / a.Hk);
+  const float* s = sc + (tq * a.Hq + h) * P.maxk;
+  float m = -INFINITY;
+  for (int64_t i = lane; i < nkeys; i += 32) m = fmaxf(m, s[i]);
+  for (int o = 16; o >= 1; o >>= 1) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, o));
+  const int64_t d0 = static_cast<int64_t>(blockIdx.x) * kSplitCols + 4 * lane;
+  const bool act = d0 < a.Dv;  // Dv % 4 == 0 (attention_split_fits)
+  const float* vh = a.v + kh * a.v_head_stride + d0;
+  float sum = 0.0f, o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int64_t c = 0; c < nkeys; c += 32) {
+    const int64_t i = c + lane;
+    const float p_l = i < nkeys ? expf(__fsub_rn(s[i], m)) : 0.0f;
+    const int64_t pos_l = i < nkeys ? (keys ? keys[i] : i) : 0;
+    const int n = static_cast<int>(min(int64_t{32}, nkeys - c));
+    for (int u0 = 0; u0 < n; u0 += 8) {
+      float pv[8];
+      float4 vv[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {  // every load of the 8 keys before their adds
+        const int src = min(u0 + u, n - 1);  // past n: a valid key, never added
+        pv[u] = __shfl_sync(kFullMask, p_l, src);
+        const int64_t pos = __shfl_sync(kFullMask, pos_l, src);
+        vv[u] = act ? __ldcg(reinterpret_cast<const float4*>(vh + pos * a.v_tok_stride)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        if (u0 + u >= n) break;
+        sum = add(sum, pv[u]);
+        o[0] = add(o[0], mul(pv[u], vv[u].x));
+        o[1] = add(o[1], mul(pv[u], vv[u].y));
+        o[2] = add(o[2], mul(pv[u], vv[u].z));
+        o[3] = add(o[3], mul(pv[u], vv[u].w));
+      }
+    }
+  }
+  if (!act) return;
+  float* out = a.out + (t * a.Hq + h) * a.Dv + d0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) out[j] = nkeys ? mul(o[j], 1.0f / sum) : 0.0f;
 }
 
 // Dense causal attention (query t's keys are 0 .. its last visible position: no DSA selection, or one that
@@ -659,6 +813,41 @@ void CudaBackend::rope(float* x, int64_t T, int64_t n_heads, int64_t tok_stride,
                freq, half, rope.attention_factor, rope.interleaved);
 }
 
+namespace {
+std::atomic<int64_t> g_split_calls{0};
+}  // namespace
+
+int64_t attention_split_calls() { return g_split_calls.load(); }
+
+namespace {
+bool attention_split_fits(const AttentionArgs& a) {
+  return a.Dk <= kSplitMaxDk && a.Dv % 4 == 0 && a.v_tok_stride % 4 == 0 && a.v_head_stride % 4 == 0 &&
+         (reinterpret_cast<uintptr_t>(a.v) & 15u) == 0 && a.Hq / kSplitWarps < 65535;
+}
+
+void launch_attention_split(const AttnParams& P, int64_t t0, int64_t nq, float* sc, cudaStream_t st) {
+  const AttentionArgs& a = P.a;
+  const dim3 scores(static_cast<unsigned>((P.maxk + kSplitKeys - 1) / kSplitKeys), static_cast<unsigned>(nq),
+                    static_cast<unsigned>((a.Hq + kSplitHeads - 1) / kSplitHeads));
+  const int64_t cpl = (a.Dk + 31) / 32;
+  const unsigned threads = kSplitWarps * 32;
+  if (cpl <= 2)
+    launch_small(attention_split_scores_kernel<2>, scores, threads, 0, st, P, t0, sc);
+  else if (cpl <= 4)
+    launch_small(attention_split_scores_kernel<4>, scores, threads, 0, st, P, t0, sc);
+  else if (cpl <= 8)
+    launch_small(attention_split_scores_kernel<8>, scores, threads, 0, st, P, t0, sc);
+  else if (cpl <= 18)  // MLA's 576-wide latent rows
+    launch_small(attention_split_scores_kernel<18>, scores, threads, 0, st, P, t0, sc);
+  else
+    launch_small(attention_split_scores_kernel<32>, scores, threads, 0, st, P, t0, sc);
+  const dim3 output(static_cast<unsigned>((a.Dv + kSplitCols - 1) / kSplitCols), static_cast<unsigned>(nq),
+                    static_cast<unsigned>((a.Hq + kSplitWarps - 1) / kSplitWarps));
+  launch_small(attention_split_output_kernel, output, threads, 0, st, P, t0, static_cast<const float*>(sc));
+  g_split_calls.fetch_add(1);
+}
+}  // namespace
+
 void CudaBackend::attention(const AttentionArgs& a) {
   if (a.Hk <= 0 || a.Hq % a.Hk != 0)
     throw LimitError("cuda attention: Hq=" + std::to_string(a.Hq) + " is not a multiple of Hk=" + std::to_string(a.Hk));
@@ -708,10 +897,15 @@ void CudaBackend::attention(const AttentionArgs& a) {
   const int64_t group = std::clamp<int64_t>(kAttnScratchFloats / per_query, 1, 65535);
   auto* sc = static_cast<float*>(scratch(kScores, static_cast<size_t>(std::min(group, a.T) * per_query) * sizeof(float)));
   const int multi = !P.keys && a.T >= 2 && a.Dk <= kAttnMultiMaxDk ? attention_multi_queries() : 0;
+  const bool split = !multi && P.maxk >= kAttnSplitMinKeys && attention_split() && attention_split_fits(a);
   for (int64_t t0 = 0; t0 < a.T; t0 += group) {
     const int64_t nq = std::min(group, a.T - t0);
     if (multi) {
       launch_attention_multi(multi, P, t0, nq, sc, stream_);
+      continue;
+    }
+    if (split) {
+      launch_attention_split(P, t0, nq, sc, stream_);
       continue;
     }
     const dim3 grid(static_cast<unsigned>(a.Hq), static_cast<unsigned>(nq));

@@ -75,7 +75,7 @@ int g_device_route = -1;   // device_route_tune
 
 void device_select_tune(int on) { g_device_select = on; }
 bool device_select() {
-  static const bool env = env_switch("FERRY_DEVICE_SELECT", false);
+  static const bool env = env_switch("FERRY_DEVICE_SELECT", true);
   return switch_on(g_device_select, env);
 }
 
@@ -149,6 +149,16 @@ int attention_multi_queries() {
   return g_attn_multi == 0 ? 0 : g_attn_multi >= 16 ? 16 : 8;
 }
 void attention_multi_tune(int on) { g_attn_multi = on; }
+
+namespace {
+int g_attn_split = -1;  // attention_split_tune
+}  // namespace
+
+bool attention_split() {
+  static const bool env = env_switch("FERRY_ATTN_SPLIT", false);
+  return switch_on(g_attn_split, env);
+}
+void attention_split_tune(int on) { g_attn_split = on; }
 
 namespace {
 int g_attn_reg = -1;  // attention_reg_tune

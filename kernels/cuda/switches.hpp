@@ -47,13 +47,25 @@ void attention_ilp_tune(int on);
 // attention_multi_queries(): 0 (off), 8 or 16.
 int attention_multi_queries();
 void attention_multi_tune(int on);
+// Whether attention of queries with kAttnSplitMinKeys score slots or more (a DSA layer past index_topk; dense
+// attention of one query at long contexts) that the 8-query kernels do not take runs as two launches spread
+// over the keys and the columns (attention.cu attention_split_scores_kernel / attention_split_output_kernel)
+// instead of a block per (query, head) walking all its keys: the same operations in the same order, the
+// same bits. Built 2026-12-07i, not yet run on a GPU: off until it is; FERRY_ATTN_SPLIT=1 or
+// attention_split_tune(1) turns it on.
+constexpr int64_t kAttnSplitMinKeys = 256;
+bool attention_split();
+void attention_split_tune(int on);
+// How many query groups attention has run split over keys in this process (tests: the path ran).
+int64_t attention_split_calls();
 // Whether the DSA indexer's selection (ties by position, the default) runs on the device (attention.cu
 // indexer_select_kernel, a radix select: select_bits.cuh) instead of on the host after downloading every query's
 // scores, and attention takes such a selection as it stands (AttentionArgs::sel_ascending) instead of downloading,
 // checking and compacting it: no host round trip in a DSA layer whose context exceeds index_topk. The same
-// positions (host test SelectBits.*, GPU tests Ops.IndexerTopk* and Ops.IndexerSelectionOnTheDevice*, passed on
-// the H100 2026-12-07i). Off until its speed is measured (a context past 2,048 tokens: gpu-select-call.sh);
-// FERRY_DEVICE_SELECT=1 or device_select_tune(1) turns it on.
+// positions (host test SelectBits.*, GPU tests Ops.IndexerTopk* and Ops.IndexerSelectionOnTheDevice*). On by
+// default since 2026-12-07i (H100, K3.1 slice, gpu-select-call.sh: a 3,000-token pass 636.2 -> 476.1 ms, decode
+// after it 385.3 -> 412.2 tok/s, the same logits); FERRY_DEVICE_SELECT=0 or device_select_tune(0) selects on
+// the host.
 bool device_select();
 void device_select_tune(int on);
 // Where the router's selection (RouteRule: choice, groups, top-k, weights) runs on the device (route.cu

@@ -172,6 +172,76 @@ TEST_F(Ops, AttentionOfEightQueriesPerBlockGivesTheBitsOfABlockPerQuery) {
 #endif
 }
 
+// Attention split over keys and columns (cuda::attention_split: attention_split_scores_kernel and
+// attention_split_output_kernel) gives the bits of a block per (query, head): MLA's decode shape over a DSA
+// selection of 2,048 of 2,100 keys (96 heads sharing one 576-wide latent row, values its first 512 floats), a
+// verify block over indexer_topk's kind of device selection (leading positions, then -1; rows of 0, 1, 33 and
+// 2,048 keys: the warps' 32-way count), one query of dense GQA at 700 keys, and odd widths (keys of 80 floats,
+// values of 36, 5 heads) under a host selection; each case must take the split path (attention_split_calls).
+TEST_F(Ops, AttentionSplitOverKeysHasTheBitsOfABlockPerHead) {
+#if FERRY_WITH_CUDA
+  struct Case {
+    const char* name;
+    int64_t T, L, Hq, Hk, Dk, Dv, sk;
+    bool latent;
+    int sel;  // 0 none (dense), 1 a host selection of every key but each third, 2 a device selection (counts)
+    std::vector<int64_t> counts;  // sel 2: each row's leading keys
+  };
+  const Case cases[] = {
+      {"mla decode, 2,048 of 2,100 keys", 1, 2100, 96, 1, 576, 512, 2048, true, 1, {}},
+      {"mla verify block, device selection", 4, 2100, 16, 1, 576, 512, 2048, true, 2, {0, 1, 33, 2048}},
+      {"gqa dense, one query at 700 keys", 1, 700, 8, 2, 64, 64, 0, false, 0, {}},
+      {"odd widths, host selection", 3, 400, 5, 1, 80, 36, 300, false, 1, {}}};
+  for (const Case& p : cases) {
+    const int64_t kts = p.latent ? p.Dk : p.Hk * p.Dk, vts = p.latent ? p.Dk : p.Hk * p.Dv, pos0 = p.L - p.T;
+    auto q = both(random_floats(p.T * p.Hq * p.Dk, 21));
+    auto k = both(random_floats(p.L * kts, 22));
+    auto v = p.latent ? Pair{} : both(random_floats(p.L * vts, 23));
+    std::vector<int32_t> sel(static_cast<size_t>(p.T * std::max<int64_t>(p.sk, 1)), -1);
+    for (int64_t t = 0; p.sel && t < p.T; ++t) {
+      const int64_t last = pos0 + t;
+      if (p.sel == 1) {
+        for (int64_t i = 0, c = 0; i <= last && c < p.sk; ++i)
+          if (i % 3 != 1) sel[static_cast<size_t>(t * p.sk + c++)] = static_cast<int32_t>(i);
+      } else {
+        const int64_t n = p.counts[static_cast<size_t>(t)];
+        ASSERT_LE(n, last + 1) << p.name;
+        for (int64_t c = 0; c < n; ++c)  // ascending, spread over the visible keys
+          sel[static_cast<size_t>(t * p.sk + c)] = static_cast<int32_t>(c * (last + 1) / n);
+      }
+    }
+    Buf dsel(gpu(), sel.size());  // float-sized slots hold the int32 positions
+    gpu().upload(dsel.get(), sel.data(), sel.size() * sizeof(int32_t));
+    std::vector<float> res[2];
+    for (const int split : {0, 1}) {
+      cuda::attention_split_tune(split);
+      const int64_t calls = cuda::attention_split_calls();
+      auto out = poisoned_pair(p.T * p.Hq * p.Dv);
+      AttentionArgs a;
+      a.q = q.gpu(); a.q_tok_stride = p.Hq * p.Dk; a.q_head_stride = p.Dk;
+      a.k = k.gpu(); a.k_tok_stride = kts; a.k_head_stride = p.latent ? 0 : p.Dk;
+      a.v = p.latent ? a.k : v.gpu(); a.v_tok_stride = p.latent ? kts : vts; a.v_head_stride = p.latent ? 0 : p.Dv;
+      a.out = out.gpu();
+      a.T = p.T; a.L = p.L; a.Hq = p.Hq; a.Hk = p.Hk; a.Dk = p.Dk; a.Dv = p.Dv; a.q_pos0 = pos0;
+      a.scale = 0.0625f;
+      if (p.sel == 1) { a.sel = sel.data(); a.sel_k = p.sk; }
+      if (p.sel == 2) { a.sel = reinterpret_cast<const int32_t*>(dsel.get()); a.sel_k = p.sk; a.sel_ascending = true; }
+      gpu().attention(a);
+      res[split] = get(gpu(), out.gpu(), out.g.size());
+      EXPECT_EQ(cuda::attention_split_calls() > calls, split == 1) << p.name << ": the split path ran iff on";
+    }
+    EXPECT_TRUE(bits_equal((std::string(p.name) + ": split over keys vs a block per head").c_str(), res[0], res[1]))
+        << p.name;
+    if (p.sel == 2) {  // a row of no keys gives zeros
+      for (int64_t j = 0; j < p.Hq * p.Dv; ++j) ASSERT_EQ(res[1][static_cast<size_t>(j)], 0.0f) << p.name;
+    }
+  }
+  cuda::attention_split_tune(-1);
+#else
+  GTEST_SKIP() << "no CUDA back-end in this build";
+#endif
+}
+
 // A DSA selection of every visible key, in order, gives dense causal attention's bits (the model passes no
 // selection while the context fits index_topk): a decode row (attention_kernel) and a prompt pass of 19
 // rows (attention_multi_kernel), with 4 key/value heads.

@@ -89,6 +89,7 @@ struct AllSameBitsSwitches {
     cuda::device_select_tune(on);
     cuda::device_route_tune(on);
     cuda::attention_multi_tune(on);
+    cuda::attention_split_tune(on);
     cuda::attention_reg_tune(on == 1 ? 2 : on);  // on: the shared-memory fold
     cuda::fused_ops_tune(on);
     cuda::fused_gate_tune(on);
