@@ -195,15 +195,11 @@ __device__ __forceinline__ int64_t split_key_count(const AttnParams& P, int64_t 
   }
   if (P.counts) return P.counts[t];
   const int32_t* keys = P.keys + t * a.sel_k;
-  int64_t lo = 0, hi = a.sel_k;  // keys[0, lo) are positions, keys[hi, sel_k) are -1
+  int64_t lo = 0, hi = a.sel_k;  // select_bits.cuh count_narrow: keys[0, lo) are positions, keys[hi, sel_k) -1
   while (lo < hi) {
-    const int64_t step = (hi - lo + 31) / 32, p = lo + lane * step;
-    const bool valid = p < hi && keys[p] >= 0;
-    const int j = __popc(__ballot_sync(kFullMask, valid));  // the valid probes lead
-    if (j == 0) return lo;
-    const int64_t next_hi = min(hi, lo + j * step);  // probe j (if any) is -1
-    lo = lo + (j - 1) * step + 1;
-    hi = next_hi;
+    const int64_t step = select::count_step(lo, hi), p = lo + lane * step;
+    const int j = __popc(__ballot_sync(kFullMask, p < hi && keys[p] >= 0));  // the probes that find a key lead
+    if (select::count_narrow(lo, hi, j, step)) break;
   }
   return lo;
 }

@@ -62,4 +62,20 @@ __host__ __device__ inline uint32_t out_index(uint32_t gt_before, uint32_t eq_be
   return gt_before + (eq_before < need ? eq_before : need);
 }
 
+// A row of such a selection is its leading positions, then -1. A warp finds how many lead (attention.cu
+// split_key_count) by a 32-way search. Every position in [0, lo) holds a key and every position in [hi, n)
+// holds -1. Lane l probes lo + l * count_step(lo, hi); the probes that find a key lead. count_narrow takes how
+// many did (j) and shrinks [lo, hi]. It returns true once lo is the count: three rounds for n = 2,048.
+__host__ __device__ constexpr int64_t count_step(int64_t lo, int64_t hi) { return (hi - lo + 31) / 32; }
+__host__ __device__ inline bool count_narrow(int64_t& lo, int64_t& hi, int j, int64_t step) {
+  if (j == 0) {  // lo's own probe found -1
+    hi = lo;
+    return true;
+  }
+  const int64_t past = lo + j * step;  // probe j, if it is inside, found -1
+  lo += (j - 1) * step + 1;            // probe j - 1 found a key
+  if (past < hi) hi = past;
+  return lo >= hi;
+}
+
 }  // namespace ferry::cuda::select

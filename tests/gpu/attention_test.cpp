@@ -173,8 +173,8 @@ TEST_F(Ops, AttentionOfEightQueriesPerBlockGivesTheBitsOfABlockPerQuery) {
 }
 
 // Attention split over keys and columns (cuda::attention_split: attention_split_scores_kernel and
-// attention_split_output_kernel) gives the bits of a block per (query, head): MLA's decode shape over a DSA
-// selection of 2,048 of 2,100 keys (96 heads sharing one 576-wide latent row, values its first 512 floats), a
+// attention_split_output_kernel) gives the bits of a block per (query, head): MLA's decode shape over a host
+// selection of 1,400 of 2,100 keys (96 heads sharing one 576-wide latent row, values its first 512 floats), a
 // verify block over indexer_topk's kind of device selection (leading positions, then -1; rows of 0, 1, 33 and
 // 2,048 keys: the warps' 32-way count), one query of dense GQA at 700 keys, and odd widths (keys of 80 floats,
 // values of 36, 5 heads) under a host selection; each case must take the split path (attention_split_calls).
@@ -188,7 +188,7 @@ TEST_F(Ops, AttentionSplitOverKeysHasTheBitsOfABlockPerHead) {
     std::vector<int64_t> counts;  // sel 2: each row's leading keys
   };
   const Case cases[] = {
-      {"mla decode, 2,048 of 2,100 keys", 1, 2100, 96, 1, 576, 512, 2048, true, 1, {}},
+      {"mla decode, 1,400 of 2,100 keys", 1, 2100, 96, 1, 576, 512, 2048, true, 1, {}},
       {"mla verify block, device selection", 4, 2100, 16, 1, 576, 512, 2048, true, 2, {0, 1, 33, 2048}},
       {"gqa dense, one query at 700 keys", 1, 700, 8, 2, 64, 64, 0, false, 0, {}},
       {"odd widths, host selection", 3, 400, 5, 1, 80, 36, 300, false, 1, {}}};

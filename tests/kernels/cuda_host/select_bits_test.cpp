@@ -85,6 +85,41 @@ TEST(SelectBits, RadixSelectPicksTheCpusPositionsForTiesZerosAndEveryVisibleCoun
   }
   EXPECT_GT(rows, 300);
 }
+
+// The warps' count of a selection row's leading positions (attention_split_output_kernel): the 32-way search,
+// its probes emulated lane by lane, finds every count of every row length, in at most three rounds up to 2,048
+// entries and four up to 65,536.
+TEST(SelectBits, ThirtyTwoWaySearchCountsTheLeadingPositionsOfEveryRow) {
+  int64_t rows = 0;
+  for (const int64_t n : {int64_t{1}, int64_t{2}, int64_t{31}, int64_t{32}, int64_t{33}, int64_t{100}, int64_t{2048},
+                          int64_t{2049}, int64_t{65536}}) {
+    std::vector<int64_t> counts{0, 1, 2, n / 2, n - 1, n};
+    for (int64_t c = 0; c <= n && n <= 2049; c += 7) counts.push_back(c);
+    for (const int64_t count : counts) {
+      if (count < 0 || count > n) continue;
+      int64_t lo = 0, hi = n;
+      int rounds = 0;
+      while (lo < hi) {
+        ++rounds;
+        const int64_t step = sel::count_step(lo, hi);
+        int j = 0;  // the kernel's popcount of its ballot
+        for (int lane = 0; lane < 32; ++lane) {
+          const int64_t p = lo + lane * step;
+          if (p < hi && p < count) {
+            ASSERT_EQ(j, lane) << "the probes that find a key must lead";
+            ++j;
+          }
+        }
+        if (sel::count_narrow(lo, hi, j, step)) break;
+        ASSERT_LE(rounds, 8) << "n " << n << " count " << count;
+      }
+      ASSERT_EQ(lo, count) << "n " << n;
+      EXPECT_LE(rounds, n <= 2048 ? 3 : 4) << "n " << n << " count " << count;
+      ++rows;
+    }
+  }
+  EXPECT_GT(rows, 300);
+}
 #else
 TEST(SelectBits, NeedsACudaBuild) { GTEST_SKIP() << "no CUDA in this build"; }
 #endif
