@@ -296,7 +296,9 @@ __global__ void __launch_bounds__(kSplitWarps * 32) attention_split_output_kerne
         const int src = min(u0 + u, n - 1);  // past n: a valid key, never added
         pv[u] = __shfl_sync(kFullMask, p_l, src);
         const int64_t pos = __shfl_sync(kFullMask, pos_l, src);
-        vv[u] = act ? __ldcg(reinterpret_cast<const float4*>(vh + pos * a.v_tok_stride)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        // A plain (L1-cached) load: the block's warps are heads reading the same value rows, so 3 of 4 hit L1
+        // (__ldcg would fetch each from L2 four times: ~0.4 GB a step for 96 heads over 2,048 keys).
+        vv[u] = act ? *reinterpret_cast<const float4*>(vh + pos * a.v_tok_stride) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       }
 #pragma unroll
       for (int u = 0; u < 8; ++u) {
