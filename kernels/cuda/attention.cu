@@ -185,15 +185,20 @@ __global__ void attention_kernel(AttnParams P, int64_t t0, float* sc) {
 constexpr int kSplitKeys = 16, kSplitHeads = 32, kSplitWarps = 4, kSplitCols = 128;
 constexpr int64_t kSplitMaxDk = 1024;  // q rows in registers: 32 a lane at most
 
-// The keys a warp's query t sees: its count when known on the host side (P.counts, or dense), else (indexer_topk's
-// device selection: leading positions, then -1) by a 32-way search, three rounds of loads for 2,048 entries.
+// Where query t's key list ends: its count (dense: its visible keys; a compacted selection: P.counts), or for
+// indexer_topk's device selection (leading positions, then -1) the row's length, sel_k.
+__device__ __forceinline__ int64_t key_limit(const AttnParams& P, int64_t t) {
+  const AttentionArgs& a = P.a;
+  if (P.keys) return P.counts ? P.counts[t] : a.sel_k;
+  const int64_t last = min(a.L - 1, a.q_pos0 + t);
+  return last + 1 > 0 ? last + 1 : 0;
+}
+
+// The keys a warp's query t sees: key_limit, and for a device selection its leading positions by a 32-way
+// search, three rounds of loads for 2,048 entries.
 __device__ __forceinline__ int64_t split_key_count(const AttnParams& P, int64_t t, int lane) {
   const AttentionArgs& a = P.a;
-  if (!P.keys) {
-    const int64_t last = min(a.L - 1, a.q_pos0 + t);
-    return last + 1 > 0 ? last + 1 : 0;
-  }
-  if (P.counts) return P.counts[t];
+  if (!P.keys || P.counts) return key_limit(P, t);
   const int32_t* keys = P.keys + t * a.sel_k;
   int64_t lo = 0, hi = a.sel_k;  // select_bits.cuh count_narrow: keys[0, lo) are positions, keys[hi, sel_k) -1
   while (lo < hi) {
@@ -212,13 +217,7 @@ __global__ void __launch_bounds__(kSplitWarps * 32) attention_split_scores_kerne
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int32_t* keys = P.keys ? P.keys + t * a.sel_k : nullptr;
   // The chunk's positions, a lane each: a device selection's -1 entries are its tail, so the valid lanes lead.
-  int64_t limit;
-  if (!P.keys) {
-    const int64_t last = min(a.L - 1, a.q_pos0 + t);
-    limit = last + 1 > 0 ? last + 1 : 0;
-  } else {
-    limit = P.counts ? P.counts[t] : a.sel_k;
-  }
+  const int64_t limit = key_limit(P, t);
   const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kSplitKeys;
   if (i0 >= limit) return;
   const int64_t i = i0 + lane;

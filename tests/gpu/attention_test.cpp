@@ -100,6 +100,26 @@ INSTANTIATE_TEST_SUITE_P(
                       AttnCase{"attention dsa selection", 5, 90, 8, 1, 72, 64, 85, true, true}),
     [](const auto& info) { return std::to_string(info.index); });
 
+// The layout of the kernel-variant tests below: q [T, Hq, Dk]; keys and values [L] rows of Hk heads each, or
+// (latent) MQA over one row of Dk floats a position whose first Dv are the values (head strides 0).
+struct AttnLayout {
+  int64_t T, L, Hq, Hk, Dk, Dv;
+  bool latent;
+  int64_t kts() const { return latent ? Dk : Hk * Dk; }
+  int64_t vts() const { return latent ? Dk : Hk * Dv; }
+  // v is ignored when latent (the values are the key rows).
+  AttentionArgs args(const float* q, const float* k, const float* v, float* out, int64_t pos0, float scale) const {
+    AttentionArgs a;
+    a.q = q; a.q_tok_stride = Hq * Dk; a.q_head_stride = Dk;
+    a.k = k; a.k_tok_stride = kts(); a.k_head_stride = latent ? 0 : Dk;
+    a.v = latent ? k : v; a.v_tok_stride = latent ? kts() : vts(); a.v_head_stride = latent ? 0 : Dv;
+    a.out = out;
+    a.T = T; a.L = L; a.Hq = Hq; a.Hk = Hk; a.Dk = Dk; a.Dv = Dv; a.q_pos0 = pos0;
+    a.scale = scale;
+    return a;
+  }
+};
+
 // Dense causal attention of several queries runs 8 (or 16) queries of a head per block
 // (attention_multi_kernel; with keys up to 256 wide and attention_reg, attention_multi_reg_kernel: the query
 // rows in registers, the grid head-major, the scores folded by warp_fold or through shared memory) with the
@@ -122,10 +142,10 @@ TEST_F(Ops, AttentionOfEightQueriesPerBlockGivesTheBitsOfABlockPerQuery) {
                        Case{"mqa latent", 13, 13, 4, 1, 576, 512, 0, true, 0},
                        Case{"dsa every key", 19, 19, 4, 4, 72, 64, 0, false, 1},
                        Case{"dsa subset", 19, 19, 4, 4, 72, 64, 0, false, 2}}) {
-    const int64_t kts = p.latent ? p.Dk : p.Hk * p.Dk, vts = p.latent ? p.Dk : p.Hk * p.Dv;
+    const AttnLayout lay{p.T, p.L, p.Hq, p.Hk, p.Dk, p.Dv, p.latent};
     auto q = both(random_floats(p.T * p.Hq * p.Dk, 11));
-    auto k = both(random_floats(p.L * kts, 12));
-    auto v = p.latent ? Pair{} : both(random_floats(p.L * vts, 13));
+    auto k = both(random_floats(p.L * lay.kts(), 12));
+    auto v = p.latent ? Pair{} : both(random_floats(p.L * lay.vts(), 13));
     const int64_t sk = 32;
     std::vector<int32_t> sel(static_cast<size_t>(p.T * sk), -1);
     // Only the selection cases fill it (their visible keys fit sk); the dense ones may see more keys than sk.
@@ -142,13 +162,7 @@ TEST_F(Ops, AttentionOfEightQueriesPerBlockGivesTheBitsOfABlockPerQuery) {
       cuda::attention_multi_tune(multi == 2 ? 16 : multi >= 3 ? 8 : multi);
       cuda::attention_reg_tune(multi >= 3 ? multi - 2 : 0);
       auto out = poisoned_pair(p.T * p.Hq * p.Dv);
-      AttentionArgs a;
-      a.q = q.gpu(); a.q_tok_stride = p.Hq * p.Dk; a.q_head_stride = p.Dk;
-      a.k = k.gpu(); a.k_tok_stride = kts; a.k_head_stride = p.latent ? 0 : p.Dk;
-      a.v = p.latent ? a.k : v.gpu(); a.v_tok_stride = p.latent ? kts : vts; a.v_head_stride = p.latent ? 0 : p.Dv;
-      a.out = out.gpu();
-      a.T = p.T; a.L = p.L; a.Hq = p.Hq; a.Hk = p.Hk; a.Dk = p.Dk; a.Dv = p.Dv; a.q_pos0 = p.pos0;
-      a.scale = 0.125f;
+      AttentionArgs a = lay.args(q.gpu(), k.gpu(), v.gpu(), out.gpu(), p.pos0, 0.125f);
       if (p.sel) { a.sel = sel.data(); a.sel_k = sk; }
       gpu().attention(a);
       res[multi] = get(gpu(), out.gpu(), out.g.size());
@@ -193,10 +207,11 @@ TEST_F(Ops, AttentionSplitOverKeysHasTheBitsOfABlockPerHead) {
       {"gqa dense, one query at 700 keys", 1, 700, 8, 2, 64, 64, 0, false, 0, {}},
       {"odd widths, host selection", 3, 400, 5, 1, 80, 36, 300, false, 1, {}}};
   for (const Case& p : cases) {
-    const int64_t kts = p.latent ? p.Dk : p.Hk * p.Dk, vts = p.latent ? p.Dk : p.Hk * p.Dv, pos0 = p.L - p.T;
+    const AttnLayout lay{p.T, p.L, p.Hq, p.Hk, p.Dk, p.Dv, p.latent};
+    const int64_t pos0 = p.L - p.T;
     auto q = both(random_floats(p.T * p.Hq * p.Dk, 21));
-    auto k = both(random_floats(p.L * kts, 22));
-    auto v = p.latent ? Pair{} : both(random_floats(p.L * vts, 23));
+    auto k = both(random_floats(p.L * lay.kts(), 22));
+    auto v = p.latent ? Pair{} : both(random_floats(p.L * lay.vts(), 23));
     std::vector<int32_t> sel(static_cast<size_t>(p.T * std::max<int64_t>(p.sk, 1)), -1);
     for (int64_t t = 0; p.sel && t < p.T; ++t) {
       const int64_t last = pos0 + t;
@@ -217,13 +232,7 @@ TEST_F(Ops, AttentionSplitOverKeysHasTheBitsOfABlockPerHead) {
       cuda::attention_split_tune(split);
       const int64_t calls = cuda::attention_split_calls();
       auto out = poisoned_pair(p.T * p.Hq * p.Dv);
-      AttentionArgs a;
-      a.q = q.gpu(); a.q_tok_stride = p.Hq * p.Dk; a.q_head_stride = p.Dk;
-      a.k = k.gpu(); a.k_tok_stride = kts; a.k_head_stride = p.latent ? 0 : p.Dk;
-      a.v = p.latent ? a.k : v.gpu(); a.v_tok_stride = p.latent ? kts : vts; a.v_head_stride = p.latent ? 0 : p.Dv;
-      a.out = out.gpu();
-      a.T = p.T; a.L = p.L; a.Hq = p.Hq; a.Hk = p.Hk; a.Dk = p.Dk; a.Dv = p.Dv; a.q_pos0 = pos0;
-      a.scale = 0.0625f;
+      AttentionArgs a = lay.args(q.gpu(), k.gpu(), v.gpu(), out.gpu(), pos0, 0.0625f);
       if (p.sel == 1) { a.sel = sel.data(); a.sel_k = p.sk; }
       if (p.sel == 2) { a.sel = reinterpret_cast<const int32_t*>(dsel.get()); a.sel_k = p.sk; a.sel_ascending = true; }
       gpu().attention(a);
