@@ -53,6 +53,26 @@ struct KdaGateParams {
                               // Kimi-Linear: g = -exp(A_log[h]) * softplus(f)
 };
 
+// One decode step of a KDA layer after its convolutions and l2 norms (Backend::kda_decode): the gate inputs, the
+// gated delta rule and the gated output norm of T rows (decode rows, verify blocks).
+struct KdaDecode {
+  const float* q = nullptr;        // [T, H, K] (normalised, q pre-scaled)
+  const float* k = nullptr;        // [T, H, K]
+  const float* v = nullptr;        // [T, H, V]
+  float* f = nullptr;              // [T, H*K] f_b's output: += dt_bias in place
+  const float* dt_bias = nullptr;  // [H*K]
+  const float* a_log = nullptr;    // [H]
+  KdaGateParams gp;
+  float* beta = nullptr;           // [T, H] logits: sigmoid in place
+  float* g = nullptr;              // [T, H, K] scratch: the log-decay gate (the default writes it)
+  int64_t T = 0, H = 0, K = 0, V = 0;
+  float* state = nullptr;          // [H, K, V], updated
+  const float* o_norm = nullptr;   // [V] the output norm's weight
+  float eps = 0.0f;                // its epsilon
+  const float* gate = nullptr;     // [T, H*V] the output gate's logits
+  float* o = nullptr;              // [T, H*V] out: rmsnorm(o) * o_norm * sigmoid(gate), kept for the output matmul
+};
+
 // Rotary embedding tables: inv_freq for dim/2 frequencies and the YaRN attention factor.
 struct RopeParams {
   const float* inv_freq_host = nullptr;  // [dim/2]
@@ -327,6 +347,16 @@ class Backend {
   // g: [T,H,K] log-decay, beta: [T,H]. state: [H,K,V] fp32, updated. o: [T,H,V].
   virtual void kda_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta,
                              int64_t T, int64_t H, int64_t K, int64_t V, float* state, float* o) = 0;
+  // kda_gate_beta(f, dt_bias, a_log -> g, beta), kda_recurrent(q, k, v, g, beta -> o), rmsnorm(o) of each of
+  // the T x H rows of V with o_norm, and gate_kept(sigmoid_mul, o, gate -> o): the bits of those four ops,
+  // which the default calls (CUDA: one launch under FERRY_KDA_FUSE=1; o is then kept as gate_kept keeps it,
+  // until drop_x(o)). f and beta are left as kda_gate_beta leaves them; g only the default writes.
+  virtual void kda_decode(const KdaDecode& a) {
+    kda_gate_beta(a.f, a.dt_bias, a.a_log, a.T, a.H, a.K, a.gp, a.g, a.beta);
+    kda_recurrent(a.q, a.k, a.v, a.g, a.beta, a.T, a.H, a.K, a.V, a.state, a.o);
+    rmsnorm(a.o, a.o_norm, a.T * a.H, a.V, a.eps, a.o);
+    gate_kept(GateAct{GateOp::sigmoid_mul}, a.o, a.gate, a.T, a.H * a.V, a.o);
+  }
   // The same function computed in chunks (prefill); equal to kda_recurrent up to float rounding.
   virtual void kda_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta,
                            int64_t T, int64_t H, int64_t K, int64_t V, int64_t chunk, float* state, float* o) = 0;

@@ -167,6 +167,9 @@ void TimingBackend::kda_recurrent(const float* q, const float* k, const float* v
                                   int64_t T, int64_t H, int64_t K, int64_t V, float* st, float* o) {
   timed("kda_recurrent", [&] { in_->kda_recurrent(q, k, v, g, b, T, H, K, V, st, o); });
 }
+void TimingBackend::kda_decode(const KdaDecode& a) {
+  timed("kda_decode", [&] { in_->kda_decode(a); });
+}
 void TimingBackend::kda_chunked(const float* q, const float* k, const float* v, const float* g, const float* b,
                                 int64_t T, int64_t H, int64_t K, int64_t V, int64_t ch, float* st, float* o) {
   timed("kda_chunked", [&] { in_->kda_chunked(q, k, v, g, b, T, H, K, V, ch, st, o); });

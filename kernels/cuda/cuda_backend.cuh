@@ -91,6 +91,7 @@ class CudaBackend final : public Backend {
                 float* g) override;
   void kda_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t T,
                      int64_t H, int64_t K, int64_t V, float* state, float* o) override;
+  void kda_decode(const KdaDecode& a) override;
   void kda_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t T,
                    int64_t H, int64_t K, int64_t V, int64_t chunk, float* state, float* o) override;
 

@@ -1,9 +1,11 @@
 // KDA: conv1d_silu, kda_gate, kda_recurrent, and the kda_chunked entry (kernel in kda_chunked.cu; see kda.cuh).
+#include <atomic>
 #include <string>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_backend.cuh"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/gate_act.cuh"
 #include "kernels/cuda/kda.cuh"
 #include "kernels/cuda/switches.hpp"
 
@@ -225,9 +227,84 @@ __global__ void __launch_bounds__(kKdaCols) kda_recurrent_reg_kernel(const float
   }
 }
 
+// Backend::kda_decode in one launch (kda_decode_fused()): block h of V threads (V / 32 warps) for head h, thread j
+// carrying column j of the head's state in registers, as kda_recurrent_reg_kernel's V / kKdaCols blocks of the
+// head do together. Per token, with the operations of the four launches it replaces:
+// - thread d (< K): f + dt_bias, the gate and e = exp(gate) of key dimension d (kda_gate_beta_kernel, then the
+//   recurrent kernel's expf), f written back; every thread beta's sigmoid, thread 0 writing it back;
+// - the delta rule of column j (kda_recurrent_reg_kernel);
+// - the rmsnorm of the head's V outputs (norm_warp_row<true>: warp w's shuffle tree over its 32 squares is that
+//   row's k = w tree, and the warps' sums are added in warp order, as its k loop adds them), times o_norm;
+// - times sigmoid(gate) (SigmoidMulOp's sigmoid_mul_value).
+// So the bits of the four (GPU test Ops.KdaDecodeInOneLaunchGivesTheBitsOfItsFourOps).
+constexpr int kKdaDecodeMaxV = 256;
+
+template <int K>
+__global__ void __launch_bounds__(kKdaDecodeMaxV) kda_decode_kernel(KdaDecode a) {
+  pdl_begin();
+  __shared__ float e[K], ks[K], qs[K];
+  __shared__ double part[kKdaDecodeMaxV / 32];
+  const int64_t h = blockIdx.x, H = a.H, V = a.V;
+  const int j = threadIdx.x, lane = j & 31, nw = static_cast<int>(blockDim.x >> 5);
+  float* Sg = a.state + h * K * V + j;
+  float S[K];
+#pragma unroll
+  for (int d = 0; d < K; ++d) S[d] = __ldcg(Sg + d * V);
+  const float a_log = a.a_log[h];
+  for (int64_t t = 0; t < a.T; ++t) {
+    const int64_t th = t * H + h;
+    const float braw = a.beta[th];
+    __syncthreads();  // the token before is done with e, ks, qs and part; every thread has read beta[th]
+    for (int d = j; d < K; d += blockDim.x) {
+      const int64_t i = th * K + d;
+      const float x = add(a.f[i], a.dt_bias[h * K + d]);
+      a.f[i] = x;
+      e[d] = expf(kda_gate_of(x, a_log, a.gp.safe_gate, a.gp.lower_bound));
+      ks[d] = a.k[i];
+      qs[d] = a.q[i];
+    }
+    const float bt = sigmoidf_(braw);
+    if (j == 0) a.beta[th] = bt;
+    __syncthreads();
+    float u = 0.0f;
+#pragma unroll
+    for (int d = 0; d < K; ++d) {
+      S[d] = mul(S[d], e[d]);
+      u = add(u, mul(ks[d], S[d]));
+    }
+    u = mul(__fsub_rn(a.v[th * V + j], u), bt);
+    float out = 0.0f;
+#pragma unroll
+    for (int d = 0; d < K; ++d) {
+      S[d] = add(S[d], mul(ks[d], u));
+      out = add(out, mul(qs[d], S[d]));
+    }
+    double s = static_cast<double>(out) * out;
+    for (int o = 16; o >= 1; o >>= 1) s += __shfl_down_sync(kFullMask, s, o);
+    if (lane == 0) part[j >> 5] = s;
+    __syncthreads();
+    double sum = 0.0;
+    for (int w = 0; w < nw; ++w) sum += part[w];
+    const auto inv = static_cast<float>(1.0 / sqrt(sum / static_cast<double>(V) + a.eps));
+    const float y = a.o_norm ? mul(mul(out, inv), a.o_norm[j]) : mul(out, inv);
+    a.o[th * V + j] = sigmoid_mul_value(y, a.gate[th * V + j]);
+  }
+#pragma unroll
+  for (int d = 0; d < K; ++d) Sg[d * V] = S[d];
+}
+
 int g_kda_reg = -1;  // kda_recurrent_reg_tune
+int g_kda_decode = -1;  // kda_decode_fused_tune
+std::atomic<int64_t> g_kda_decode_calls{0};
 
 }  // namespace
+
+bool kda_decode_fused() {
+  static const bool env = env_switch("FERRY_KDA_FUSE", false);
+  return switch_on(g_kda_decode, env) && fused_ops();
+}
+void kda_decode_fused_tune(int on) { g_kda_decode = on; }
+int64_t kda_decode_fused_calls() { return g_kda_decode_calls.load(); }
 
 void kda_recurrent_reg_tune(int on) { g_kda_reg = on; }
 
@@ -325,6 +402,19 @@ void CudaBackend::kda_recurrent(const float* q, const float* k, const float* v, 
     FERRY_CUDA_CHECK(cudaFuncSetAttribute(kda_recurrent_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
   launch_small(kda_recurrent_kernel, grid, kKdaCols, smem, stream_, q, k, v, g, beta, T, H, K, V, state, o);
+}
+
+void CudaBackend::kda_decode(const KdaDecode& a) {
+  const bool fits = (a.K == 128 || a.K == 64) && a.V > 0 && a.V <= kKdaDecodeMaxV && a.V % 32 == 0 && a.H > 0 &&
+                    a.H <= 65535 && a.T > 0;
+  if (!fits || !kda_decode_fused()) return Backend::kda_decode(a);
+  bind();
+  if (a.K == 128)
+    launch_small(kda_decode_kernel<128>, static_cast<unsigned>(a.H), static_cast<unsigned>(a.V), 0, stream_, a);
+  else
+    launch_small(kda_decode_kernel<64>, static_cast<unsigned>(a.H), static_cast<unsigned>(a.V), 0, stream_, a);
+  g_kda_decode_calls.fetch_add(1);
+  keep_x(a.o, a.T, a.H * a.V);  // as gate_kept keeps it (fused_ops() holds here)
 }
 
 void CudaBackend::kda_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta,

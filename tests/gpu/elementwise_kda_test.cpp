@@ -429,5 +429,82 @@ TEST_F(Ops, KdaRecurrentRegistersGiveTheBitsOfTheSharedMemoryKernel) {
 #endif
 }
 
+// Backend::kda_decode in one launch (FERRY_KDA_FUSE) gives the bits of its four ops one by one (kda_gate_beta,
+// kda_recurrent, the per-head rmsnorm, the sigmoid gate): o, the state, f + dt_bias and sigmoid(beta), for a
+// decode row, two rows and a verify block of 16, both gate forms, K 128 and 64, V of 1, 2, 4 and 8 warps, and
+// 96 heads (K3.1's layer); the launch counter proves the fused path ran. And both within the recurrence's
+// tolerance of the CPU's.
+TEST_F(Ops, KdaDecodeInOneLaunchGivesTheBitsOfItsFourOps) {
+#if FERRY_WITH_CUDA
+  struct Shape {
+    int64_t T, H, K, V;
+  };
+  const Shape shapes[] = {{1, 96, 128, 128}, {2, 5, 128, 128}, {16, 3, 128, 128}, {1, 4, 64, 64},
+                          {16, 3, 64, 32}, {2, 3, 128, 256}};
+  uint32_t seed = 70;
+  for (const Shape& sh : shapes)
+    for (const bool safe : {false, true}) {
+      const int64_t T = sh.T, H = sh.H, K = sh.K, V = sh.V;
+      KdaIn in(T, H, K, V, seed);
+      const auto fv = random_floats(static_cast<size_t>(T * H * K), seed + 10, -25, 25);
+      const auto bv = random_floats(static_cast<size_t>(T * H), seed + 11, -6, 6);
+      const auto gatev = random_floats(static_cast<size_t>(T * H * V), seed + 12, -4, 4);
+      const auto biasv = random_floats(static_cast<size_t>(H * K), seed + 13, -1, 1);
+      const auto alogv = random_floats(static_cast<size_t>(H), seed + 14, -2, 1);
+      const auto normv = random_floats(static_cast<size_t>(V), seed + 15, 0.5f, 1.5f);
+      seed += 20;
+      auto q = both(in.q), k = both(in.k), v = both(in.v), gate = both(gatev), bias = both(biasv), alog = both(alogv),
+           norm = both(normv);
+      std::vector<float> res[3][4];  // unfused, fused (GPU), CPU: o, state, f, beta
+      for (const int run : {0, 1, 2}) {
+        Backend& be = run == 2 ? cpu() : gpu();
+        auto f = both(fv), b = both(bv), s = both(in.s0);
+        auto g = poisoned_pair(static_cast<size_t>(T * H * K)), o = poisoned_pair(static_cast<size_t>(T * H * V));
+        auto pick = [&](const Pair& p) { return run == 2 ? p.cpu() : p.gpu(); };
+        KdaDecode a;
+        a.q = pick(q);
+        a.k = pick(k);
+        a.v = pick(v);
+        a.f = pick(f);
+        a.dt_bias = pick(bias);
+        a.a_log = pick(alog);
+        a.gp.safe_gate = safe;
+        a.gp.lower_bound = -5.0f;
+        a.beta = pick(b);
+        a.g = pick(g);
+        a.T = T;
+        a.H = H;
+        a.K = K;
+        a.V = V;
+        a.state = pick(s);
+        a.o_norm = pick(norm);
+        a.eps = 1e-6f;
+        a.gate = pick(gate);
+        a.o = pick(o);
+        cuda::kda_decode_fused_tune(run == 1 ? 1 : 0);
+        const int64_t calls = cuda::kda_decode_fused_calls();
+        be.kda_decode(a);
+        if (run < 2) be.drop_x(a.o);
+        EXPECT_EQ(cuda::kda_decode_fused_calls() - calls, run == 1 ? 1 : 0) << "run " << run;
+        res[run][0] = get(be, a.o, static_cast<size_t>(T * H * V));
+        res[run][1] = get(be, a.state, static_cast<size_t>(H * K * V));
+        res[run][2] = get(be, a.f, fv.size());
+        res[run][3] = get(be, a.beta, bv.size());
+      }
+      cuda::kda_decode_fused_tune(-1);
+      const std::string what = "kda_decode T=" + std::to_string(T) + " H=" + std::to_string(H) + " K=" +
+                               std::to_string(K) + " V=" + std::to_string(V) + (safe ? " safe" : "");
+      EXPECT_TRUE(bits_equal((what + " o").c_str(), res[0][0], res[1][0])) << what;
+      EXPECT_TRUE(bits_equal((what + " state").c_str(), res[0][1], res[1][1])) << what;
+      EXPECT_TRUE(bits_equal((what + " f").c_str(), res[0][2], res[1][2])) << what;
+      EXPECT_TRUE(bits_equal((what + " beta").c_str(), res[0][3], res[1][3])) << what;
+      EXPECT_LE(rel_err((what + " o vs cpu").c_str(), res[2][0], res[1][0]), 1e-5) << what;
+      EXPECT_LE(rel_err((what + " state vs cpu").c_str(), res[2][1], res[1][1]), 1e-5) << what;
+    }
+#else
+  GTEST_SKIP() << "no CUDA back-end in this build";
+#endif
+}
+
 }  // namespace
 }  // namespace ferry::test

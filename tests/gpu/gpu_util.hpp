@@ -94,6 +94,7 @@ struct AllSameBitsSwitches {
     cuda::fused_ops_tune(on);
     cuda::fused_gate_tune(on);
     cuda::kda_recurrent_reg_tune(on);
+    cuda::kda_decode_fused_tune(on);
     cuda::kda_chunked_ilp_tune(on);
     cuda::kda_chunked_cluster_tune(on);
     cuda::kda_chunked_block_tune(on);

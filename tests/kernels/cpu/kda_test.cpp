@@ -180,5 +180,61 @@ TEST(KdaChunked, StrongDecayOverLongChunkStaysFinite) {  // g = -5 everywhere: G
   EXPECT_LT(test::max_abs_err(oc, od), 1e-5 * test::max_abs(od));
 }
 
+// Backend::kda_decode is kda_gate_beta, kda_recurrent, the rmsnorm of each (token, head) row of V outputs and the
+// sigmoid gate, in that order (the bits of the four; K != V so a mixed-up width shows), and its output rows are
+// the gate times a unit-rms row: rms(o / (o_norm * sigmoid(gate))) = 1 per row.
+TEST(KdaDecode, IsItsFourOpsInOrder) {
+  auto be = make_cpu_backend(2);
+  const int64_t T = 3, H = 2, K = 16, V = 24;
+  KdaInputs in(T, H, K, V, 90);
+  const auto f0 = random_floats(T * H * K, 91, -25, 25), b0 = random_floats(T * H, 92, -6, 6);
+  const auto gate = random_floats(T * H * V, 93, -4, 4), bias = random_floats(H * K, 94, -1, 1);
+  const auto alog = random_floats(H, 95, -2, 1), norm = random_floats(V, 96, 0.5f, 1.5f);
+  KdaGateParams gp;
+  gp.safe_gate = true;
+  gp.lower_bound = -5.0f;
+  const float eps = 1e-12f;  // far below the rows' mean squares: the norm leaves a unit rms
+  // The four ops.
+  auto f1 = f0, b1 = b0, s1 = in.s0, g1 = test::poisoned(T * H * K), o1 = test::poisoned(T * H * V);
+  be->kda_gate_beta(f1.data(), bias.data(), alog.data(), T, H, K, gp, g1.data(), b1.data());
+  be->kda_recurrent(in.q.data(), in.k.data(), in.v.data(), g1.data(), b1.data(), T, H, K, V, s1.data(), o1.data());
+  be->rmsnorm(o1.data(), norm.data(), T * H, V, eps, o1.data());
+  be->sigmoid_mul(o1.data(), gate.data(), T * H * V, o1.data());
+  // kda_decode.
+  auto f2 = f0, b2 = b0, s2 = in.s0, g2 = test::poisoned(T * H * K), o2 = test::poisoned(T * H * V);
+  KdaDecode a;
+  a.q = in.q.data();
+  a.k = in.k.data();
+  a.v = in.v.data();
+  a.f = f2.data();
+  a.dt_bias = bias.data();
+  a.a_log = alog.data();
+  a.gp = gp;
+  a.beta = b2.data();
+  a.g = g2.data();
+  a.T = T;
+  a.H = H;
+  a.K = K;
+  a.V = V;
+  a.state = s2.data();
+  a.o_norm = norm.data();
+  a.eps = eps;
+  a.gate = gate.data();
+  a.o = o2.data();
+  be->kda_decode(a);
+  EXPECT_TRUE(test::bitwise_equal(o1, o2));
+  EXPECT_TRUE(test::bitwise_equal(s1, s2));
+  EXPECT_TRUE(test::bitwise_equal(f1, f2));
+  EXPECT_TRUE(test::bitwise_equal(b1, b2));
+  for (int64_t r = 0; r < T * H; ++r) {
+    double ss = 0;
+    for (int64_t j = 0; j < V; ++j) {
+      const double u = o2[r * V + j] / (norm[j] / (1.0 + std::exp(-double(gate[r * V + j]))));
+      ss += u * u;
+    }
+    EXPECT_NEAR(std::sqrt(ss / V), 1.0, 1e-3) << "row " << r;
+  }
+}
+
 }  // namespace
 }  // namespace ferry
