@@ -331,6 +331,14 @@ class Backend {
   virtual void conv1d_silu_many(const Conv1dCall* calls, size_t count, int64_t T, int64_t C, int64_t W) {
     for (size_t i = 0; i < count; ++i) conv1d_silu(calls[i].x, T, C, calls[i].w, W, calls[i].state, calls[i].y);
   }
+  // KDA's q, k and v convolutions (calls[0], [1], [2]: conv1d_silu_many of C = H * K channels), then
+  // l2norm_qk(calls[0].y, calls[1].y, T * H, K, eps, q_scale): the bits of the two, which the default calls
+  // (CUDA: one launch under FERRY_KDA_FUSE=2 or 3).
+  virtual void kda_conv_l2norm(const Conv1dCall* qkv, int64_t T, int64_t H, int64_t K, int64_t W, float eps,
+                               float q_scale) {
+    conv1d_silu_many(qkv, 3, T, H * K, W);
+    l2norm_qk(qkv[0].y, qkv[1].y, T * H, K, eps, q_scale);
+  }
   // g[T, H, K] from f[T, H*K] (already including dt_bias), a_log[H].
   virtual void kda_gate(const float* f, const float* a_log, int64_t T, int64_t H, int64_t K,
                         const KdaGateParams& p, float* g) = 0;
@@ -349,7 +357,7 @@ class Backend {
                              int64_t T, int64_t H, int64_t K, int64_t V, float* state, float* o) = 0;
   // kda_gate_beta(f, dt_bias, a_log -> g, beta), kda_recurrent(q, k, v, g, beta -> o), rmsnorm(o) of each of
   // the T x H rows of V with o_norm, and gate_kept(sigmoid_mul, o, gate -> o): the bits of those four ops,
-  // which the default calls (CUDA: one launch under FERRY_KDA_FUSE=1; o is then kept as gate_kept keeps it,
+  // which the default calls (CUDA: one launch under FERRY_KDA_FUSE=1 or 3; o is then kept as gate_kept keeps it,
   // until drop_x(o)). f and beta are left as kda_gate_beta leaves them; g only the default writes.
   virtual void kda_decode(const KdaDecode& a) {
     kda_gate_beta(a.f, a.dt_bias, a.a_log, a.T, a.H, a.K, a.gp, a.g, a.beta);

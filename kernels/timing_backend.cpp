@@ -167,6 +167,10 @@ void TimingBackend::kda_recurrent(const float* q, const float* k, const float* v
                                   int64_t T, int64_t H, int64_t K, int64_t V, float* st, float* o) {
   timed("kda_recurrent", [&] { in_->kda_recurrent(q, k, v, g, b, T, H, K, V, st, o); });
 }
+void TimingBackend::kda_conv_l2norm(const Conv1dCall* qkv, int64_t T, int64_t H, int64_t K, int64_t W, float eps,
+                                    float q_scale) {
+  timed("conv1d_silu", [&] { in_->kda_conv_l2norm(qkv, T, H, K, W, eps, q_scale); });
+}
 void TimingBackend::kda_decode(const KdaDecode& a) {
   timed("kda_decode", [&] { in_->kda_decode(a); });
 }

@@ -101,6 +101,9 @@ class TimingBackend : public Backend {
                    int64_t H, int64_t K, int64_t V, int64_t ch, float* st, float* o) override;
   // One label for the four ops it stands for, fused or not ("kda_decode").
   void kda_decode(const KdaDecode& a) override;
+  // "conv1d_silu" (the label the convolutions had alone), the l2 norms inside it.
+  void kda_conv_l2norm(const Conv1dCall* qkv, int64_t T, int64_t H, int64_t K, int64_t W, float eps,
+                       float q_scale) override;
   void rope(float* x, int64_t T, int64_t nh, int64_t ts, int64_t hs, int64_t off, const int32_t* pos,
             const RopeParams& r) override;
   void attention(const AttentionArgs& a) override;

@@ -108,7 +108,7 @@ arm_env() {
     old) echo FERRY_MXT_LEAN=0 FERRY_ROW_PUSH=0 FERRY_F32_ROW_BULK=0;; nolean) echo FERRY_MXT_LEAN=0;; leandown) echo FERRY_MXT_LEAN=2;; nobulk) echo FERRY_F32_ROW_BULK=0;; lpb) echo FERRY_MXT_LEAN=1 FERRY_ROW_PUSH=1 FERRY_F32_ROW_BULK=1;; pl) echo FERRY_MXT_LEAN=1 FERRY_ROW_PUSH=1;; pb) echo FERRY_ROW_PUSH=1 FERRY_F32_ROW_BULK=1;;
     stream) echo FERRY_Q8T_STREAM=1;; stream2) echo FERRY_Q8T_STREAM=2;; mxset[0-9]*) echo FERRY_MXT_SET=${1#mxset};; dset[0-9]*) echo FERRY_MXT_SET_DOWN=${1#dset};; lean) echo FERRY_MXT_LEAN=1;;
     pdl-*) echo FERRY_PDL=1 FERRY_PDL_ONLY=${1#pdl-};;
-    kdafuse) echo FERRY_KDA_FUSE=1;; askda) echo FERRY_ATTN_SPLIT=1 FERRY_KDA_FUSE=1;;
+    kdafuse) echo FERRY_KDA_FUSE=3;; kdadec) echo FERRY_KDA_FUSE=1;; kdaconv) echo FERRY_KDA_FUSE=2;; askda) echo FERRY_ATTN_SPLIT=1 FERRY_KDA_FUSE=3;;
     route) echo FERRY_DEVICE_ROUTE=1;; hroute) echo FERRY_DEVICE_ROUTE=0;; dsel) echo FERRY_DEVICE_SELECT=1;; nodsel) echo FERRY_DEVICE_SELECT=0;; asplit) echo FERRY_ATTN_SPLIT=1;; devsel) echo FERRY_DEVICE_ROUTE=1 FERRY_DEVICE_SELECT=1;;
   esac
 }

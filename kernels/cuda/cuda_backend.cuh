@@ -92,6 +92,8 @@ class CudaBackend final : public Backend {
   void kda_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t T,
                      int64_t H, int64_t K, int64_t V, float* state, float* o) override;
   void kda_decode(const KdaDecode& a) override;
+  void kda_conv_l2norm(const Conv1dCall* qkv, int64_t T, int64_t H, int64_t K, int64_t W, float eps,
+                       float q_scale) override;
   void kda_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t T,
                    int64_t H, int64_t K, int64_t V, int64_t chunk, float* state, float* o) override;
 

@@ -227,7 +227,7 @@ __global__ void __launch_bounds__(kKdaCols) kda_recurrent_reg_kernel(const float
   }
 }
 
-// Backend::kda_decode in one launch (kda_decode_fused()): block h of V threads (V / 32 warps) for head h, thread j
+// Backend::kda_decode in one launch (kda_fuse() & 1): block h of V threads (V / 32 warps) for head h, thread j
 // carrying column j of the head's state in registers, as kda_recurrent_reg_kernel's V / kKdaCols blocks of the
 // head do together. Per token, with the operations of the four launches it replaces:
 // - thread d (< K): f + dt_bias, the gate and e = exp(gate) of key dimension d (kda_gate_beta_kernel, then the
@@ -293,18 +293,98 @@ __global__ void __launch_bounds__(kKdaDecodeMaxV) kda_decode_kernel(KdaDecode a)
   for (int d = 0; d < K; ++d) Sg[d * V] = S[d];
 }
 
-int g_kda_reg = -1;  // kda_recurrent_reg_tune
-int g_kda_decode = -1;  // kda_decode_fused_tune
-std::atomic<int64_t> g_kda_decode_calls{0};
+// Backend::kda_conv_l2norm in one launch (kda_fuse() & 2): warp (input c of q, k, v; head h), lane l taking
+// channels h * K + l + 32 m (m < K / 32), each walked over the T tokens as conv1d_silu_channel walks it (the
+// history in registers, the same products and sums in the same order, silu; the state written at the end);
+// then, for q and k, each token's row of K outputs normalised as norm_warp_row<false> does it (lane l holds its
+// elements l + 32 m: the same shuffle trees, added in m's order), q's also scaled by q_scale. So the bits of
+// conv1d_silu_many and l2norm_qk (GPU test Ops.KdaConvL2normInOneLaunchGivesTheBitsOfItsTwoOps).
+constexpr int kConvNormWarps = 8;
+constexpr int kConvNormMaxK = 256;  // norm_warp_row's rows (elementwise.cu kWarpRowMax)
+constexpr int kConvNormMaxPer = kConvNormMaxK / 32;
+
+struct ConvQkv {
+  Backend::Conv1dCall c[3];
+};
+
+template <int WC>  // WC > 0: the kernel width at compile time (the history in registers); 0: W at run time
+__global__ void __launch_bounds__(32 * kConvNormWarps)
+    kda_conv_l2norm_kernel(const __grid_constant__ ConvQkv calls, int64_t T, int64_t H, int64_t K, int wrt, float eps,
+                           float q_scale) {
+  pdl_begin();
+  const int W = WC > 0 ? WC : wrt;
+  const int64_t wi = static_cast<int64_t>(blockIdx.x) * kConvNormWarps + (threadIdx.x >> 5);
+  if (wi >= 3 * H) return;  // a whole warp; nothing below synchronises the block
+  const int ci = static_cast<int>(wi / H), lane = threadIdx.x & 31;
+  const int64_t h = wi % H, C = H * K;
+  const Backend::Conv1dCall& k = calls.c[ci];
+  const int per = static_cast<int>(K / 32), hn = W - 1;
+  float hist[kConvNormMaxPer][kMaxConvWidth];
+#pragma unroll
+  for (int m = 0; m < kConvNormMaxPer; ++m) {
+    if (m >= per) break;
+    const int64_t c = h * K + lane + 32 * m;
+    for (int i = 0; i < hn; ++i) hist[m][i] = k.state[i * C + c];
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    float y[kConvNormMaxPer];
+#pragma unroll
+    for (int m = 0; m < kConvNormMaxPer; ++m) {
+      if (m >= per) break;
+      const int64_t c = h * K + lane + 32 * m;
+      const float* wc = k.w + c * W;
+      const float xin = k.x[t * C + c];  // read before y is written: y may alias x
+      float acc = 0.0f;
+      for (int i = 0; i < hn; ++i) acc = add(acc, mul(wc[i], hist[m][i]));
+      acc = add(acc, mul(wc[hn], xin));
+      y[m] = siluf_(acc);
+      for (int i = 0; i + 1 < hn; ++i) hist[m][i] = hist[m][i + 1];
+      if (hn > 0) hist[m][hn - 1] = xin;
+    }
+    float* yr = k.y + t * C + h * K;
+    if (ci < 2) {  // q and k: norm_warp_row<false, ci == 0> of the row
+      double s2 = 0.0;
+#pragma unroll
+      for (int m = 0; m < kConvNormMaxPer; ++m) {
+        if (m >= per) break;
+        double s = static_cast<double>(y[m]) * y[m];
+        for (int o = 16; o >= 1; o >>= 1) s += __shfl_down_sync(kFullMask, s, o);
+        s2 += __shfl_sync(kFullMask, s, 0);
+      }
+      const auto inv = static_cast<float>(1.0 / sqrt(s2 + eps));
+#pragma unroll
+      for (int m = 0; m < kConvNormMaxPer; ++m) {
+        if (m >= per) break;
+        const float o = mul(y[m], inv);
+        yr[lane + 32 * m] = ci == 0 ? mul(o, q_scale) : o;
+      }
+    } else {
+#pragma unroll
+      for (int m = 0; m < kConvNormMaxPer; ++m)
+        if (m < per) yr[lane + 32 * m] = y[m];
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < kConvNormMaxPer; ++m) {
+    if (m >= per) break;
+    const int64_t c = h * K + lane + 32 * m;
+    for (int i = 0; i < hn; ++i) k.state[i * C + c] = hist[m][i];
+  }
+}
+
+int g_kda_reg = -1;    // kda_recurrent_reg_tune
+int g_kda_fuse = -1;   // kda_fuse_tune
+std::atomic<int64_t> g_kda_decode_calls{0}, g_kda_conv_calls{0};
 
 }  // namespace
 
-bool kda_decode_fused() {
-  static const bool env = env_switch("FERRY_KDA_FUSE", false);
-  return switch_on(g_kda_decode, env) && fused_ops();
+int kda_fuse() {
+  static const int env = env_level("FERRY_KDA_FUSE", 0, 3);
+  return fused_ops() ? level_on(g_kda_fuse, env, 3) : 0;
 }
-void kda_decode_fused_tune(int on) { g_kda_decode = on; }
+void kda_fuse_tune(int on) { g_kda_fuse = on; }
 int64_t kda_decode_fused_calls() { return g_kda_decode_calls.load(); }
+int64_t kda_conv_fused_calls() { return g_kda_conv_calls.load(); }
 
 void kda_recurrent_reg_tune(int on) { g_kda_reg = on; }
 
@@ -404,10 +484,27 @@ void CudaBackend::kda_recurrent(const float* q, const float* k, const float* v, 
   launch_small(kda_recurrent_kernel, grid, kKdaCols, smem, stream_, q, k, v, g, beta, T, H, K, V, state, o);
 }
 
+void CudaBackend::kda_conv_l2norm(const Conv1dCall* qkv, int64_t T, int64_t H, int64_t K, int64_t W, float eps,
+                                  float q_scale) {
+  const bool fits = T > 0 && H > 0 && K > 0 && K % 32 == 0 && K <= kConvNormMaxK && W >= 1 && W <= kMaxConvWidth &&
+                    3 * H <= int64_t{65535} * kConvNormWarps;
+  if (!fits || !(kda_fuse() & 2)) return Backend::kda_conv_l2norm(qkv, T, H, K, W, eps, q_scale);
+  bind();
+  ConvQkv cc{};
+  for (int i = 0; i < 3; ++i) cc.c[i] = qkv[i];
+  const unsigned blocks = blocks_for(3 * H, kConvNormWarps);
+  if (W == 4)
+    launch_small(kda_conv_l2norm_kernel<4>, blocks, 32 * kConvNormWarps, 0, stream_, cc, T, H, K, 4, eps, q_scale);
+  else
+    launch_small(kda_conv_l2norm_kernel<0>, blocks, 32 * kConvNormWarps, 0, stream_, cc, T, H, K, static_cast<int>(W),
+                 eps, q_scale);
+  g_kda_conv_calls.fetch_add(1);
+}
+
 void CudaBackend::kda_decode(const KdaDecode& a) {
   const bool fits = (a.K == 128 || a.K == 64) && a.V > 0 && a.V <= kKdaDecodeMaxV && a.V % 32 == 0 && a.H > 0 &&
                     a.H <= 65535 && a.T > 0;
-  if (!fits || !kda_decode_fused()) return Backend::kda_decode(a);
+  if (!fits || !(kda_fuse() & 1)) return Backend::kda_decode(a);
   bind();
   if (a.K == 128)
     launch_small(kda_decode_kernel<128>, static_cast<unsigned>(a.H), static_cast<unsigned>(a.V), 0, stream_, a);

@@ -48,15 +48,18 @@ void kda_chunked_walk2_tune(int on);
 // the shared-memory kernel): on by default; FERRY_KDA_REG=0 or kda_recurrent_reg_tune(0) (tests,
 // benchmarks; -1 restores the environment's choice) selects the shared-memory kernel.
 void kda_recurrent_reg_tune(int on);
-// Backend::kda_decode (a decode step's gate inputs, delta rule and gated output norm of one KDA layer) in one
-// launch, kda.cu kda_decode_kernel: a block per head, the state's columns in registers; the bits of kda_gate_beta,
-// kda_recurrent, rmsnorm and the sigmoid gate one by one (4 launches). For K 64 or 128 and V a multiple of 32 up
-// to 256 (KDA's 128 x 128). Built 2026-12-08, not yet run on a GPU: off until measured; FERRY_KDA_FUSE=1 or
-// kda_decode_fused_tune(1) turns it on (while fused_ops() holds).
-bool kda_decode_fused();
-void kda_decode_fused_tune(int on);
-// How many kda_decode calls ran as one launch in this process (tests: the path ran).
+// KDA's decode rows in fewer launches (same bits), a bit each: 1, Backend::kda_decode (the gate inputs, the delta
+// rule and the gated output norm of one layer; kda.cu kda_decode_kernel, a block per head, the state's columns
+// in registers) in one launch instead of 4 (K 64 or 128, V a multiple of 32 up to 256: KDA's 128 x 128); 2,
+// Backend::kda_conv_l2norm (the q, k and v convolutions and q's and k's l2 norms; kda.cu kda_conv_l2norm_kernel,
+// a warp per (input, head)) in one instead of 2 (K a multiple of 32 up to 256). Built 2026-12-08, not yet run on
+// a GPU: off until measured; FERRY_KDA_FUSE=1|2|3 or kda_fuse_tune(1|2|3) turns them on (while fused_ops()
+// holds); 0 off.
+int kda_fuse();
+void kda_fuse_tune(int on);
+// How many kda_decode / kda_conv_l2norm calls ran as one launch in this process (tests: the path ran).
 int64_t kda_decode_fused_calls();
+int64_t kda_conv_fused_calls();
 // The chunked kernel's versions (kda_chunked.cu; the same bits): loads in flight ahead of their sums
 // (FERRY_KDA_ILP, on by default) and, with it, a head's column tiles as one cluster that shares A / B's
 // rows (FERRY_KDA_CLUSTER, on by default). The tune functions set them for tests and benchmarks (1 on,

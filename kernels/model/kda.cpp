@@ -51,10 +51,11 @@ void Model::mixer_kda(int il, Ctx& c, const float* x, float* out) {
     const MatmulOut outs[] = {{&w.q, t}, {&w.k, tk}, {&w.v, tv}, {&w.f_a, fa}, {&w.b, beta}, {&gate1, tg}};
     be_.matmul_group(outs, std::size(outs), x, n);
   }
-  if (group && !r) {  // the three convolutions in one call (CUDA: one launch)
+  const float q_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(k)));
+  if (group && !r) {  // the three convolutions and q's and k's l2 norms in one call (CUDA: one or two launches)
     const Backend::Conv1dCall calls[] = {{t, w.q_conv, st.conv_q, q}, {tk, w.k_conv, st.conv_k, kk},
                                          {tv, w.v_conv, st.conv_v, v}};
-    be_.conv1d_silu_many(calls, std::size(calls), n, p, cw);
+    be_.kda_conv_l2norm(calls, n, h, k, cw, kL2Eps, q_scale);
   } else {
     if (!group) be_.matmul(w.q, x, n, t);
     conv(t, w.q_conv, st.conv_q, q, 0);
@@ -63,7 +64,7 @@ void Model::mixer_kda(int il, Ctx& c, const float* x, float* out) {
     if (!group) be_.matmul(w.v, x, n, t);
     conv(group ? tv : t.get(), w.v_conv, st.conv_v, v, 2);
   }
-  be_.l2norm_qk(q, kk, n * h, k, kL2Eps, static_cast<float>(1.0 / std::sqrt(static_cast<double>(k))));
+  if (!group || r) be_.l2norm_qk(q, kk, n * h, k, kL2Eps, q_scale);
   // Decay gate g [n, H, K] from f = f_b(f_a(x)) + dt_bias.
   if (!group) be_.matmul(w.f_a, x, n, fa);
   be_.matmul(w.f_b, fa, n, t);

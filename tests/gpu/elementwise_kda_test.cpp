@@ -429,6 +429,53 @@ TEST_F(Ops, KdaRecurrentRegistersGiveTheBitsOfTheSharedMemoryKernel) {
 #endif
 }
 
+// Backend::kda_conv_l2norm in one launch (FERRY_KDA_FUSE=2) gives the bits of conv1d_silu_many and l2norm_qk
+// one after the other: q, k and v and the three convolution states, for a decode row, a verify block of 16 and 3
+// rows, K of 1, 4 and 8 warps, conv widths 4 (the compiled one) and 3, and 96 heads (K3.1's layer); the launch
+// counter proves the fused path ran.
+TEST_F(Ops, KdaConvL2normInOneLaunchGivesTheBitsOfItsTwoOps) {
+#if FERRY_WITH_CUDA
+  struct Shape {
+    int64_t T, H, K, W;
+  };
+  const Shape shapes[] = {{1, 96, 128, 4}, {16, 3, 128, 4}, {3, 5, 32, 4}, {2, 3, 256, 3}, {1, 7, 64, 3}};
+  uint32_t seed = 120;
+  for (const Shape& sh : shapes) {
+    const int64_t T = sh.T, H = sh.H, K = sh.K, W = sh.W, C = H * K;
+    std::vector<float> xs[3], ws[3], ss[3];
+    for (int i = 0; i < 3; ++i) {
+      xs[i] = random_floats(static_cast<size_t>(T * C), seed++, -3, 3);
+      ws[i] = random_floats(static_cast<size_t>(C * W), seed++, -1, 1);
+      ss[i] = random_floats(static_cast<size_t>((W - 1) * C), seed++, -3, 3);
+    }
+    std::vector<float> res[2][6];  // unfused, fused: q, k, v, then the three states
+    for (const int fused : {0, 1}) {
+      Pair x[3] = {both(xs[0]), both(xs[1]), both(xs[2])}, w[3] = {both(ws[0]), both(ws[1]), both(ws[2])},
+           st[3] = {both(ss[0]), both(ss[1]), both(ss[2])};
+      Pair y[3] = {poisoned_pair(static_cast<size_t>(T * C)), poisoned_pair(static_cast<size_t>(T * C)),
+                   poisoned_pair(static_cast<size_t>(T * C))};
+      Backend::Conv1dCall calls[3];
+      for (int i = 0; i < 3; ++i) calls[i] = {x[i].gpu(), w[i].gpu(), st[i].gpu(), y[i].gpu()};
+      cuda::kda_fuse_tune(fused ? 2 : 0);
+      const int64_t before = cuda::kda_conv_fused_calls();
+      gpu().kda_conv_l2norm(calls, T, H, K, W, 1e-6f, 0.088f);
+      EXPECT_EQ(cuda::kda_conv_fused_calls() - before, fused);
+      for (int i = 0; i < 3; ++i) {
+        res[fused][i] = get(gpu(), y[i].gpu(), static_cast<size_t>(T * C));
+        res[fused][3 + i] = get(gpu(), st[i].gpu(), ss[i].size());
+      }
+    }
+    cuda::kda_fuse_tune(-1);
+    const std::string what = "kda_conv_l2norm T=" + std::to_string(T) + " H=" + std::to_string(H) + " K=" +
+                             std::to_string(K) + " W=" + std::to_string(W);
+    const char* names[6] = {" q", " k", " v", " q state", " k state", " v state"};
+    for (int i = 0; i < 6; ++i) EXPECT_TRUE(bits_equal((what + names[i]).c_str(), res[0][i], res[1][i])) << what;
+  }
+#else
+  GTEST_SKIP() << "no CUDA back-end in this build";
+#endif
+}
+
 // Backend::kda_decode in one launch (FERRY_KDA_FUSE) gives the bits of its four ops one by one (kda_gate_beta,
 // kda_recurrent, the per-head rmsnorm, the sigmoid gate): o, the state, f + dt_bias and sigmoid(beta), for a
 // decode row, two rows and a verify block of 16, both gate forms, K 128 and 64, V of 1, 2, 4 and 8 warps, and
@@ -481,7 +528,7 @@ TEST_F(Ops, KdaDecodeInOneLaunchGivesTheBitsOfItsFourOps) {
         a.eps = 1e-6f;
         a.gate = pick(gate);
         a.o = pick(o);
-        cuda::kda_decode_fused_tune(run == 1 ? 1 : 0);
+        cuda::kda_fuse_tune(run == 1 ? 1 : 0);
         const int64_t calls = cuda::kda_decode_fused_calls();
         be.kda_decode(a);
         if (run < 2) be.drop_x(a.o);
@@ -491,7 +538,7 @@ TEST_F(Ops, KdaDecodeInOneLaunchGivesTheBitsOfItsFourOps) {
         res[run][2] = get(be, a.f, fv.size());
         res[run][3] = get(be, a.beta, bv.size());
       }
-      cuda::kda_decode_fused_tune(-1);
+      cuda::kda_fuse_tune(-1);
       const std::string what = "kda_decode T=" + std::to_string(T) + " H=" + std::to_string(H) + " K=" +
                                std::to_string(K) + " V=" + std::to_string(V) + (safe ? " safe" : "");
       EXPECT_TRUE(bits_equal((what + " o").c_str(), res[0][0], res[1][0])) << what;

@@ -94,7 +94,7 @@ struct AllSameBitsSwitches {
     cuda::fused_ops_tune(on);
     cuda::fused_gate_tune(on);
     cuda::kda_recurrent_reg_tune(on);
-    cuda::kda_decode_fused_tune(on);
+    cuda::kda_fuse_tune(on == 1 ? 3 : on);  // on: both KDA decode fusions
     cuda::kda_chunked_ilp_tune(on);
     cuda::kda_chunked_cluster_tune(on);
     cuda::kda_chunked_block_tune(on);
