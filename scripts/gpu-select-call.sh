@@ -13,7 +13,8 @@
 #   4. the 1,024-token pass, arms PASS_ARMS (default mma hroute: the device route, now the default, against the
 #      host's), against PASS_REF: $ROOT/pass/;
 #   5. a NPROMPT_LONG-token pass, arms LONG_PASS_ARMS (default mma nodsel): $ROOT/pass3k/.
-# PASS_ARMS=- / LONG_PASS_ARMS=- skip steps 4 / 5. Everything goes back as one archive, $OUT/select.tgz (the device tool returns at most 8 files), with the
+# TESTS_FILTER=- / LONG_ARMS=- / PASS_ARMS=- / LONG_PASS_ARMS=- skip steps 1 / 3 / 4 / 5 (step 2 makes the slice the
+# others reuse: keep it, DEC_ARMS=auto at least). Everything goes back as one archive, $OUT/select.tgz (the device tool returns at most 8 files), with the
 # summary lines in $OUT/summary.txt.
 set -uo pipefail
 source "$(dirname "$0")/gpu-env.sh"
@@ -23,20 +24,24 @@ S=$(dirname "$0")
 T0=$(date +%s)
 exec > >(tee "$OUT/summary.txt") 2>&1
 nvidia-smi --query-gpu=name --format=csv,noheader
-timeout "${TESTS_TIMEOUT:-150}" "$B/bin/ferry_test_gpu" \
-  --gtest_filter="${TESTS_FILTER:-Ops.RouterSelection*:Ops.IndexerSelection*:Ops.IndexerTopk*:*GpuHf*:GpuK3*}" > "$ROOT/tests.log" 2>&1
-echo "tests exit $? at $(( $(date +%s) - T0 )) s"
-grep -E '^\[  (PASSED|FAILED) +\]|tests? ran|Failure|same-bits|cpu vs cuda' "$ROOT/tests.log" | head -30
+if [ "${TESTS_FILTER:-}" != - ]; then
+  timeout "${TESTS_TIMEOUT:-150}" "$B/bin/ferry_test_gpu" \
+    --gtest_filter="${TESTS_FILTER:-Ops.RouterSelection*:Ops.IndexerSelection*:Ops.IndexerTopk*:*GpuHf*:GpuK3*}" > "$ROOT/tests.log" 2>&1
+  echo "tests exit $? at $(( $(date +%s) - T0 )) s"
+  grep -E '^\[  (PASSED|FAILED) +\]|tests? ran|Failure|same-bits|cpu vs cuda' "$ROOT/tests.log" | head -30
+fi
 DECODE_REF=${DECODE_REF:-docs/results/2026-12-07i-lo8/call1-decode-auto.hash}
 PASS_REF=${PASS_REF:-docs/results/2026-12-07i-lo8/call1-prompt-mma.hash}
 OUT=$ROOT/dec KEEP_SLICE=1 TESTS=0 MEMCHECK=0 BENCH=0 ARMS="${DEC_ARMS:-auto route}" REPS=${DEC_REPS:-1} PROFILE=0 \
   STEPNCU=${STEPNCU:-0} REF_HASH=$PWD/$DECODE_REF timeout "${DEC_TIMEOUT:-150}" bash "$S/gpu-decode.sh" > /dev/null 2>&1
 echo "decode exit $? at $(( $(date +%s) - T0 )) s"
 grep -E 'x the floor|identical|differ|must be|copy rate|kernels|step' "$ROOT/dec/decode.log" | head -24
-OUT=$ROOT/dec3k NPROMPT=${NPROMPT_LONG:-3000} REUSE_SLICE=1 KEEP_SLICE=1 TESTS=0 MEMCHECK=0 BENCH=0 \
-  ARMS="${LONG_ARMS:-auto nodsel}" REPS=${LONG_REPS:-1} PROFILE=0 timeout "${LONG_TIMEOUT:-120}" bash "$S/gpu-decode.sh" > /dev/null 2>&1
-echo "long decode exit $? at $(( $(date +%s) - T0 )) s"
-grep -E 'x the floor|identical|differ|must be|prompt_s' "$ROOT/dec3k/decode.log" | head -12
+if [ "${LONG_ARMS:-}" != - ]; then
+  OUT=$ROOT/dec3k NPROMPT=${NPROMPT_LONG:-3000} REUSE_SLICE=1 KEEP_SLICE=1 TESTS=0 MEMCHECK=0 BENCH=0 \
+    ARMS="${LONG_ARMS:-auto nodsel}" REPS=${LONG_REPS:-1} PROFILE=0 timeout "${LONG_TIMEOUT:-120}" bash "$S/gpu-decode.sh" > /dev/null 2>&1
+  echo "long decode exit $? at $(( $(date +%s) - T0 )) s"
+  grep -E 'x the floor|identical|differ|must be|prompt_s' "$ROOT/dec3k/decode.log" | head -12
+fi
 if [ "${PASS_ARMS:-}" != - ]; then
   OUT=$ROOT/pass REUSE_SLICE=1 KEEP_SLICE=1 TESTS=0 MEMCHECK=0 ARMS="${PASS_ARMS:-mma hroute}" REPS=${PASS_REPS:-1} \
     PROFILE=0 REF_HASH=$PWD/$PASS_REF timeout "${PASS_TIMEOUT:-150}" bash "$S/gpu-prompt-pass.sh" > /dev/null 2>&1
