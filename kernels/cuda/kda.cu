@@ -19,6 +19,17 @@ struct ConvCalls {
   Backend::Conv1dCall c[kConvCalls];
 };
 
+// One token of one channel's convolution: silu of wc's H + 1 taps over the channel's history (its H inputs
+// before, oldest first) and xin, the history then shifted to end with xin.
+__device__ __forceinline__ float conv1d_silu_token(const float* wc, float* hist, int H, float xin) {
+  float acc = 0.0f;
+  for (int i = 0; i < H; ++i) acc = add(acc, mul(wc[i], hist[i]));
+  acc = add(acc, mul(wc[H], xin));
+  for (int i = 0; i + 1 < H; ++i) hist[i] = hist[i + 1];
+  if (H > 0) hist[H - 1] = xin;
+  return siluf_(acc);
+}
+
 // One channel c of one convolution: serial over the T tokens.
 __device__ __forceinline__ void conv1d_silu_channel(const float* x, int64_t T, int64_t C, const float* w, int W,
                                                     float* state, float* y, int64_t c) {
@@ -28,12 +39,7 @@ __device__ __forceinline__ void conv1d_silu_channel(const float* x, int64_t T, i
   const float* wc = w + c * W;
   for (int64_t t = 0; t < T; ++t) {
     const float xin = x[t * C + c];  // read before y is written: y may alias x
-    float acc = 0.0f;
-    for (int i = 0; i < H; ++i) acc = add(acc, mul(wc[i], hist[i]));
-    acc = add(acc, mul(wc[H], xin));
-    y[t * C + c] = siluf_(acc);
-    for (int i = 0; i + 1 < H; ++i) hist[i] = hist[i + 1];
-    if (H > 0) hist[H - 1] = xin;
+    y[t * C + c] = conv1d_silu_token(wc, hist, H, xin);
   }
   for (int i = 0; i < H; ++i) state[i * C + c] = hist[i];
 }
@@ -178,6 +184,28 @@ __global__ void kda_recurrent_kernel(const float* q, const float* k, const float
     for (int64_t d = 0; d < K; ++d) Sg[d * V + col] = S[d * kKdaCols + j];
 }
 
+// One token of the delta rule for a column S of the state (K rows, in registers), given the token's decay
+// e = exp(g), k and q (shared), the column's value v and beta: S *= e, u = (v - k.S) beta, S += k u; returns
+// q.S. The separately rounded products and sums in d's order, as the CPU's.
+template <int K>
+__device__ __forceinline__ float delta_rule_token(float (&S)[K], const float* e, const float* ks, const float* qs,
+                                                  float v, float beta) {
+  float u = 0.0f;
+#pragma unroll
+  for (int d = 0; d < K; ++d) {
+    S[d] = mul(S[d], e[d]);
+    u = add(u, mul(ks[d], S[d]));
+  }
+  u = mul(__fsub_rn(v, u), beta);
+  float out = 0.0f;
+#pragma unroll
+  for (int d = 0; d < K; ++d) {
+    S[d] = add(S[d], mul(ks[d], u));
+    out = add(out, mul(qs[d], S[d]));
+  }
+  return out;
+}
+
 // The same rule with the column of S in registers, for K a compile-time key dim: a thread issues all K
 // loads of its column at once (the shared-memory kernel above waits for them a few at a time: a decode
 // step's 96 x 128 x 128 state, 6.3 MB, took 18 us, 6x the DRAM time of reading and writing it). Block
@@ -206,19 +234,7 @@ __global__ void __launch_bounds__(kKdaCols) kda_recurrent_reg_kernel(const float
       qs[d] = q[th * K + d];
     }
     __syncthreads();
-    float u = 0.0f;
-#pragma unroll
-    for (int d = 0; d < K; ++d) {
-      S[d] = mul(S[d], e[d]);
-      u = add(u, mul(ks[d], S[d]));
-    }
-    u = mul(__fsub_rn(live ? v[th * V + col] : 0.0f, u), beta[th]);
-    float out = 0.0f;
-#pragma unroll
-    for (int d = 0; d < K; ++d) {
-      S[d] = add(S[d], mul(ks[d], u));
-      out = add(out, mul(qs[d], S[d]));
-    }
+    const float out = delta_rule_token<K>(S, e, ks, qs, live ? v[th * V + col] : 0.0f, beta[th]);
     if (live) o[th * V + col] = out;
   }
   if (live) {
@@ -266,19 +282,7 @@ __global__ void __launch_bounds__(kKdaDecodeMaxV) kda_decode_kernel(KdaDecode a)
     const float bt = sigmoidf_(braw);
     if (j == 0) a.beta[th] = bt;
     __syncthreads();
-    float u = 0.0f;
-#pragma unroll
-    for (int d = 0; d < K; ++d) {
-      S[d] = mul(S[d], e[d]);
-      u = add(u, mul(ks[d], S[d]));
-    }
-    u = mul(__fsub_rn(a.v[th * V + j], u), bt);
-    float out = 0.0f;
-#pragma unroll
-    for (int d = 0; d < K; ++d) {
-      S[d] = add(S[d], mul(ks[d], u));
-      out = add(out, mul(qs[d], S[d]));
-    }
+    const float out = delta_rule_token<K>(S, e, ks, qs, a.v[th * V + j], bt);
     double s = static_cast<double>(out) * out;
     for (int o = 16; o >= 1; o >>= 1) s += __shfl_down_sync(kFullMask, s, o);
     if (lane == 0) part[j >> 5] = s;
@@ -332,14 +336,7 @@ __global__ void __launch_bounds__(32 * kConvNormWarps)
     for (int m = 0; m < kConvNormMaxPer; ++m) {
       if (m >= per) break;
       const int64_t c = h * K + lane + 32 * m;
-      const float* wc = k.w + c * W;
-      const float xin = k.x[t * C + c];  // read before y is written: y may alias x
-      float acc = 0.0f;
-      for (int i = 0; i < hn; ++i) acc = add(acc, mul(wc[i], hist[m][i]));
-      acc = add(acc, mul(wc[hn], xin));
-      y[m] = siluf_(acc);
-      for (int i = 0; i + 1 < hn; ++i) hist[m][i] = hist[m][i + 1];
-      if (hn > 0) hist[m][hn - 1] = xin;
+      y[m] = conv1d_silu_token(k.w + c * W, hist[m], hn, k.x[t * C + c]);  // x read before y is written
     }
     float* yr = k.y + t * C + h * K;
     if (ci < 2) {  // q and k: norm_warp_row<false, ci == 0> of the row

@@ -69,66 +69,47 @@ void Model::mixer_kda(int il, Ctx& c, const float* x, float* out) {
   if (!group) be_.matmul(w.f_a, x, n, fa);
   be_.matmul(w.f_b, fa, n, t);
   if (!group) be_.matmul(w.b, x, n, beta);
-  KdaGateParams gp;
-  gp.safe_gate = cfg_.kda.has_lower_bound;
-  gp.lower_bound = static_cast<float>(cfg_.kda.gate_lower_bound);
+  const KdaGateParams gp{.safe_gate = cfg_.kda.has_lower_bound,
+                         .lower_bound = static_cast<float>(cfg_.kda.gate_lower_bound)};
   Buf o(be_, np, u);
+  const auto eps = static_cast<float>(cfg_.rms_eps);
   if (group && !r) {
     // Decode rows: the gate inputs, the delta rule and the gated output norm as one op (Backend::kda_decode:
     // the bits of the four ops below, CUDA may run them as one launch). The output gate's logits are needed
     // before it, and t holds f: a low-rank gate's second matrix writes into a buffer of its own.
     Buf gl(be_, cfg_.kda.full_rank_gate ? 0 : np, u);
     if (!cfg_.kda.full_rank_gate) be_.matmul(w.g_b, tg, n, gl);
-    KdaDecode a;
-    a.q = q;
-    a.k = kk;
-    a.v = v;
-    a.f = t;
-    a.dt_bias = w.dt_bias;
-    a.a_log = w.a_log;
-    a.gp = gp;
-    a.beta = beta;
-    a.g = g;
-    a.T = n;
-    a.H = h;
-    a.K = k;
-    a.V = k;
-    a.state = st.kda_state;
-    a.o_norm = w.o_norm;
-    a.eps = static_cast<float>(cfg_.rms_eps);
-    a.gate = cfg_.kda.full_rank_gate ? static_cast<const float*>(tg) : gl.get();
-    a.o = o;
-    be_.kda_decode(a);  // o kept for w.o
-    const KeptX kept(be_, o);
-    be_.matmul(w.o, o, n, out);
-    return;
-  }
-  be_.kda_gate_beta(t, w.dt_bias, w.a_log, n, h, k, gp, g, beta);  // t += dt_bias, g, beta = sigmoid(beta)
-  // The delta rule. Decode rows always use the recurrent form (row-exact); a prompt pass the chunked one,
-  // even of one row: its last pass (or a pass continuing a cached prefix) may have one, and must compute
-  // the bits one pass over the whole prompt would.
-  if (c.prefill && r) {
-    be_.kda_chunked(q, kk, v, g, beta, r, h, k, k, kKdaChunk, st.kda_state, o);
-    be_.copy(snap, st.kda_state, state_n * sizeof(float));
-    be_.kda_chunked(q.get() + r * p, kk.get() + r * p, v.get() + r * p, g.get() + r * p, beta.get() + r * h, n - r, h, k,
-                    k, kKdaChunk, st.kda_state, o.get() + r * p);
-  } else if (c.prefill)
-    be_.kda_chunked(q, kk, v, g, beta, n, h, k, k, kKdaChunk, st.kda_state, o);
-  else
-    be_.kda_recurrent(q, kk, v, g, beta, n, h, k, k, st.kda_state, o);
-  // Output gate and per-head RMSNorm: o = rmsnorm(o) * o_norm * sigmoid(gate).
-  const float* gate = t;
-  if (cfg_.kda.full_rank_gate) {
-    if (group)
-      gate = tg;
-    else
-      be_.matmul(w.g, x, n, t);
+    be_.kda_decode({.q = q, .k = kk, .v = v, .f = t, .dt_bias = w.dt_bias, .a_log = w.a_log, .gp = gp, .beta = beta,
+                    .g = g, .T = n, .H = h, .K = k, .V = k, .state = st.kda_state, .o_norm = w.o_norm, .eps = eps,
+                    .gate = cfg_.kda.full_rank_gate ? static_cast<const float*>(tg) : gl.get(), .o = o});
   } else {
-    if (!group) be_.matmul(w.g_a, x, n, fa);
-    be_.matmul(w.g_b, group ? tg : fa.get(), n, t);
+    be_.kda_gate_beta(t, w.dt_bias, w.a_log, n, h, k, gp, g, beta);  // t += dt_bias, g, beta = sigmoid(beta)
+    // The delta rule. Decode rows always use the recurrent form (row-exact); a prompt pass the chunked one,
+    // even of one row: its last pass (or a pass continuing a cached prefix) may have one, and must compute
+    // the bits one pass over the whole prompt would.
+    if (c.prefill && r) {
+      be_.kda_chunked(q, kk, v, g, beta, r, h, k, k, kKdaChunk, st.kda_state, o);
+      be_.copy(snap, st.kda_state, state_n * sizeof(float));
+      be_.kda_chunked(q.get() + r * p, kk.get() + r * p, v.get() + r * p, g.get() + r * p, beta.get() + r * h, n - r,
+                      h, k, k, kKdaChunk, st.kda_state, o.get() + r * p);
+    } else if (c.prefill)
+      be_.kda_chunked(q, kk, v, g, beta, n, h, k, k, kKdaChunk, st.kda_state, o);
+    else
+      be_.kda_recurrent(q, kk, v, g, beta, n, h, k, k, st.kda_state, o);
+    // Output gate and per-head RMSNorm: o = rmsnorm(o) * o_norm * sigmoid(gate).
+    const float* gate = t;
+    if (cfg_.kda.full_rank_gate) {
+      if (group)
+        gate = tg;
+      else
+        be_.matmul(w.g, x, n, t);
+    } else {
+      if (!group) be_.matmul(w.g_a, x, n, fa);
+      be_.matmul(w.g_b, group ? tg : fa.get(), n, t);
+    }
+    be_.rmsnorm(o, w.o_norm, n * h, k, eps, o);
+    be_.gate_kept(GateAct{GateOp::sigmoid_mul}, o, gate, n, p, o);  // o *= sigmoid(gate), kept for w.o
   }
-  be_.rmsnorm(o, w.o_norm, n * h, k, static_cast<float>(cfg_.rms_eps), o);
-  be_.gate_kept(GateAct{GateOp::sigmoid_mul}, o, gate, n, p, o);  // o *= sigmoid(gate), kept for w.o
   const KeptX kept(be_, o);
   be_.matmul(w.o, o, n, out);
 }

@@ -508,26 +508,10 @@ TEST_F(Ops, KdaDecodeInOneLaunchGivesTheBitsOfItsFourOps) {
         auto f = both(fv), b = both(bv), s = both(in.s0);
         auto g = poisoned_pair(static_cast<size_t>(T * H * K)), o = poisoned_pair(static_cast<size_t>(T * H * V));
         auto pick = [&](const Pair& p) { return run == 2 ? p.cpu() : p.gpu(); };
-        KdaDecode a;
-        a.q = pick(q);
-        a.k = pick(k);
-        a.v = pick(v);
-        a.f = pick(f);
-        a.dt_bias = pick(bias);
-        a.a_log = pick(alog);
-        a.gp.safe_gate = safe;
-        a.gp.lower_bound = -5.0f;
-        a.beta = pick(b);
-        a.g = pick(g);
-        a.T = T;
-        a.H = H;
-        a.K = K;
-        a.V = V;
-        a.state = pick(s);
-        a.o_norm = pick(norm);
-        a.eps = 1e-6f;
-        a.gate = pick(gate);
-        a.o = pick(o);
+        const KdaDecode a{.q = pick(q), .k = pick(k), .v = pick(v), .f = pick(f), .dt_bias = pick(bias),
+                          .a_log = pick(alog), .gp = {.safe_gate = safe, .lower_bound = -5.0f}, .beta = pick(b),
+                          .g = pick(g), .T = T, .H = H, .K = K, .V = V, .state = pick(s), .o_norm = pick(norm),
+                          .eps = 1e-6f, .gate = pick(gate), .o = pick(o)};
         cuda::kda_fuse_tune(run == 1 ? 1 : 0);
         const int64_t calls = cuda::kda_decode_fused_calls();
         be.kda_decode(a);

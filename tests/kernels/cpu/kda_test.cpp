@@ -190,9 +190,7 @@ TEST(KdaDecode, IsItsFourOpsInOrder) {
   const auto f0 = random_floats(T * H * K, 91, -25, 25), b0 = random_floats(T * H, 92, -6, 6);
   const auto gate = random_floats(T * H * V, 93, -4, 4), bias = random_floats(H * K, 94, -1, 1);
   const auto alog = random_floats(H, 95, -2, 1), norm = random_floats(V, 96, 0.5f, 1.5f);
-  KdaGateParams gp;
-  gp.safe_gate = true;
-  gp.lower_bound = -5.0f;
+  const KdaGateParams gp{.safe_gate = true, .lower_bound = -5.0f};
   const float eps = 1e-12f;  // far below the rows' mean squares: the norm leaves a unit rms
   // The four ops.
   auto f1 = f0, b1 = b0, s1 = in.s0, g1 = test::poisoned(T * H * K), o1 = test::poisoned(T * H * V);
@@ -202,25 +200,9 @@ TEST(KdaDecode, IsItsFourOpsInOrder) {
   be->sigmoid_mul(o1.data(), gate.data(), T * H * V, o1.data());
   // kda_decode.
   auto f2 = f0, b2 = b0, s2 = in.s0, g2 = test::poisoned(T * H * K), o2 = test::poisoned(T * H * V);
-  KdaDecode a;
-  a.q = in.q.data();
-  a.k = in.k.data();
-  a.v = in.v.data();
-  a.f = f2.data();
-  a.dt_bias = bias.data();
-  a.a_log = alog.data();
-  a.gp = gp;
-  a.beta = b2.data();
-  a.g = g2.data();
-  a.T = T;
-  a.H = H;
-  a.K = K;
-  a.V = V;
-  a.state = s2.data();
-  a.o_norm = norm.data();
-  a.eps = eps;
-  a.gate = gate.data();
-  a.o = o2.data();
+  const KdaDecode a{.q = in.q.data(), .k = in.k.data(), .v = in.v.data(), .f = f2.data(), .dt_bias = bias.data(),
+                    .a_log = alog.data(), .gp = gp, .beta = b2.data(), .g = g2.data(), .T = T, .H = H, .K = K, .V = V,
+                    .state = s2.data(), .o_norm = norm.data(), .eps = eps, .gate = gate.data(), .o = o2.data()};
   be->kda_decode(a);
   EXPECT_TRUE(test::bitwise_equal(o1, o2));
   EXPECT_TRUE(test::bitwise_equal(s1, s2));
